@@ -1,0 +1,57 @@
+"""Durations as people write them for ``timeout(1)``: ``30``, ``30s``, ``5m``, ``1.5h``, ``2d``.
+
+A duration is a promise about when a command will be stopped, so anything that
+is not plainly a finite, non-negative number of seconds is refused rather than
+guessed at: NaN would make every comparison false (a deadline that never
+fires), a negative value would fire before the command started, and infinity
+is better said as ``0`` ("no deadline"), which is what GNU ``timeout`` means by
+it too. The error names the flag, because "invalid duration" alone does not
+tell a person which of three durations on a command line was wrong.
+
+Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+__all__ = ["DurationError", "format_duration", "parse_duration"]
+
+_UNIT_SECONDS: Final = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+class DurationError(ValueError):
+    """A duration that cannot be a duration; the message is ready for a person."""
+
+
+def parse_duration(text: str, *, flag: str) -> float:
+    """Return ``text`` as seconds, or raise :class:`DurationError` naming ``flag``."""
+    raw = text.strip()
+    number, unit = raw, "s"
+    if raw and raw[-1] in _UNIT_SECONDS:
+        number, unit = raw[:-1], raw[-1]
+    try:
+        if not number or number.lstrip("+").startswith(("0x", "0X")) or "_" in number:
+            raise ValueError(number)
+        value = float(number)
+    except ValueError:
+        raise DurationError(
+            f"{flag}: invalid duration {text!r} (use a number of seconds, "
+            "optionally with a suffix s, m, h or d, e.g. 30s, 5m, 1.5h)"
+        ) from None
+    if math.isnan(value) or math.isinf(value):
+        raise DurationError(f"{flag}: invalid duration {text!r} (must be a finite number)")
+    if value < 0:
+        raise DurationError(f"{flag}: invalid duration {text!r} (must not be negative)")
+    return value * _UNIT_SECONDS[unit]
+
+
+def format_duration(seconds: float) -> str:
+    """Return ``seconds`` the short way a person reads it in a help text or a table."""
+    if seconds == 0:
+        return "0"
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
+        if seconds >= size and (seconds / size).is_integer():
+            return f"{int(seconds / size)}{unit}"
+    return f"{seconds:g}s"

@@ -1,0 +1,373 @@
+"""The core: one run's life as a table of transitions, events in and effects out.
+
+A run moves through five phases::
+
+    launching -> watching -> terminating -> killing -> recorded
+
+and the whole of tether's policy lives in :data:`_TABLE`: which event moves
+which phase where, on which condition, asking for which effects. Nothing in
+here performs I/O, reads a clock or sends a signal. The adapter feeds events
+(each stamped with the monotonic time it was seen) and carries out the effects
+it gets back; it blocks until :attr:`RunMachine.next_deadline` or the next
+readiness, whichever comes first. That border is what makes the policy
+testable with a fake clock and a property test instead of with sleeps.
+
+Three rules the table keeps, and the tests check:
+
+* *Time is checked on every event, not only on ticks.* An event that arrives
+  after an overdue timer is handled after the timer fires, so a busy adapter
+  cannot make a deadline be ignored by always having something else to report.
+* *SIGTERM comes before SIGKILL, and SIGKILL never before the grace ran out*,
+  unless somebody explicitly asked to kill now.
+* *Exactly one record.* Entering ``recorded`` emits the record and the exit;
+  every event after that is a harmless no-op. Events that cannot happen in
+  the current phase (a second launch, an exit before a launch, time going
+  backwards) raise :class:`IllegalEvent` and change nothing.
+
+``transitions`` interprets the table; it sits behind this module's own facade
+(:class:`RunMachine`) with ``auto_transitions=False`` so the table is closed,
+``queued=True`` so callbacks never re-enter, and Enum states. Callbacks only
+record facts and append effects, so they cannot fail halfway through a step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Final
+
+from transitions import Machine
+
+from tether.effects import Effect, Exit, SignalName, SignalTree, Verdict, WriteRecord
+from tether.events import (
+    CallerLost,
+    CancelRequested,
+    CommandExited,
+    Event,
+    KillRequested,
+    LaunchFailed,
+    Launched,
+    Tick,
+    TreeEmptied,
+)
+from tether.outcome import (
+    CANNOT_EXECUTE,
+    DEADLINE_EXCEEDED,
+    NOT_FOUND,
+    STOPPED,
+    TETHER_FAILED,
+    Reason,
+    status_of,
+)
+
+if TYPE_CHECKING:
+    from transitions.core import TransitionConfigDict
+
+__all__ = ["DEFAULT_SETTLE_SECONDS", "IllegalEvent", "Phase", "RunMachine"]
+
+#: How long the tree may take to disappear after SIGKILL before the run is
+#: recorded anyway (with ``unkillable`` set). SIGKILL cannot be caught, so only
+#: a process stuck in the kernel (uninterruptible I/O) takes this long.
+DEFAULT_SETTLE_SECONDS: Final = 5.0
+
+#: errno.ENOENT; the core keeps its own copy rather than import a module for one number.
+_ENOENT: Final = 2
+
+
+class Phase(StrEnum):
+    """Where one run is in its life."""
+
+    LAUNCHING = "launching"
+    WATCHING = "watching"
+    TERMINATING = "terminating"
+    KILLING = "killing"
+    RECORDED = "recorded"
+
+
+class IllegalEvent(RuntimeError):  # noqa: N818 - h11 names it the same way: a protocol violation
+    """An event that cannot happen in the run's current phase; nothing was changed."""
+
+
+_TRIGGER: Final[dict[type[Event], str]] = {
+    Launched: "launched",
+    LaunchFailed: "launch_failed",
+    CallerLost: "caller_lost",
+    CancelRequested: "cancel",
+    KillRequested: "kill",
+    CommandExited: "command_exited",
+    TreeEmptied: "tree_emptied",
+    Tick: "tick",
+}
+
+_W, _T, _K, _R = Phase.WATCHING, Phase.TERMINATING, Phase.KILLING, Phase.RECORDED
+
+# For one trigger, rows are tried in order: conditional rows come before their
+# fallback. A row with "dest": None is an internal transition, a deliberate no-op
+# for an event that is late but harmless (a cancel while already stopping).
+_TABLE: Final[list[TransitionConfigDict]] = [
+    {"trigger": "launched", "source": Phase.LAUNCHING, "dest": _W, "after": "arm_deadline"},
+    {
+        "trigger": "launch_failed",
+        "source": Phase.LAUNCHING,
+        "dest": _R,
+        "after": "finish_launch_failed",
+    },
+    # Timers: the deadline while watching, the grace while terminating, the
+    # settle bound while killing.
+    {
+        "trigger": "tick",
+        "source": _W,
+        "dest": _T,
+        "conditions": "timer_expired",
+        "after": "stop_for_deadline",
+    },
+    {"trigger": "tick", "source": _T, "dest": _K, "conditions": "timer_expired", "after": "escalate"},
+    {
+        "trigger": "tick",
+        "source": _K,
+        "dest": _R,
+        "conditions": "timer_expired",
+        "after": "finish_unkillable",
+    },
+    {"trigger": "tick", "source": [_W, _T, _K, _R], "dest": None},
+    # Requests from outside.
+    {"trigger": "cancel", "source": _W, "dest": _T, "after": "stop_for_cancel"},
+    {"trigger": "cancel", "source": [_T, _K, _R], "dest": None},
+    {"trigger": "caller_lost", "source": _W, "dest": _T, "after": "stop_for_caller_lost"},
+    {"trigger": "caller_lost", "source": [_T, _K, _R], "dest": None},
+    {"trigger": "kill", "source": _W, "dest": _K, "after": "kill_now"},
+    {"trigger": "kill", "source": _T, "dest": _K, "after": "escalate"},
+    {"trigger": "kill", "source": [_K, _R], "dest": None},
+    # The command's own exit, and the end of whatever it left behind.
+    {
+        "trigger": "command_exited",
+        "source": [_W, _T, _K],
+        "dest": _R,
+        "conditions": "tree_is_empty",
+        "before": "note_exit",
+        "after": "finish",
+    },
+    {
+        "trigger": "command_exited",
+        "source": _W,
+        "dest": _T,
+        "before": "note_exit",
+        "after": "stop_stragglers",
+    },
+    {"trigger": "command_exited", "source": [_T, _K], "dest": None, "after": "note_exit"},
+    {"trigger": "command_exited", "source": _R, "dest": None, "after": "note_exit"},
+    {"trigger": "tree_emptied", "source": [_T, _K], "dest": _R, "after": "finish"},
+    {"trigger": "tree_emptied", "source": _R, "dest": None},
+]
+
+
+@dataclass
+class _Run:
+    """The model ``transitions`` drives: the run's facts and the effects of the current step."""
+
+    deadline_at: float | None
+    grace_seconds: float
+    settle_seconds: float
+    state: Phase = Phase.LAUNCHING
+    now: float = -math.inf
+    event: Event | None = None
+    effects: list[Effect] = field(default_factory=list)
+    reason: Reason | None = None
+    timer_at: float | None = None
+    returncode: int | None = None
+    exited: bool = False
+    escalated: bool = False
+    stop_started_at: float | None = None
+
+    # -- conditions ---------------------------------------------------------
+
+    def timer_expired(self) -> bool:
+        return self.timer_at is not None and self.now >= self.timer_at
+
+    def tree_is_empty(self) -> bool:
+        return isinstance(self.event, CommandExited) and not self.event.others_alive
+
+    # -- callbacks: record facts, append effects, never fail ---------------
+
+    def arm_deadline(self) -> None:
+        self.timer_at = self.deadline_at
+
+    def note_exit(self) -> None:
+        assert isinstance(self.event, CommandExited)
+        self.exited = True
+        self.returncode = self.event.returncode
+
+    def stop_for_deadline(self) -> None:
+        self._terminate(Reason.DEADLINE_EXCEEDED)
+
+    def stop_for_cancel(self) -> None:
+        self._terminate(Reason.CANCELLED)
+
+    def stop_for_caller_lost(self) -> None:
+        self._terminate(Reason.PARENT_LOST)
+
+    def stop_stragglers(self) -> None:
+        self._terminate(Reason.COMPLETED)
+
+    def kill_now(self) -> None:
+        self.reason = Reason.CANCELLED
+        self.stop_started_at = self.now
+        self.escalate()
+
+    def escalate(self) -> None:
+        self.escalated = True
+        self._signal("SIGKILL")
+        self.timer_at = self.now + self.settle_seconds
+
+    def finish(self) -> None:
+        self._record(unkillable=False)
+
+    def finish_unkillable(self) -> None:
+        self._record(unkillable=True)
+
+    def finish_launch_failed(self) -> None:
+        event = self.event
+        assert isinstance(event, LaunchFailed)
+        if event.stage == "setup":
+            status = TETHER_FAILED
+        else:
+            status = NOT_FOUND if event.errno == _ENOENT else CANNOT_EXECUTE
+        self.reason = Reason.LAUNCH_FAILED
+        verdict = Verdict(
+            reason=Reason.LAUNCH_FAILED,
+            exit_status=status,
+            returncode=None,
+            escalated_to_sigkill=False,
+            stop_started_at=None,
+            finished_at=self.now,
+            launch_errno=event.errno,
+            launch_error=event.message,
+        )
+        self.timer_at = None
+        self.effects += [WriteRecord(verdict), Exit(status)]
+
+    # -- helpers --------------------------------------------------------------
+
+    def _terminate(self, reason: Reason) -> None:
+        self.reason = reason
+        self.stop_started_at = self.now
+        self._signal("SIGTERM")
+        # A stopped process cannot act on SIGTERM until it is continued.
+        self._signal("SIGCONT")
+        self.timer_at = self.now + self.grace_seconds
+
+    def _signal(self, name: SignalName) -> None:
+        self.effects.append(SignalTree(name))
+
+    def _record(self, *, unkillable: bool) -> None:
+        reason = self.reason or Reason.COMPLETED
+        verdict = Verdict(
+            reason=reason,
+            exit_status=self._exit_status(reason),
+            returncode=self.returncode,
+            escalated_to_sigkill=self.escalated,
+            stop_started_at=self.stop_started_at,
+            finished_at=self.now,
+            unkillable=unkillable,
+        )
+        self.reason = reason
+        self.timer_at = None
+        self.effects += [WriteRecord(verdict), Exit(verdict.exit_status)]
+
+    def _exit_status(self, reason: Reason) -> int:
+        if reason is Reason.DEADLINE_EXCEEDED:
+            return DEADLINE_EXCEEDED
+        if reason is Reason.COMPLETED:
+            # Completed means the command exited by itself, so its status is known.
+            return TETHER_FAILED if self.returncode is None else status_of(self.returncode)
+        return STOPPED
+
+
+class RunMachine:
+    """One run's policy: :meth:`feed` it events, carry out the effects it returns.
+
+    ``deadline_at`` is the monotonic time the command must be stopped at
+    (``None`` for no deadline); ``grace_seconds`` is how long SIGTERM gets
+    before SIGKILL; ``settle_seconds`` bounds the wait after SIGKILL.
+    """
+
+    def __init__(
+        self,
+        *,
+        deadline_at: float | None,
+        grace_seconds: float,
+        settle_seconds: float = DEFAULT_SETTLE_SECONDS,
+    ) -> None:
+        if grace_seconds < 0 or settle_seconds < 0:
+            raise ValueError("grace and settle must not be negative")
+        self._run = _Run(
+            deadline_at=deadline_at, grace_seconds=grace_seconds, settle_seconds=settle_seconds
+        )
+        self._machine = Machine(
+            model=self._run,
+            states=Phase,
+            transitions=_TABLE,
+            initial=Phase.LAUNCHING,
+            auto_transitions=False,
+            queued=True,
+        )
+
+    @property
+    def phase(self) -> Phase:
+        """The run's current phase."""
+        return self._run.state
+
+    @property
+    def next_deadline(self) -> float | None:
+        """The monotonic time at which the machine wants a :class:`Tick`, or ``None``."""
+        return self._run.timer_at
+
+    @property
+    def reason(self) -> Reason | None:
+        """Why the run is ending, once that is decided."""
+        return self._run.reason
+
+    def feed(self, event: Event) -> list[Effect]:
+        """Advance the run by one event and return the effects to carry out, in order."""
+        self._check_legal(event)
+        run = self._run
+        run.now = event.now
+        effects: list[Effect] = []
+        # Overdue timers first: the event happened after them.
+        effects += self._expire_timers()
+        if not (isinstance(event, Tick) and effects):
+            run.event = event
+            self._machine.events[_TRIGGER[type(event)]].trigger(run)
+            effects += self._take_effects()
+        # The event may itself have armed an overdue timer (a launch after the
+        # deadline, a grace of zero).
+        effects += self._expire_timers()
+        run.event = None
+        return effects
+
+    def _expire_timers(self) -> list[Effect]:
+        effects: list[Effect] = []
+        run = self._run
+        # Each expiry moves the phase strictly forward, so this ends within three rounds.
+        while run.timer_expired():
+            run.event = Tick(run.now)
+            self._machine.events["tick"].trigger(run)
+            effects += self._take_effects()
+        return effects
+
+    def _take_effects(self) -> list[Effect]:
+        effects, self._run.effects = self._run.effects, []
+        return effects
+
+    def _check_legal(self, event: Event) -> None:
+        run = self._run
+        launching = run.state is Phase.LAUNCHING
+        if event.now < run.now:
+            raise IllegalEvent(f"time went backwards: {event.now} < {run.now}")
+        if isinstance(event, Launched | LaunchFailed) != launching:
+            raise IllegalEvent(f"{type(event).__name__} while {run.state}")
+        if isinstance(event, CommandExited) and run.exited:
+            raise IllegalEvent("the command exited twice")
+        if isinstance(event, TreeEmptied) and not run.exited:
+            raise IllegalEvent("the tree emptied before the command exited")

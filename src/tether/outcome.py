@@ -1,0 +1,55 @@
+"""Why a run ended, and the exit status every door reports for it.
+
+The vocabulary is closed on purpose: five reasons from the seed supervisor and
+one added for the caller's side (``supervisor_lost``), so that an operator can
+group a thousand records by ``reason`` and a script can branch on it without
+parsing prose. The exit statuses follow GNU ``timeout`` where it has an answer
+(124, 125, 126, 127, 128+N) and the seed where it does not (130 for a run that
+was stopped rather than allowed to finish).
+
+Pure: nothing here touches the operating system.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final
+
+__all__ = [
+    "CANNOT_EXECUTE",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "STOPPED",
+    "TETHER_FAILED",
+    "Reason",
+    "status_of",
+]
+
+#: The deadline passed and the command was stopped.
+DEADLINE_EXCEEDED: Final = 124
+#: tether itself failed: bad usage, an unwritable record, a lost supervisor.
+TETHER_FAILED: Final = 125
+#: The command was found but could not be executed.
+CANNOT_EXECUTE: Final = 126
+#: The command was not found.
+NOT_FOUND: Final = 127
+#: The command was stopped because somebody asked or its caller died.
+STOPPED: Final = 130
+
+
+class Reason(StrEnum):
+    """Why one run ended: the record's ``reason`` field."""
+
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    PARENT_LOST = "parent_lost"
+    LAUNCH_FAILED = "launch_failed"
+    #: Written by the caller, never by a supervisor: the supervisor vanished
+    #: without saying how the run ended.
+    SUPERVISOR_LOST = "supervisor_lost"
+
+
+def status_of(returncode: int) -> int:
+    """Return a ``subprocess``-style return code as a shell reports it (128+N for signal N)."""
+    return 128 - returncode if returncode < 0 else returncode
