@@ -1,0 +1,76 @@
+"""The detached supervisor: PEP 3143's checklist, as small steps in a deliberate order.
+
+The caller (``tether run`` or the Python API) never forks itself: it may be
+multi-threaded, and forking a threaded process can deadlock the child on a lock
+another thread held. Instead it spawns a fresh interpreter in a new session,
+running :func:`main` here. That *intermediate* forks once more and exits at
+once, so the supervisor that remains
+
+* is not a session leader (it can never acquire a controlling terminal),
+* is nobody's child to reap (it re-parents to init or the nearest subreaper),
+* and survives a kill of the caller's process group or session,
+
+while the caller only has to reap the intermediate, which is gone within
+milliseconds. Then, in order: read the spec from its pipe (never from the
+command line, where every user could read it), move to ``/`` so no mount is
+held busy, and take a private umask for tether's own files (the command gets
+the caller's umask back through the spec). Standard input, output and error
+are already ``/dev/null``, so the supervisor never holds a pipe the caller's
+caller waits on; the caller's own stdio arrives as extra descriptors that only
+the command keeps. Only the descriptors the caller passed on purpose are open.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from tether.outcome import TETHER_FAILED
+
+__all__ = ["main"]
+
+
+def _leave_intermediate() -> None:
+    """Fork; the intermediate exits without running any cleanup, the child carries on."""
+    if os.fork() > 0:
+        os._exit(0)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks: list[bytes] = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+def main(spec_fd: int) -> int:
+    """Become the detached supervisor of the run described on ``spec_fd``."""
+    _leave_intermediate()
+    from tether.spec import RunSpec, SpecError
+
+    try:
+        spec = RunSpec.from_json(_read_all(spec_fd))
+    except (OSError, SpecError):
+        return TETHER_FAILED
+    os.chdir("/")
+    os.umask(0o077)
+
+    from tether.loop import supervise
+    from tether.protocol import StatusWriter
+
+    fds = spec.fds
+    return supervise(
+        spec,
+        lifeline=fds["lifeline"],
+        status=StatusWriter(fds["status"]),
+        stdin=fds["stdin"],
+        stdout=fds["stdout"],
+        stderr=fds["stderr"],
+        on_message=lambda _message: None,
+        close_after_launch=(fds["stdin"], fds["stdout"], fds["stderr"]),
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised as a subprocess
+    raise SystemExit(main(int(sys.argv[1])))

@@ -1,0 +1,206 @@
+"""The caller's side: make the pipes, start a detached supervisor, talk to it.
+
+This module runs inside *your* process (the CLI, or a Python program using
+the API), so it is held to two rules. It imports the standard library only,
+and cheaply: neither ``transitions`` nor ``structlog`` is loaded on this side.
+And it never forks the caller: a fresh interpreter is spawned instead
+(see :mod:`tether.detach`), because the caller may have threads.
+
+The lifeline's write end lives only here. It is close-on-exec, so no program
+the caller runs inherits it, and it is closed in any child the caller *forks*
+(``os.register_at_fork``): a forked worker that outlives its parent must not
+keep the parent's commands alive by holding their lifeline open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Final
+
+from tether.protocol import CANCEL, FINISHED, KILL_NOW, STARTED, decode
+from tether.spec import RunSpec
+
+__all__ = ["LaunchError", "SupervisorHandle", "caller_umask", "start_supervisor"]
+
+#: The directory that holds the ``tether`` package, put first on the
+#: supervisor's ``sys.path`` so it runs this very copy of tether.
+_PACKAGE_ROOT: Final = str(Path(__file__).resolve().parent.parent)
+
+_BOOTSTRAP: Final = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from tether.detach import main; raise SystemExit(main(int(sys.argv[2])))"
+)
+
+_open_lifelines: set[int] = set()
+_lifelines_lock = threading.Lock()
+
+
+def _close_lifelines_in_child() -> None:
+    for fd in _open_lifelines:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _open_lifelines.clear()
+
+
+os.register_at_fork(after_in_child=_close_lifelines_in_child)
+
+
+class LaunchError(Exception):
+    """The supervisor could not be started, or said the command could not be."""
+
+    def __init__(self, message: str, *, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+
+def caller_umask() -> int | None:
+    """The calling process's umask, read without changing it (``umask()`` would race threads)."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return None
+
+
+@dataclass
+class SupervisorHandle:
+    """The caller's ends of one run: the lifeline to write, the status pipe to read."""
+
+    lifeline: int | None
+    status: IO[bytes]
+    supervisor_pid: int | None = None
+    pid: int | None = None
+    pgid: int | None = None
+    finished: dict[str, object] | None = None
+
+    def request(self, byte: bytes) -> None:
+        """Send a request (cancel or kill now); harmless once the supervisor is gone."""
+        if self.lifeline is not None:
+            with contextlib.suppress(OSError):
+                os.write(self.lifeline, byte)
+
+    def cancel(self) -> None:
+        """Ask for a graceful stop: SIGTERM, the grace, then SIGKILL."""
+        self.request(CANCEL)
+
+    def kill(self) -> None:
+        """Ask for an immediate SIGKILL of the whole tree."""
+        self.request(KILL_NOW)
+
+    def read_message(self) -> dict[str, object] | None:
+        """Block for the next status message; ``None`` at end of file."""
+        line = self.status.readline()
+        if not line:
+            return None
+        message = decode(line)
+        if message.get("event") == STARTED:
+            self.supervisor_pid = _int(message.get("supervisor_pid"))
+            self.pid = _int(message.get("pid"))
+            self.pgid = _int(message.get("pgid"))
+        elif message.get("event") == FINISHED:
+            self.finished = message
+        return message
+
+    def wait_finished(self) -> dict[str, object] | None:
+        """Block until ``finished`` (returned) or end of file without it (``None``)."""
+        while self.finished is None:
+            if self.read_message() is None:
+                break
+        return self.finished
+
+    def close(self) -> None:
+        """Let go of both pipes. Closing the lifeline is what a dying caller does."""
+        if self.lifeline is not None:
+            with _lifelines_lock:
+                _open_lifelines.discard(self.lifeline)
+            with contextlib.suppress(OSError):
+                os.close(self.lifeline)
+            self.lifeline = None
+        self.status.close()
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _fd_of(stream: int | IO[bytes] | IO[str] | None, default: int) -> int:
+    if stream is None:
+        return default
+    if isinstance(stream, int):
+        return stream
+    return stream.fileno()
+
+
+def start_supervisor(
+    spec: RunSpec,
+    *,
+    stdin: int | IO[bytes] | IO[str] | None = None,
+    stdout: int | IO[bytes] | IO[str] | None = None,
+    stderr: int | IO[bytes] | IO[str] | None = None,
+) -> SupervisorHandle:
+    """Start a detached supervisor for ``spec``; return once it reported the launch.
+
+    The command gets the caller's stdin, stdout and stderr unless others are
+    given. After this returns, ``handle.finished`` is set already if the
+    command could not be started (``reason: launch_failed``).
+    """
+    lifeline_r, lifeline_w = os.pipe()
+    with _lifelines_lock:
+        _open_lifelines.add(lifeline_w)
+    status_r, status_w = os.pipe()
+    spec_r, spec_w = os.pipe()
+    stdio = [os.dup(_fd_of(s, n)) for s, n in ((stdin, 0), (stdout, 1), (stderr, 2))]
+    passed = (lifeline_r, status_w, spec_r, *stdio)
+    fds = dict(zip(("lifeline", "status", "spec", "stdin", "stdout", "stderr"), passed, strict=True))
+    del fds["spec"]
+    spec = _complete(spec, fds)
+    try:
+        intermediate = subprocess.Popen(
+            [sys.executable, "-P", "-c", _BOOTSTRAP, _PACKAGE_ROOT, str(spec_r)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=passed,
+            start_new_session=True,
+        )
+    except OSError as error:
+        for fd in (*passed, spec_w, status_r, lifeline_w):
+            os.close(fd)
+        with _lifelines_lock:
+            _open_lifelines.discard(lifeline_w)
+        raise LaunchError(f"cannot start the supervisor: {error}", errno=error.errno) from None
+    for fd in passed:
+        os.close(fd)
+    handle = SupervisorHandle(lifeline=lifeline_w, status=os.fdopen(status_r, "rb"))
+    try:
+        with os.fdopen(spec_w, "wb") as spec_pipe:
+            spec_pipe.write(spec.to_json())
+    except OSError:
+        pass  # The supervisor died before reading: reported below as no "started".
+    first = handle.read_message()
+    intermediate.wait()
+    if first is None or first.get("event") not in (STARTED, FINISHED):
+        handle.close()
+        raise LaunchError("the supervisor exited before starting the command")
+    return handle
+
+
+def _complete(spec: RunSpec, fds: dict[str, int]) -> RunSpec:
+    """Fill in what the detached supervisor cannot know: the caller's cwd, umask and fds."""
+    from dataclasses import replace
+
+    return replace(
+        spec,
+        cwd=os.path.abspath(spec.cwd) if spec.cwd is not None else os.getcwd(),
+        umask=caller_umask() if spec.umask is None else spec.umask,
+        fds=fds,
+    )

@@ -1,0 +1,391 @@
+"""The adapter: turns readiness into events for the core and effects into system calls.
+
+One ``select()`` blocks on three file descriptors, with the core's next
+deadline as its timeout:
+
+* the **lifeline** (end of file: the caller is gone; a byte: a request);
+* a **pidfd** on the command's leader (readable once it exited; it is not
+  reaped, so its pid and group id stay reserved);
+* the **signal wakeup fd**: signal handlers do nothing but let Python write
+  the signal number there, so SIGTERM/SIGINT/SIGHUP (cancel) and SIGCHLD (a
+  descendant died, reap it and look at the tree again) are handled in the loop,
+  never in a handler.
+
+There is no polling: a supervisor watching a quiet command sleeps in the
+kernel until something happens or the deadline comes. Whatever wakes it is
+translated into events stamped with one ``time.monotonic()`` reading, fed to
+:class:`~tether.machine.RunMachine`, and the effects it returns are carried
+out in order.
+
+The command is launched *before* the core is built, because building it
+imports ``transitions`` and ``structlog`` (tens of milliseconds): the command
+starts as early as the interpreter allows, and anything that happens in the
+meantime waits, level-triggered, in the file descriptors above.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Final, Protocol
+
+from tether._linux.prctl import set_child_subreaper
+from tether.containment import ProcessTree
+from tether.effects import Effect, Exit, SignalTree, Verdict, WriteRecord
+from tether.events import (
+    CallerLost,
+    CancelRequested,
+    CommandExited,
+    Event,
+    KillRequested,
+    LaunchFailed,
+    Launched,
+    Tick,
+    TreeEmptied,
+)
+from tether.outcome import TETHER_FAILED
+from tether.protocol import CANCEL, FINISHED, KILL_NOW, STARTED, StatusWriter
+from tether.record import RecordError, RunFacts, SignalSent, build_document, write_record
+from tether.spawn import Command, LaunchFailure, start_command
+
+if TYPE_CHECKING:
+    from tether.machine import RunMachine
+    from tether.spec import RunSpec
+
+__all__ = ["EventSink", "supervise"]
+
+#: Signals that mean "stop the command gracefully" when sent to the supervisor.
+CANCEL_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+_Stdio = int | IO[bytes] | None
+
+
+class EventSink(Protocol):
+    """Where the loop tells its story (the event log, or nowhere)."""
+
+    def emit(self, event: str, **fields: object) -> None: ...
+
+
+class _Silent:
+    def emit(self, event: str, **fields: object) -> None:
+        pass
+
+
+class _SignalWakeup:
+    """Signals delivered as bytes on a pipe, read in the loop."""
+
+    def __init__(self) -> None:
+        self.read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
+        for number in (*CANCEL_SIGNALS, signal.SIGCHLD):
+            signal.signal(number, _wake_only)
+
+    def drain(self) -> list[int]:
+        """Return the signals received since the last call, in order."""
+        received: list[int] = []
+        while True:
+            try:
+                chunk = os.read(self.read_fd, 256)
+            except BlockingIOError:
+                return received
+            if not chunk:
+                return received
+            received += list(chunk)
+
+
+def _wake_only(_number: int, _frame: object) -> None:
+    """Do nothing: the wakeup fd already carries the signal to the loop."""
+
+
+class _Run:
+    """One supervised command, from launch to record."""
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        *,
+        lifeline: int | None,
+        status: StatusWriter,
+        log: EventSink,
+        on_message: Callable[[str], None],
+    ) -> None:
+        self.spec = spec
+        self.lifeline = lifeline
+        self.status = status
+        self.log = log
+        self.on_message = on_message
+        self.wakeup = _SignalWakeup()
+        self.selector = selectors.DefaultSelector()
+        self.tree: ProcessTree | None = None
+        self.command: Command | None = None
+        self.machine: RunMachine | None = None
+        self.signals: list[SignalSent] = []
+        self.stragglers = 0
+        self.exited = False
+        self.emptied = False
+        self.exit_status = TETHER_FAILED
+        self.record_failed = False
+        self.message: str | None = None
+        self.returncode: int | None = None
+        self.verdict: Verdict | None = None
+        now = time.monotonic()
+        self.started_monotonic = min(spec.asked_at, now)
+        self.started_at = datetime.now(UTC) - timedelta(seconds=now - self.started_monotonic)
+
+    # -- launch ---------------------------------------------------------------
+
+    def launch(self, stdin: _Stdio, stdout: _Stdio, stderr: _Stdio) -> Event:
+        """Start the command; return the event that says how that went."""
+        set_child_subreaper()
+        try:
+            command = start_command(self.spec, stdin=stdin, stdout=stdout, stderr=stderr)
+        except LaunchFailure as failure:
+            return LaunchFailed(time.monotonic(), failure.errno, failure.message, failure.stage)
+        self.command = command
+        self.tree = ProcessTree(leader=command.pid, pgid=command.pgid, pidfd=command.pidfd)
+        self.status.send(
+            STARTED, supervisor_pid=os.getpid(), pid=command.pid, pgid=command.pgid
+        )
+        return Launched(time.monotonic(), command.pid)
+
+    # -- the loop -------------------------------------------------------------
+
+    def run(self, first: Event) -> int:
+        """Feed events until the run is recorded; return the exit status."""
+        from tether.machine import RunMachine
+
+        self.machine = machine = RunMachine(
+            deadline_at=self.spec.deadline_at, grace_seconds=self.spec.grace_seconds
+        )
+        self.selector.register(self.wakeup.read_fd, selectors.EVENT_READ, "signal")
+        if self.lifeline is not None:
+            self.selector.register(self.lifeline, selectors.EVENT_READ, "lifeline")
+        if self.tree is not None:
+            self.selector.register(self.tree.pidfd, selectors.EVENT_READ, "exit")
+        self._feed(first)
+        while not self._recorded():
+            deadline = machine.next_deadline
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = self.selector.select(timeout)
+            now = time.monotonic()
+            events = self._translate({key.data for key, _ in ready}, now) or [Tick(now)]
+            for event in events:
+                self._feed(event)
+                if self._recorded():
+                    break
+        self.selector.close()
+        return self.exit_status
+
+    def _recorded(self) -> bool:
+        return self.machine is not None and self.machine.phase.value == "recorded"
+
+    def _translate(self, sources: set[str], now: float) -> list[Event]:
+        events: list[Event] = []
+        tree_changed = "exit" in sources
+        if "signal" in sources:
+            for number in self.wakeup.drain():
+                if number == signal.SIGCHLD:
+                    tree_changed = True
+                else:
+                    self.log.emit("signal_received", signal=signal.Signals(number).name)
+                    events.append(CancelRequested(now))
+        if "lifeline" in sources:
+            events += self._read_lifeline(now)
+        if tree_changed:
+            events += self._observe_tree(now)
+        return events
+
+    def _read_lifeline(self, now: float) -> list[Event]:
+        assert self.lifeline is not None
+        try:
+            data = os.read(self.lifeline, 64)
+        except BlockingIOError:
+            return []
+        except OSError:
+            data = b""
+        if not data:
+            self.selector.unregister(self.lifeline)
+            self.log.emit("lifeline_closed")
+            return [CallerLost(now)]
+        events: list[Event] = []
+        for byte in (data[i : i + 1] for i in range(len(data))):
+            if byte == CANCEL:
+                events.append(CancelRequested(now))
+            elif byte == KILL_NOW:
+                events.append(KillRequested(now))
+            self.log.emit("lifeline_request", request=byte.decode("ascii", "replace"))
+        return events
+
+    def _observe_tree(self, now: float) -> list[Event]:
+        """Reap adopted orphans and report what changed about the tree."""
+        tree = self.tree
+        assert tree is not None and self.machine is not None
+        tree.reap_adopted()
+        if self.machine.phase.value == "killing":
+            # Anything born since the last sweep gets the same SIGKILL.
+            tree.signal(signal.SIGKILL)
+        if not self.exited:
+            returncode = tree.leader_returncode()
+            if returncode is None:
+                return []
+            self.exited = True
+            self.selector.unregister(tree.pidfd)
+            others = tree.others()
+            self.emptied = not others
+            if others and self.machine.phase.value == "watching":
+                self.stragglers = len(others)
+            self.log.emit("command_exited", pid=tree.leader, returncode=returncode,
+                          others_alive=len(others))
+            return [CommandExited(now, returncode, bool(others))]
+        if not self.emptied and not tree.others():
+            self.emptied = True
+            self.log.emit("tree_emptied")
+            return [TreeEmptied(now)]
+        return []
+
+    def _feed(self, event: Event) -> None:
+        machine = self.machine
+        assert machine is not None
+        before = machine.phase
+        effects = machine.feed(event)
+        self.log.emit(
+            "step",
+            input=type(event).__name__,
+            state_before=before.value,
+            state_after=machine.phase.value,
+            effects=[_describe(effect) for effect in effects],
+        )
+        for effect in effects:
+            self._carry_out(effect)
+
+    # -- effects --------------------------------------------------------------
+
+    def _carry_out(self, effect: Effect) -> None:
+        if isinstance(effect, SignalTree):
+            self._signal(effect)
+        elif isinstance(effect, WriteRecord):
+            self._finish(effect.verdict)
+        else:
+            self._exit(effect)
+
+    def _signal(self, effect: SignalTree) -> None:
+        tree = self.tree
+        assert tree is not None
+        number = getattr(signal, effect.signal)
+        reached = tree.signal(number)
+        at = time.monotonic() - self.started_monotonic
+        self.signals.append(SignalSent(signal=effect.signal, at_seconds=round(at, 6),
+                                       processes=reached))
+        self.log.emit("signal_sent", signal=effect.signal, processes=reached)
+
+    def _finish(self, verdict: Verdict) -> None:
+        tree = self.tree
+        returncode, usage = verdict.returncode, None
+        if tree is not None:
+            if not self.emptied:
+                # The last group-wide signal goes out while the leader is unreaped.
+                tree.signal(signal.SIGKILL)
+            reaped, usage = tree.reap_leader(block=self.exited)
+            if reaped is not None:
+                returncode = reaped
+                # Popen must not try to reap it again, or warn that it never did.
+                assert self.command is not None
+                self.command.popen.returncode = reaped
+            tree.reap_adopted()
+        facts = RunFacts(
+            label=self.spec.label,
+            started_at=self.started_at,
+            started_monotonic=self.started_monotonic,
+            deadline_seconds=self.spec.deadline_seconds,
+            grace_seconds=self.spec.grace_seconds,
+            supervisor_pid=os.getpid(),
+            command_pid=None if tree is None else tree.leader,
+            command_pgid=None if tree is None else tree.pgid,
+            hostname=socket.gethostname(),
+            containment="sweep" if tree is None else tree.containment,
+            signals=tuple(self.signals),
+            descendants_stopped=0 if tree is None else len(tree.stopped),
+            stragglers=self.stragglers,
+            rusage=usage,
+        )
+        self.verdict = verdict
+        self.returncode = returncode
+        self.message = verdict.launch_error
+        path = self.spec.record_path
+        if path is None:
+            return
+        document = build_document(verdict, facts, finished_at=datetime.now(UTC))
+        document["eval_exit_code"] = returncode
+        try:
+            write_record(Path(path), document)
+        except RecordError as error:
+            self.record_failed = True
+            self.message = str(error)
+            self.log.emit("record_failed", error=self.message)
+        else:
+            self.log.emit("record_written", path=path)
+
+    def _exit(self, effect: Exit) -> None:
+        """Tell the caller how the run ended (an unwritten record is tether's own failure)."""
+        verdict = self.verdict
+        assert verdict is not None
+        self.exit_status = TETHER_FAILED if self.record_failed else effect.status
+        if self.message:
+            self.on_message(self.message)
+        self.status.send(
+            FINISHED,
+            reason=verdict.reason.value,
+            exit_status=self.exit_status,
+            returncode=self.returncode,
+            record=self.spec.record_path,
+            message=self.message,
+            escalated_to_sigkill=verdict.escalated_to_sigkill,
+        )
+
+
+def _describe(effect: Effect) -> str:
+    if isinstance(effect, SignalTree):
+        return f"signal {effect.signal}"
+    if isinstance(effect, WriteRecord):
+        return f"write record ({effect.verdict.reason.value})"
+    assert isinstance(effect, Exit)
+    return f"exit {effect.status}"
+
+
+def _print_to_stderr(message: str) -> None:
+    print(f"tether: {message}", file=sys.stderr, flush=True)
+
+
+def supervise(
+    spec: RunSpec,
+    *,
+    lifeline: int | None,
+    status: StatusWriter,
+    stdin: _Stdio,
+    stdout: _Stdio,
+    stderr: _Stdio,
+    log: EventSink | None = None,
+    on_message: Callable[[str], None] = _print_to_stderr,
+    close_after_launch: tuple[int, ...] = (),
+) -> int:
+    """Run ``spec`` to the end under supervision; return the exit status for it.
+
+    ``close_after_launch`` are descriptors only the command needs (the caller's
+    stdio): the supervisor lets go of them as soon as the command has its own
+    copies, so a reader of the caller's output sees end of file when the
+    command is done, not when the supervisor is.
+    """
+    run = _Run(spec, lifeline=lifeline, status=status, log=log or _Silent(), on_message=on_message)
+    first = run.launch(stdin, stdout, stderr)
+    for fd in close_after_launch:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    return run.run(first)

@@ -1,0 +1,140 @@
+"""The seed door: ``python -m tether.supervisor --parent-fd N ... -- CMD [ARG]...``.
+
+Workers in any language that make their own pipe start the supervisor this
+way, exactly as they started the seed supervisor tether grew from: same flags,
+same reasons, same exit statuses (124 deadline, 125 tether's own failure, 130
+cancelled or caller lost, the command's own status when it completed, 126 and
+127 when it could not be executed or found). The worker keeps the write end of
+a pipe and passes the read end as ``--parent-fd``; its end of file means the
+worker is gone, and ``c``/``k`` bytes ask for a cancel or an immediate kill.
+
+Unlike ``tether run``, this door runs the supervisor in the foreground, with
+no double fork, because its caller wants to wait for it and to signal it
+(SIGTERM, SIGINT and SIGHUP mean cancel). The command gets ``/dev/null`` as
+stdin, as under the seed, and shares the supervisor's stdout and stderr.
+
+Where the seed guessed, this door refuses, before any command is started: a
+missing ``--``, a duration that is negative, NaN or not a number, a
+``--parent-fd`` that is not an open pipe opened for reading, a record path
+that cannot be written. Each gets one line on stderr and status 125. A
+duration of ``0`` means no deadline, as everywhere in tether.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import stat
+import subprocess
+import sys
+import time
+from typing import NoReturn
+
+from tether.outcome import TETHER_FAILED
+
+__all__ = ["main"]
+
+_PROG = "python -m tether.supervisor"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(TETHER_FAILED, f"{self.prog}: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=_PROG,
+        description="Supervise one command in the foreground, bound to a pipe its caller holds.",
+        epilog="The command follows --. Exit status: the command's own, or 124 (deadline), "
+        "125 (tether failed), 126/127 (cannot execute / not found), 130 (cancelled, caller lost).",
+    )
+    parser.add_argument("--variant", required=True, help="the run's label, kept in the record")
+    parser.add_argument(
+        "--parent-fd", required=True, type=int, help="read end of a pipe the caller holds open"
+    )
+    parser.add_argument("--record", required=True, help="where to write the JSON record")
+    parser.add_argument(
+        "--deadline-seconds", required=True, help="stop the command after this long (0: never)"
+    )
+    parser.add_argument(
+        "--grace-seconds", required=True, help="time between SIGTERM and SIGKILL"
+    )
+    return parser
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"{_PROG}: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(TETHER_FAILED)
+
+
+def _seconds(value: str, flag: str) -> float:
+    from tether.durations import DurationError, parse_duration
+
+    try:
+        return parse_duration(value, flag=flag)
+    except DurationError as error:
+        _fail(str(error))
+
+
+def _check_parent_fd(fd: int) -> None:
+    try:
+        mode = os.fstat(fd).st_mode
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    except OSError:
+        _fail(f"--parent-fd {fd}: not an open file descriptor")
+    if not stat.S_ISFIFO(mode):
+        _fail(f"--parent-fd {fd}: not a pipe")
+    if flags & os.O_ACCMODE != os.O_RDONLY:
+        _fail(f"--parent-fd {fd}: not the read end of a pipe")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Supervise one command in the foreground; return the status to exit with."""
+    asked_at = time.monotonic()
+    args = list(sys.argv[1:] if argv is None else argv)
+    split = args.index("--") if "--" in args else len(args)
+    options, command = args[:split], args[split + 1 :]
+    parsed, extra = _parser().parse_known_args(options)
+    if split == len(args):
+        _fail("the command to supervise must follow --")
+    if extra:
+        _fail(f"unrecognized arguments before --: {' '.join(extra)}")
+    if not command:
+        _fail("no command after --")
+    deadline = _seconds(parsed.deadline_seconds, "--deadline-seconds")
+    grace = _seconds(parsed.grace_seconds, "--grace-seconds")
+    _check_parent_fd(parsed.parent_fd)
+
+    from pathlib import Path
+
+    from tether.loop import supervise
+    from tether.protocol import StatusWriter
+    from tether.record import RecordError, check_record_path
+    from tether.spec import RunSpec
+
+    try:
+        check_record_path(Path(parsed.record))
+    except RecordError as error:
+        _fail(str(error))
+    spec = RunSpec(
+        argv=tuple(command),
+        deadline_seconds=deadline,
+        grace_seconds=grace,
+        asked_at=asked_at,
+        record_path=os.path.abspath(parsed.record),
+        label=parsed.variant,
+    )
+    return supervise(
+        spec,
+        lifeline=parsed.parent_fd,
+        status=StatusWriter(None),
+        stdin=subprocess.DEVNULL,
+        stdout=None,
+        stderr=None,
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised as a subprocess
+    raise SystemExit(main())
