@@ -142,12 +142,13 @@ class _Requests:
 
 def _run(argv: list[str]) -> int:
     asked_at = time.monotonic()
-    if "--" not in argv:
-        _run_parser().parse_args(argv)  # --help, and errors in the options, come first
-        _fail(f"the command must follow -- (usage: {_USAGE_RUN})")
-    split = argv.index("--")
-    args = _run_parser().parse_args(argv[:split])
+    split = argv.index("--") if "--" in argv else len(argv)
+    args, extra = _run_parser().parse_known_args(argv[:split])
     command = argv[split + 1 :]
+    if split == len(argv):
+        _fail(f"the command must follow -- (usage: {_USAGE_RUN})")
+    if extra:
+        _fail(f"unrecognized arguments before --: {' '.join(extra)}")
     if not command:
         _fail(f"no command after -- (usage: {_USAGE_RUN})")
 

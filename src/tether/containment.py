@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+
 from tether._linux import proctree
 from tether.record import ResourceUsage
 

@@ -44,7 +44,10 @@ def parse_duration(text: str, *, flag: str) -> float:
         raise DurationError(f"{flag}: invalid duration {text!r} (must be a finite number)")
     if value < 0:
         raise DurationError(f"{flag}: invalid duration {text!r} (must not be negative)")
-    return value * _UNIT_SECONDS[unit]
+    seconds = value * _UNIT_SECONDS[unit]
+    if math.isinf(seconds):  # a finite number times a unit can still overflow: "1e308d"
+        raise DurationError(f"{flag}: invalid duration {text!r} (too large)")
+    return seconds
 
 
 def format_duration(seconds: float) -> str:

@@ -49,7 +49,7 @@ class Verdict:
 
     @property
     def shutdown_seconds(self) -> float | None:
-        """Seconds from the first stop signal until the tree was gone (``None`` if never stopped)."""
+        """Seconds from the first stop signal until the tree was gone (``None``: never stopped)."""
         if self.stop_started_at is None:
             return None
         return self.finished_at - self.stop_started_at

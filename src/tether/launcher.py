@@ -160,7 +160,9 @@ def start_supervisor(
     spec_r, spec_w = os.pipe()
     stdio = [os.dup(_fd_of(s, n)) for s, n in ((stdin, 0), (stdout, 1), (stderr, 2))]
     passed = (lifeline_r, status_w, spec_r, *stdio)
-    fds = dict(zip(("lifeline", "status", "spec", "stdin", "stdout", "stderr"), passed, strict=True))
+    fds = dict(
+        zip(("lifeline", "status", "spec", "stdin", "stdout", "stderr"), passed, strict=True)
+    )
     del fds["spec"]
     spec = _complete(spec, fds)
     try:

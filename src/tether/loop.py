@@ -46,8 +46,8 @@ from tether.events import (
     CommandExited,
     Event,
     KillRequested,
-    LaunchFailed,
     Launched,
+    LaunchFailed,
     Tick,
     TreeEmptied,
 )
@@ -151,9 +151,7 @@ class _Run:
             return LaunchFailed(time.monotonic(), failure.errno, failure.message, failure.stage)
         self.command = command
         self.tree = ProcessTree(leader=command.pid, pgid=command.pgid, pidfd=command.pidfd)
-        self.status.send(
-            STARTED, supervisor_pid=os.getpid(), pid=command.pid, pgid=command.pgid
-        )
+        self.status.send(STARTED, supervisor_pid=os.getpid(), pid=command.pid, pgid=command.pgid)
         return Launched(time.monotonic(), command.pid)
 
     # -- the loop -------------------------------------------------------------
@@ -227,7 +225,8 @@ class _Run:
     def _observe_tree(self, now: float) -> list[Event]:
         """Reap adopted orphans and report what changed about the tree."""
         tree = self.tree
-        assert tree is not None and self.machine is not None
+        assert tree is not None
+        assert self.machine is not None
         tree.reap_adopted()
         if self.machine.phase.value == "killing":
             # Anything born since the last sweep gets the same SIGKILL.
@@ -242,8 +241,9 @@ class _Run:
             self.emptied = not others
             if others and self.machine.phase.value == "watching":
                 self.stragglers = len(others)
-            self.log.emit("command_exited", pid=tree.leader, returncode=returncode,
-                          others_alive=len(others))
+            self.log.emit(
+                "command_exited", pid=tree.leader, returncode=returncode, others_alive=len(others)
+            )
             return [CommandExited(now, returncode, bool(others))]
         if not self.emptied and not tree.others():
             self.emptied = True
@@ -282,8 +282,9 @@ class _Run:
         number = getattr(signal, effect.signal)
         reached = tree.signal(number)
         at = time.monotonic() - self.started_monotonic
-        self.signals.append(SignalSent(signal=effect.signal, at_seconds=round(at, 6),
-                                       processes=reached))
+        self.signals.append(
+            SignalSent(signal=effect.signal, at_seconds=round(at, 6), processes=reached)
+        )
         self.log.emit("signal_sent", signal=effect.signal, processes=reached)
 
     def _finish(self, verdict: Verdict) -> None:

@@ -46,8 +46,8 @@ from tether.events import (
     CommandExited,
     Event,
     KillRequested,
-    LaunchFailed,
     Launched,
+    LaunchFailed,
     Tick,
     TreeEmptied,
 )
@@ -85,7 +85,7 @@ class Phase(StrEnum):
     RECORDED = "recorded"
 
 
-class IllegalEvent(RuntimeError):  # noqa: N818 - h11 names it the same way: a protocol violation
+class IllegalEvent(RuntimeError):
     """An event that cannot happen in the run's current phase; nothing was changed."""
 
 
@@ -122,7 +122,13 @@ _TABLE: Final[list[TransitionConfigDict]] = [
         "conditions": "timer_expired",
         "after": "stop_for_deadline",
     },
-    {"trigger": "tick", "source": _T, "dest": _K, "conditions": "timer_expired", "after": "escalate"},
+    {
+        "trigger": "tick",
+        "source": _T,
+        "dest": _K,
+        "conditions": "timer_expired",
+        "after": "escalate",
+    },
     {
         "trigger": "tick",
         "source": _K,
@@ -299,8 +305,11 @@ class RunMachine:
         grace_seconds: float,
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
     ) -> None:
-        if grace_seconds < 0 or settle_seconds < 0:
-            raise ValueError("grace and settle must not be negative")
+        # Written so that NaN fails too: a NaN timer never expires (every comparison is false).
+        if not (grace_seconds >= 0 and settle_seconds >= 0):
+            raise ValueError("grace and settle must be non-negative numbers")
+        if deadline_at is not None and math.isnan(deadline_at):
+            raise ValueError("deadline_at must be a time, not NaN")
         self._run = _Run(
             deadline_at=deadline_at, grace_seconds=grace_seconds, settle_seconds=settle_seconds
         )

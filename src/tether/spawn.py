@@ -62,9 +62,7 @@ def _backstop(supervisor: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def start_command(
-    spec: RunSpec, *, stdin: _Stdio, stdout: _Stdio, stderr: _Stdio
-) -> Command:
+def start_command(spec: RunSpec, *, stdin: _Stdio, stdout: _Stdio, stderr: _Stdio) -> Command:
     """Start ``spec.argv``; raise :class:`LaunchFailure` if it cannot be started."""
     supervisor = os.getpid()
     try:

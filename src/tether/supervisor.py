@@ -58,9 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--deadline-seconds", required=True, help="stop the command after this long (0: never)"
     )
-    parser.add_argument(
-        "--grace-seconds", required=True, help="time between SIGTERM and SIGKILL"
-    )
+    parser.add_argument("--grace-seconds", required=True, help="time between SIGTERM and SIGKILL")
     return parser
 
 

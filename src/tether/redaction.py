@@ -1,0 +1,341 @@
+"""Keep the caller's secrets out of everything tether writes down.
+
+tether writes two files an operator will read, copy into tickets and attach to
+bug reports: the record and the event log. Both describe a command that was
+started with the caller's environment and argv, which is exactly where people
+keep API tokens, database passwords and cloud keys. A secret that reaches one of
+those files has leaked, so this module decides what must never reach them.
+
+Three rules, applied to every value on its way out:
+
+1. **Secret-looking keys.** A mapping value whose key contains one of
+   :data:`SECRET_KEY_WORDS` (case-insensitive) is replaced whole by
+   :data:`REDACTED`, however deeply it is nested. The match is a plain
+   substring test, so ``keyboard``, ``monkey`` and ``author`` are redacted
+   too: a false positive costs an operator one unreadable field, a false
+   negative costs a credential, and substring matching is the only rule simple
+   enough to predict. tether's own field names (:data:`TETHER_FIELDS`) are
+   exempt, so the log and the record keep their shape whatever they contain.
+2. **Literal values.** :func:`secret_values_from` collects the values of the
+   caller's secret-looking environment variables and the argv words that look
+   like credentials; :class:`Redactor` replaces each of them wherever it occurs
+   inside any string, longest first. Values shorter than
+   :data:`MIN_SECRET_LENGTH` are ignored: scrubbing ``"1"`` or ``"yes"``
+   everywhere would destroy the log without protecting anything.
+3. **Credential shapes.** Well-known token formats (``sk-...``, ``ghp_...``,
+   ``AKIA...``, ``xoxb-...``, ``Bearer ...``, JWTs, the password in
+   ``scheme://user:PASSWORD@host``) are scrubbed wherever they appear, even if
+   they never passed through the environment or argv, for example when a
+   command prints its token in an error message that tether logs.
+
+Literals and shapes are compiled into one regular expression, so a string with
+no secret in it costs one ``search``. Replacing text can make a secret appear
+across the seam between the marker and its neighbours (a secret ending in
+``ted]x`` next to a ``[redacted]``), so scrubbing repeats until the pattern no
+longer matches, and gives up to :data:`REDACTED` for the whole string in the
+pathological case. The one thing no redactor can hide is a "secret" that is
+itself part of the marker, such as ``redacted``.
+
+Pure: this module performs no I/O and reads no clock; the record writer, the
+event log and the tests all share it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import fields, is_dataclass
+from enum import Enum
+from typing import Any, Final
+
+__all__ = [
+    "MIN_SECRET_LENGTH",
+    "REDACTED",
+    "SECRET_KEY_WORDS",
+    "TETHER_FIELDS",
+    "Redactor",
+    "is_secret_key",
+    "secret_values_from",
+]
+
+#: Words that make a key (a mapping key, an environment variable name, a flag) secret-looking.
+SECRET_KEY_WORDS: Final[tuple[str, ...]] = (
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "key",
+    "credential",
+    "auth",
+    "cookie",
+)
+
+#: What a secret is replaced with.
+REDACTED: Final = "[redacted]"
+
+#: Literal values shorter than this are never scrubbed (see rule 2 above).
+MIN_SECRET_LENGTH: Final = 4
+
+#: Field names tether itself writes to the event log and the record. They are
+#: never treated as secret-looking keys and never scrubbed as keys, so the files
+#: keep their schema; their *values* are scrubbed like any other.
+TETHER_FIELDS: Final[frozenset[str]] = frozenset(
+    {
+        # event log
+        "ts",
+        "mono",
+        "event",
+        "level",
+        "state_before",
+        "state_after",
+        "pid",
+        "pids",
+        "pgid",
+        "signal",
+        "signals",
+        "count",
+        "counts",
+        "effect",
+        "effects",
+        "returncode",
+        "exit_code",
+        "errno",
+        "message",
+        "error",
+        "path",
+        "input",
+        "request",
+        "processes",
+        "others_alive",
+        # record
+        "schema_version",
+        "tether_version",
+        "hostname",
+        "variant",
+        "reason",
+        "started_at",
+        "finished_at",
+        "elapsed_seconds",
+        "deadline_seconds",
+        "grace_seconds",
+        "supervisor_pid",
+        "eval_pid",
+        "eval_process_group",
+        "eval_exit_code",
+        "supervisor_exit_code",
+        "escalated_to_sigkill",
+        "shutdown_seconds",
+    }
+)
+
+_MAX_DEPTH: Final = 64
+_MAX_PASSES: Final = 8
+
+# Credential shapes. Each alternative matches the secret itself; where the
+# secret follows a prefix that must survive (``Bearer ``, ``scheme://user:``),
+# the prefix is captured in a group named ``keep_*`` and written back.
+_SHAPES: Final = "|".join(
+    (
+        # OpenAI / Anthropic style: sk-..., sk-proj-..., sk-ant-api03-...
+        r"(?<![A-Za-z0-9_-])sk-[A-Za-z0-9_-]{16,}",
+        # GitHub personal, OAuth, user-to-server, server and refresh tokens
+        r"(?<![A-Za-z0-9_])(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}",
+        r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{20,}",
+        # AWS access key ids (long-term and temporary)
+        r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])",
+        # Slack bot, app, user, refresh and legacy tokens
+        r"(?<![A-Za-z0-9])xox[baprs]-[A-Za-z0-9-]{10,}",
+        # JSON Web Tokens: base64url("{...") . base64url("{...") . signature
+        r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]+\.eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*",
+        # HTTP bearer credentials: keep the scheme word, drop the token
+        r"(?P<keep_bearer>(?<![A-Za-z])(?i:bearer)\s+)[A-Za-z0-9._~+/-]{8,}=*",
+        # URL userinfo: keep scheme://user:, drop the password (not an earlier marker)
+        r"(?P<keep_url>\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)"
+        r"(?!" + re.escape(REDACTED) + r"@)[^/\s?#]+(?=@)",
+    )
+)
+_SHAPE_RE: Final = re.compile(_SHAPES)
+_KEEP_GROUPS: Final = ("keep_bearer", "keep_url")
+
+_ASSIGNMENT_RE: Final = re.compile(r"-{0,2}([A-Za-z_][A-Za-z0-9_.-]*)=(.*)", re.DOTALL)
+_HEADER_RE: Final = re.compile(r"([A-Za-z][A-Za-z0-9_-]*)[ \t]*:[ \t]*(.+)", re.DOTALL)
+_FLAG_RE: Final = re.compile(r"-{1,2}[A-Za-z][A-Za-z0-9_.-]*")
+_QUOTES: Final = "\"'"
+_SHELL_PUNCTUATION: Final = "\"'`;&|()"
+
+
+def is_secret_key(name: str) -> bool:
+    """Whether a key, variable or flag name looks like it holds a secret.
+
+    Case-insensitive substring match on :data:`SECRET_KEY_WORDS`; tether's own
+    :data:`TETHER_FIELDS` never look secret.
+    """
+    if name in TETHER_FIELDS:
+        return False
+    lowered = name.lower()
+    return any(word in lowered for word in SECRET_KEY_WORDS)
+
+
+def secret_values_from(environ: Mapping[str, str], argv: Sequence[str]) -> frozenset[str]:
+    """The literal values to scrub for a run with this environment and argv.
+
+    From the environment: the values of variables with secret-looking names,
+    and any credential shape inside any value. From argv: the value of
+    ``--token=VALUE`` and ``API_TOKEN=VALUE`` words, the word after a
+    secret-looking flag (``--password VALUE``), the value of header words
+    (``X-Api-Key: VALUE``), and credential shapes; words containing whitespace
+    (``sh -c "..."`` scripts) are also split and read the same way. Values
+    shorter than :data:`MIN_SECRET_LENGTH` are left out.
+    """
+    found = set(_environ_secrets(environ))
+    for words in _word_sequences(argv):
+        found.update(_argv_secrets(words))
+    return frozenset(value for value in found if len(value) >= MIN_SECRET_LENGTH)
+
+
+def _environ_secrets(environ: Mapping[str, str]) -> Iterator[str]:
+    for name, value in environ.items():
+        if is_secret_key(name):
+            yield value
+        yield from _shape_secrets(value)
+
+
+def _word_sequences(argv: Sequence[str]) -> Iterator[Sequence[str]]:
+    """argv itself, then each whitespace-containing word split into words."""
+    yield argv
+    for word in argv:
+        if any(char.isspace() for char in word):
+            yield [piece.strip(_SHELL_PUNCTUATION) for piece in word.split()]
+
+
+def _argv_secrets(words: Sequence[str]) -> Iterator[str]:
+    after_secret_flag = False
+    for word in words:
+        if after_secret_flag and not word.startswith("--"):
+            yield word
+        after_secret_flag = _is_secret_flag(word)
+        yield from _named_value(word)
+        yield from _shape_secrets(word)
+
+
+def _is_secret_flag(word: str) -> bool:
+    return _FLAG_RE.fullmatch(word) is not None and is_secret_key(word.lstrip("-"))
+
+
+def _named_value(word: str) -> Iterator[str]:
+    """The value of ``NAME=VALUE`` or ``Name: VALUE`` when NAME looks secret."""
+    for pattern in (_ASSIGNMENT_RE, _HEADER_RE):
+        match = pattern.fullmatch(word)
+        if match is not None and is_secret_key(match.group(1)):
+            value = match.group(2)
+            yield value
+            yield value.strip().strip(_QUOTES)
+
+
+def _shape_secrets(text: str) -> Iterator[str]:
+    for match in _SHAPE_RE.finditer(text):
+        yield match.group(0)[len(_kept_prefix(match)) :]
+
+
+def _kept_prefix(match: re.Match[str]) -> str:
+    for group in _KEEP_GROUPS:
+        prefix = match.group(group)
+        if prefix is not None:
+            return prefix
+    return ""
+
+
+def _replace(match: re.Match[str]) -> str:
+    return _kept_prefix(match) + REDACTED
+
+
+def _describe(value: object) -> str:
+    """A string for a value JSON cannot carry, so it is scrubbed, not repr()'d later."""
+    if isinstance(value, BaseException):
+        return f"{type(value).__name__}: {value}"
+    return str(value)
+
+
+class Redactor:
+    """Scrubs secrets out of values on their way to a file.
+
+    Built from the literal secret values of a run (usually
+    ``Redactor(secret_values_from(environ, argv))``); with no values it still
+    applies the key rule and the credential shapes. It is also a structlog
+    processor, to be placed before the renderer.
+    """
+
+    __slots__ = ("_pattern",)
+
+    def __init__(self, secret_values: Iterable[str] = ()) -> None:
+        literals = sorted({value for value in secret_values if value}, key=len, reverse=True)
+        alternatives = [*(re.escape(value) for value in literals), _SHAPES]
+        self._pattern = re.compile("|".join(alternatives))
+
+    def __call__(
+        self, logger: object, method_name: str, event_dict: MutableMapping[str, Any]
+    ) -> dict[str, Any]:
+        """structlog processor: the event dict, redacted."""
+        return self._redact_mapping(event_dict, 0)
+
+    def redact(self, value: object) -> object:
+        """``value`` with every secret replaced by :data:`REDACTED`, recursively.
+
+        Mappings become dicts, sets become lists, dataclass instances become
+        dicts of their fields, bytes and unknown objects become (scrubbed)
+        strings; numbers, booleans and ``None`` pass through unchanged.
+        """
+        return self._redact(value, 0)
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every literal secret and credential shape replaced."""
+        if self._pattern.search(text) is None:
+            return text
+        for _ in range(_MAX_PASSES):
+            text = self._pattern.sub(_replace, text)
+            if self._pattern.search(text) is None:
+                return text
+        return REDACTED
+
+    def _redact(self, value: object, depth: int) -> object:
+        if depth > _MAX_DEPTH:
+            return REDACTED
+        if isinstance(value, str):
+            return self.scrub(value)
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        if isinstance(value, Mapping):
+            return self._redact_mapping(value, depth)
+        if isinstance(value, list | tuple | set | frozenset):
+            return self._redact_collection(value, depth)
+        return self._redact_other(value, depth)
+
+    def _redact_mapping(self, mapping: Mapping[Any, object], depth: int) -> dict[Any, Any]:
+        redacted: dict[Any, Any] = {}
+        for key, item in mapping.items():
+            if not isinstance(key, str):
+                redacted[key] = self._redact(item, depth + 1)
+            elif is_secret_key(key):
+                redacted[self._scrub_key(key)] = REDACTED
+            else:
+                redacted[self._scrub_key(key)] = self._redact(item, depth + 1)
+        return redacted
+
+    def _scrub_key(self, key: str) -> str:
+        return key if key in TETHER_FIELDS else self.scrub(key)
+
+    def _redact_collection(
+        self, items: list[object] | tuple[object, ...] | set[object] | frozenset[object], depth: int
+    ) -> object:
+        redacted = [self._redact(item, depth + 1) for item in items]
+        return tuple(redacted) if isinstance(items, tuple) else redacted
+
+    def _redact_other(self, value: object, depth: int) -> object:
+        if isinstance(value, bytes | bytearray):
+            return self.scrub(bytes(value).decode("utf-8", "backslashreplace"))
+        if isinstance(value, Enum):
+            return self._redact(value.value, depth + 1)
+        if is_dataclass(value) and not isinstance(value, type):
+            as_mapping = {field.name: getattr(value, field.name) for field in fields(value)}
+            return self._redact_mapping(as_mapping, depth)
+        return self.scrub(_describe(value))

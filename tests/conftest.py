@@ -1,0 +1,172 @@
+"""Shared helpers for tests that start real processes.
+
+Every wait here is bounded and event-driven: a FIFO the command announces
+itself on, a pidfd that becomes readable when a process exits. Every process a
+test learns about is registered with :class:`Processes`, which SIGKILLs
+whatever is still alive at teardown, by pid, so a failing test does not leak.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+SCHEMA = ROOT / "src" / "tether" / "schema" / "record.v1.json"
+
+#: The upper bound of every wait in the tests (a bound, not an expectation).
+BOUND = 15.0
+
+
+def fixture(name: str, *args: str) -> list[str]:
+    """The argv that runs ``fixtures/<name>.py`` with this interpreter."""
+    return [sys.executable, str(FIXTURES / f"{name}.py"), *args]
+
+
+def tether_argv(*args: str) -> list[str]:
+    """The argv of the ``tether`` command, run from this interpreter."""
+    return [sys.executable, "-m", "tether", *args]
+
+
+def state_of(pid: int) -> str | None:
+    """The process state letter from /proc (``Z`` zombie), ``None`` if gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rindex(")") + 2 :].split()[0]
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is running (a zombie is not: ``kill(pid, 0)`` would say it is)."""
+    return state_of(pid) not in (None, "Z")
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent pid from /proc, ``None`` if gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(raw[raw.rindex(")") + 2 :].split()[1])
+
+
+def wait_gone(pid: int, timeout: float = BOUND) -> bool:
+    """Wait (on a pidfd) until ``pid`` has exited; return whether it did in time."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        end = time.monotonic() + timeout
+        while alive(pid):
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                return False
+            select.select([pidfd], [], [], remaining)
+            # A pidfd is readable once the process exited, zombie or not.
+            if select.select([pidfd], [], [], 0)[0]:
+                return True
+        return True
+    finally:
+        os.close(pidfd)
+
+
+class ReadyPipe:
+    """A FIFO a command writes ``ready PID ...`` lines to."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        os.mkfifo(path)
+        # Opened for writing too, so the FIFO never reports end of file between
+        # writers and select() only wakes for data.
+        self._fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+        self._buffer = b""
+
+    def line(self, timeout: float = BOUND) -> list[str]:
+        """Return the next line's words; fail the test if none comes within ``timeout``."""
+        end = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                pytest.fail(f"nothing announced on {self.path} within {timeout}s")
+            readable, _, _ = select.select([self._fd], [], [], remaining)
+            if readable:
+                self._buffer += os.read(self._fd, 4096)
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode().split()
+
+    def ready_pids(self, timeout: float = BOUND) -> list[int]:
+        """Wait for a ``ready`` line; return the pids it names."""
+        words = self.line(timeout)
+        assert words[0] == "ready", words
+        return [int(word) for word in words[1:]]
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class Processes:
+    """Every process a test started or learned about, killed by pid at teardown."""
+
+    def __init__(self) -> None:
+        self.pids: set[int] = set()
+        self.popens: list[subprocess.Popen[bytes]] = []
+
+    def track(self, *pids: int) -> None:
+        self.pids.update(pids)
+
+    def start(self, argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
+        popen: subprocess.Popen[bytes] = subprocess.Popen(argv, **kwargs)  # type: ignore[call-overload]
+        self.popens.append(popen)
+        self.track(popen.pid)
+        return popen
+
+    def cleanup(self) -> list[int]:
+        """Kill what is left; return the pids that were still alive (a leak)."""
+        leaked = [pid for pid in self.pids if alive(pid)]
+        for pid in leaked:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for popen in self.popens:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(timeout=BOUND)
+        return leaked
+
+
+@pytest.fixture
+def ready(tmp_path: Path) -> Iterator[ReadyPipe]:
+    pipe = ReadyPipe(tmp_path / "ready.fifo")
+    yield pipe
+    pipe.close()
+
+
+@pytest.fixture
+def processes() -> Iterator[Processes]:
+    tracked = Processes()
+    yield tracked
+    tracked.cleanup()
+
+
+def read_json(path: Path) -> dict[str, object]:
+    data = json.loads(path.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def validate_record(record: dict[str, object]) -> None:
+    """Fail unless ``record`` validates against the shipped JSON Schema."""
+    import jsonschema
+
+    jsonschema.validate(record, json.loads(SCHEMA.read_text()))

@@ -1,0 +1,224 @@
+"""The event log: private file, one flushed JSON object a line, redacted, no global state."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+import structlog
+from structlog.typing import EventDict
+
+from tether.eventlog import EventLog, EventSink, NullEventLog, events_path_for
+from tether.redaction import REDACTED, Redactor, secret_values_from
+
+SECRET_ENV = {"SERVICE_TOKEN": "env-secret-0451"}
+SECRET_ARGV = ["deploy", "--password", "argv-secret-1138"]
+
+
+def read_lines(path: Path) -> list[dict[str, object]]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def file_mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def log_path(tmp_path: Path) -> Path:
+    return tmp_path / "run.events.jsonl"
+
+
+@pytest.fixture
+def log(log_path: Path) -> Iterator[EventLog]:
+    with EventLog.open(log_path, Redactor(secret_values_from(SECRET_ENV, SECRET_ARGV))) as opened:
+        yield opened
+
+
+@pytest.fixture
+def umask_zero() -> Iterator[None]:
+    old = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.parametrize(
+    ("record", "events"),
+    [
+        ("runs/abc.json", "runs/abc.events.jsonl"),
+        (
+            "/var/lib/tether/2024-01-01T00-00-00-123.json",
+            "/var/lib/tether/2024-01-01T00-00-00-123.events.jsonl",
+        ),
+        ("runs/abc", "runs/abc.events.jsonl"),
+    ],
+)
+def test_events_path_sits_beside_the_record(record: str, events: str) -> None:
+    assert events_path_for(Path(record)) == Path(events)
+
+
+def test_one_json_object_per_line_with_time_and_event_first(log: EventLog, log_path: Path) -> None:
+    log.emit("launched", pid=4242, pgid=4242, state_before="launching", state_after="watching")
+    log.emit("signal_sent", signal="SIGTERM", count=3, mono=12.5)
+    first, second = read_lines(log_path)
+    assert list(first)[:3] == ["ts", "mono", "event"]
+    assert first["event"] == "launched"
+    assert {k: first[k] for k in ("pid", "pgid", "state_before", "state_after")} == {
+        "pid": 4242,
+        "pgid": 4242,
+        "state_before": "launching",
+        "state_after": "watching",
+    }
+    assert list(first)[3:] == ["pid", "pgid", "state_before", "state_after"]
+    assert second == {
+        **second,
+        "event": "signal_sent",
+        "signal": "SIGTERM",
+        "count": 3,
+        "mono": 12.5,
+    }
+    assert isinstance(first["ts"], str)
+    assert first["ts"].endswith("Z")
+    assert datetime.fromisoformat(first["ts"]).utcoffset() is not None
+    assert len(first["ts"].split(".")[1]) == len("123456Z")
+    assert isinstance(first["mono"], float)
+
+
+def test_lines_reach_the_os_before_emit_returns(log: EventLog, log_path: Path) -> None:
+    with log_path.open(encoding="utf-8") as reader:
+        log.emit("launched", pid=1)
+        assert json.loads(reader.readline())["event"] == "launched"
+        log.emit("exited", returncode=0)
+        assert json.loads(reader.readline())["event"] == "exited"
+
+
+def test_a_sigkilled_writer_leaves_its_lines(log_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        from pathlib import Path
+        from tether.eventlog import EventLog
+        from tether.redaction import Redactor
+        log = EventLog.open(Path({str(log_path)!r}), Redactor())
+        log.emit("launched", pid=1)
+        log.emit("about_to_die")
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], check=False, timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    assert [line["event"] for line in read_lines(log_path)] == ["launched", "about_to_die"]
+
+
+def test_secrets_never_reach_the_file(log: EventLog, log_path: Path) -> None:
+    log.emit(
+        "launch_failed",
+        message="exec deploy --password argv-secret-1138 failed with env-secret-0451",
+        argv=SECRET_ARGV,
+        env={"SERVICE_TOKEN": "whatever", "HOME": "/root"},
+        auth={"user": "bob"},
+        pid=7,
+    )
+    log.close()
+    raw = log_path.read_bytes()
+    assert b"argv-secret-1138" not in raw
+    assert b"env-secret-0451" not in raw
+    (line,) = read_lines(log_path)
+    assert line["auth"] == REDACTED
+    assert line["env"] == {"SERVICE_TOKEN": REDACTED, "HOME": "/root"}
+    assert line["argv"] == ["deploy", "--password", REDACTED]
+    assert line["pid"] == 7
+
+
+def test_file_is_private_whatever_the_umask(log_path: Path, umask_zero: None) -> None:
+    EventLog.open(log_path, Redactor()).close()
+    assert file_mode(log_path) == 0o600
+
+
+def test_appends_to_an_existing_file_and_tightens_its_mode(log_path: Path) -> None:
+    log_path.write_text('{"event": "earlier"}\n', encoding="utf-8")
+    log_path.chmod(0o644)
+    with EventLog.open(log_path, Redactor()) as log:
+        log.emit("later")
+    assert [line["event"] for line in read_lines(log_path)] == ["earlier", "later"]
+    assert file_mode(log_path) == 0o600
+
+
+def test_refuses_to_follow_a_symlink(tmp_path: Path, log_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.write_text("", encoding="utf-8")
+    log_path.symlink_to(target)
+    with pytest.raises(OSError, match="symbolic links"):
+        EventLog.open(log_path, Redactor())
+    assert target.read_text(encoding="utf-8") == ""
+
+
+def test_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    with pytest.raises(OSError, match="not a regular file"):
+        EventLog.open(Path(os.devnull), Redactor())
+
+
+def test_close_twice_and_emit_after_close(log: EventLog) -> None:
+    log.close()
+    log.close()
+    with pytest.raises(ValueError, match="closed"):
+        log.emit("late")
+
+
+def test_structlog_global_configuration_is_untouched(log_path: Path) -> None:
+    before = structlog.get_config()
+    configured_before = structlog.is_configured()
+    with EventLog.open(log_path, Redactor()) as log:
+        log.emit("launched", pid=1)
+    assert structlog.get_config() == before
+    assert structlog.is_configured() == configured_before
+
+
+def test_a_host_configuration_cannot_silence_or_reshape_the_log(log_path: Path) -> None:
+    """A caller that configured structlog globally (level filter, processors) changes nothing."""
+    saved = structlog.get_config()
+    was_configured = structlog.is_configured()
+
+    def explode(logger: object, method_name: str, event_dict: EventDict) -> EventDict:
+        raise AssertionError("the host's processors ran")
+
+    try:
+        structlog.configure(
+            processors=[explode],
+            wrapper_class=structlog.make_filtering_bound_logger(50),
+            cache_logger_on_first_use=True,
+        )
+        with EventLog.open(log_path, Redactor()) as log:
+            log.emit("launched", pid=1)
+    finally:
+        if was_configured:
+            structlog.configure(**saved)
+        else:
+            structlog.reset_defaults()
+    assert [line["event"] for line in read_lines(log_path)] == ["launched"]
+
+
+def test_null_event_log_writes_nothing(tmp_path: Path) -> None:
+    with NullEventLog() as log:
+        log.emit("launched", pid=1, token="x")
+    log.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_both_logs_are_event_sinks(log_path: Path) -> None:
+    sinks: list[EventSink] = [NullEventLog(), EventLog.open(log_path, Redactor())]
+    for sink in sinks:
+        sink.emit("step", state_before="watching", state_after="terminating")
+        sink.close()
+    assert len(read_lines(log_path)) == 1
