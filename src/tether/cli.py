@@ -189,7 +189,13 @@ def _run(argv: list[str]) -> int:
     requests.attach(handle)
     finished = handle.wait_finished()
     if finished is None:
-        _fail("the supervisor was lost before it reported how the run ended")
+        from tether.fallback import LOST_MESSAGE, write_supervisor_lost_record
+
+        written = write_supervisor_lost_record(
+            spec, supervisor_pid=handle.supervisor_pid, pid=handle.pid, pgid=handle.pgid
+        )
+        where = f" (record: {written})" if written is not None else ""
+        _fail(f"{LOST_MESSAGE}{where}")
     message = finished.get("message")
     if isinstance(message, str) and message:
         print(f"tether: {message}", file=sys.stderr, flush=True)

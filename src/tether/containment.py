@@ -71,24 +71,25 @@ class ProcessTree:
     # -- acting ---------------------------------------------------------------
 
     def signal(self, signum: int) -> int:
-        """Send ``signum`` to the whole tree; return how many processes it reached."""
-        reached = 0
-        leader_alive = proctree.state_of(self.leader) not in (None, "Z")
+        """Send ``signum`` to the whole tree; return how many live processes it was sent to.
+
+        The tree is walked *before* anything is sent: a process that dies of
+        the group's signal in the meantime was still reached by it.
+        """
+        snapshot = [
+            (pid, parent, stat)
+            for pid, parent in proctree.descendants(self._me)
+            if (stat := proctree.stat_of(pid)) is not None and stat.state != "Z"
+        ]
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pgid, signum)
-        if leader_alive:
-            reached += 1
-        for pid, parent in list(proctree.descendants(self._me)):
+        for pid, parent, stat in snapshot:
             if pid == self.leader:
                 continue
-            stat = proctree.stat_of(pid)
-            if stat is None or stat.state == "Z":
-                continue
-            reached += 1
             self.stopped.add(pid)
             if stat.pgid != self.pgid:
                 _signal_one(pid, parent, signum)
-        return reached
+        return len(snapshot)
 
     def reap_adopted(self) -> None:
         """Reap every dead child of the supervisor except the leader."""

@@ -58,6 +58,7 @@ from tether.spawn import Command, LaunchFailure, start_command
 
 if TYPE_CHECKING:
     from tether.machine import RunMachine
+    from tether.redaction import Redactor
     from tether.spec import RunSpec
 
 __all__ = ["EventSink", "supervise"]
@@ -73,9 +74,14 @@ class EventSink(Protocol):
 
     def emit(self, event: str, **fields: object) -> None: ...
 
+    def close(self) -> None: ...
+
 
 class _Silent:
     def emit(self, event: str, **fields: object) -> None:
+        pass
+
+    def close(self) -> None:
         pass
 
 
@@ -136,6 +142,7 @@ class _Run:
         self.message: str | None = None
         self.returncode: int | None = None
         self.verdict: Verdict | None = None
+        self.redactor: Redactor | None = None
         now = time.monotonic()
         self.started_monotonic = min(spec.asked_at, now)
         self.started_at = datetime.now(UTC) - timedelta(seconds=now - self.started_monotonic)
@@ -156,10 +163,59 @@ class _Run:
 
     # -- the loop -------------------------------------------------------------
 
+    def open_log(self, launched: Event) -> None:
+        """Open the event log beside the record (if any) and tell it about the launch.
+
+        Done after the launch, because it imports ``structlog``; the launch line
+        carries the monotonic time the launch really happened at.
+        """
+        path = self.spec.record_path
+        if path is None:
+            return
+        from tether.eventlog import EventLog, events_path_for
+        from tether.redaction import Redactor, secret_values_from
+
+        environ = os.environ if self.spec.env is None else self.spec.env
+        self.redactor = Redactor(secret_values_from(environ, self.spec.argv))
+        try:
+            self.log = EventLog.open(events_path_for(Path(path)), self.redactor)
+        except OSError as error:
+            # The record is the evidence that must exist; the log is the story.
+            self.on_message(f"cannot write the event log: {error.strerror or error}")
+            return
+        tree = self.tree
+        if isinstance(launched, Launched) and tree is not None:
+            self.log.emit(
+                "launched",
+                mono=launched.now,
+                supervisor_pid=os.getpid(),
+                pid=tree.leader,
+                pgid=tree.pgid,
+                containment=tree.containment,
+                deadline_seconds=self.spec.deadline_seconds,
+                grace_seconds=self.spec.grace_seconds,
+                label=self.spec.label,
+            )
+        elif isinstance(launched, LaunchFailed):
+            self.log.emit(
+                "launch_failed",
+                mono=launched.now,
+                supervisor_pid=os.getpid(),
+                errno=launched.errno,
+                error=launched.message,
+                stage=launched.stage,
+            )
+
     def run(self, first: Event) -> int:
         """Feed events until the run is recorded; return the exit status."""
+        import logging
+
         from tether.machine import RunMachine
 
+        # transitions logs every step through stdlib logging; this process is
+        # tether's own, and its story goes to the event log instead.
+        logging.getLogger("transitions").setLevel(logging.WARNING)
+        self.open_log(first)
         self.machine = machine = RunMachine(
             deadline_at=self.spec.deadline_at, grace_seconds=self.spec.grace_seconds
         )
@@ -180,6 +236,7 @@ class _Run:
                 if self._recorded():
                     break
         self.selector.close()
+        self.log.close()
         return self.exit_status
 
     def _recorded(self) -> bool:
@@ -325,6 +382,10 @@ class _Run:
             return
         document = build_document(verdict, facts, finished_at=datetime.now(UTC))
         document["eval_exit_code"] = returncode
+        if self.redactor is not None:
+            redacted = self.redactor.redact(document)
+            assert isinstance(redacted, dict)
+            document = redacted
         try:
             write_record(Path(path), document)
         except RecordError as error:
