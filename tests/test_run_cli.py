@@ -190,14 +190,15 @@ def test_default_record_location_and_no_record(tmp_path: Path) -> None:
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
     assert run("run", "--", "true", env=env).returncode == 0
     runs = tmp_path / "state" / "tether" / "runs"
-    records = list(runs.iterdir())
+    records = list(runs.glob("*.json"))
     assert len(records) == 1
+    assert (runs / records[0].name.replace(".json", ".events.jsonl")).exists()
     validate_record(read_json(records[0]))
     assert_private(records[0])
     assert stat.S_IMODE(runs.stat().st_mode) == 0o700
 
     assert run("run", "--no-record", "--", "true", env=env).returncode == 0
-    assert len(list(runs.iterdir())) == 1
+    assert len(list(runs.iterdir())) == 2
 
 
 def test_verbose_prints_the_record_path(tmp_path: Path) -> None:
