@@ -12,13 +12,13 @@ import :mod:`signal`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
-
 from tether.outcome import Reason
 
 __all__ = ["Effect", "Exit", "SignalName", "SignalTree", "Verdict", "WriteRecord"]
 
-SignalName = Literal["SIGTERM", "SIGCONT", "SIGKILL"]
+#: A signal's name as the :mod:`signal` module spells it (``"SIGTERM"``). The
+#: stop signal is SIGTERM unless a door asks for another (``tether timeout -s``).
+SignalName = str
 
 
 @dataclass(frozen=True, slots=True)

@@ -217,7 +217,9 @@ class _Run:
         logging.getLogger("transitions").setLevel(logging.WARNING)
         self.open_log(first)
         self.machine = machine = RunMachine(
-            deadline_at=self.spec.deadline_at, grace_seconds=self.spec.grace_seconds
+            deadline_at=self.spec.deadline_at,
+            grace_seconds=self.spec.grace_seconds,
+            stop_signal=self.spec.stop_signal,
         )
         self.selector.register(self.wakeup.read_fd, selectors.EVENT_READ, "signal")
         if self.lifeline is not None:
@@ -343,6 +345,8 @@ class _Run:
             SignalSent(signal=effect.signal, at_seconds=round(at, 6), processes=reached)
         )
         self.log.emit("signal_sent", signal=effect.signal, processes=reached)
+        # For callers that report signals as they go (``tether timeout -v``).
+        self.status.send("signal", signal=effect.signal, processes=reached)
 
     def _finish(self, verdict: Verdict) -> None:
         tree = self.tree

@@ -175,6 +175,7 @@ class _Run:
     deadline_at: float | None
     grace_seconds: float
     settle_seconds: float
+    stop_signal: SignalName = "SIGTERM"
     state: Phase = Phase.LAUNCHING
     now: float = -math.inf
     event: Event | None = None
@@ -258,7 +259,7 @@ class _Run:
     def _terminate(self, reason: Reason) -> None:
         self.reason = reason
         self.stop_started_at = self.now
-        self._signal("SIGTERM")
+        self._signal(self.stop_signal)
         # A stopped process cannot act on SIGTERM until it is continued.
         self._signal("SIGCONT")
         self.timer_at = self.now + self.grace_seconds
@@ -294,8 +295,10 @@ class RunMachine:
     """One run's policy: :meth:`feed` it events, carry out the effects it returns.
 
     ``deadline_at`` is the monotonic time the command must be stopped at
-    (``None`` for no deadline); ``grace_seconds`` is how long SIGTERM gets
-    before SIGKILL; ``settle_seconds`` bounds the wait after SIGKILL.
+    (``None`` for no deadline); ``grace_seconds`` is how long the stop signal
+    gets before SIGKILL (``math.inf``: never escalate, as GNU ``timeout``
+    without ``-k``); ``settle_seconds`` bounds the wait after SIGKILL;
+    ``stop_signal`` is the gentle signal (SIGTERM unless a door asks otherwise).
     """
 
     def __init__(
@@ -304,14 +307,20 @@ class RunMachine:
         deadline_at: float | None,
         grace_seconds: float,
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
+        stop_signal: SignalName = "SIGTERM",
     ) -> None:
         # Written so that NaN fails too: a NaN timer never expires (every comparison is false).
         if not (grace_seconds >= 0 and settle_seconds >= 0):
             raise ValueError("grace and settle must be non-negative numbers")
         if deadline_at is not None and math.isnan(deadline_at):
             raise ValueError("deadline_at must be a time, not NaN")
+        if math.isinf(settle_seconds):
+            raise ValueError("settle must be finite: the record must be written")
         self._run = _Run(
-            deadline_at=deadline_at, grace_seconds=grace_seconds, settle_seconds=settle_seconds
+            deadline_at=deadline_at,
+            grace_seconds=grace_seconds,
+            settle_seconds=settle_seconds,
+            stop_signal=stop_signal,
         )
         self._machine = Machine(
             model=self._run,
@@ -330,7 +339,8 @@ class RunMachine:
     @property
     def next_deadline(self) -> float | None:
         """The monotonic time at which the machine wants a :class:`Tick`, or ``None``."""
-        return self._run.timer_at
+        timer = self._run.timer_at
+        return None if timer is None or math.isinf(timer) else timer
 
     @property
     def reason(self) -> Reason | None:

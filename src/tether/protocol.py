@@ -8,7 +8,8 @@ gracefully) or :data:`KILL_NOW`. A request on the pipe tells *cancelled* apart
 from *caller lost* without signalling a pid that may have been reused.
 
 **The status pipe** (supervisor to caller). One JSON object per line:
-``started`` (supervisor pid, command pid and group), then ``finished``
+``started`` (supervisor pid, command pid and group), ``signal`` for each
+signal sent to the tree (name, how many processes), then ``finished``
 (reason, exit status, record path, and a message when there is one to show).
 End of file without ``finished`` means the supervisor itself was lost.
 

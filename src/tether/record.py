@@ -52,6 +52,7 @@ from __future__ import annotations
 import contextlib
 import errno as errno_codes
 import json
+import math
 import os
 import stat
 from collections.abc import Iterator, Mapping
@@ -490,6 +491,11 @@ def _seconds(value: float) -> float:
     return round(max(value, 0.0), 3)
 
 
+def _grace(value: float) -> float | None:
+    """The grace as JSON can hold it: ``None`` for "never escalate" (an infinite grace)."""
+    return None if math.isinf(value) else value
+
+
 def _launch_error(verdict: Verdict) -> dict[str, object] | None:
     """Return the launch error's errno, its symbolic name and a message, or ``None``.
 
@@ -548,7 +554,7 @@ def build_document(
         "finished_at": _iso(finished_at),
         "elapsed_seconds": _seconds(verdict.finished_at - facts.started_monotonic),
         "deadline_seconds": facts.deadline_seconds,
-        "grace_seconds": facts.grace_seconds,
+        "grace_seconds": _grace(facts.grace_seconds),
         "supervisor_pid": facts.supervisor_pid,
         "eval_pid": facts.command_pid,
         "eval_process_group": facts.command_pgid,
@@ -602,7 +608,7 @@ def build_supervisor_lost_document(
         "finished_at": _iso(finished_at),
         "elapsed_seconds": _seconds(elapsed_seconds),
         "deadline_seconds": deadline_seconds,
-        "grace_seconds": grace_seconds,
+        "grace_seconds": _grace(grace_seconds),
         "supervisor_pid": supervisor_pid,
         "eval_pid": command_pid,
         "eval_process_group": command_pgid,

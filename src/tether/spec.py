@@ -38,6 +38,8 @@ class RunSpec:
     cwd: str | None = None
     env: dict[str, str] | None = None
     umask: int | None = None
+    #: The gentle signal that starts a stop; SIGKILL follows after the grace.
+    stop_signal: str = "SIGTERM"
     #: Where the caller's file descriptors arrived in the supervisor, by role:
     #: ``lifeline``, ``status``, ``stdin``, ``stdout``, ``stderr``.
     fds: dict[str, int] = field(default_factory=dict)
@@ -45,10 +47,18 @@ class RunSpec:
     def __post_init__(self) -> None:
         if not self.argv:
             raise SpecError("no command to run")
-        for name in ("deadline_seconds", "grace_seconds"):
-            value = getattr(self, name)
-            if not value >= 0 or value == float("inf"):
-                raise SpecError(f"{name} must be a finite number >= 0, not {value!r}")
+        # Written so that NaN fails too. An infinite grace means "never escalate"
+        # (``tether timeout`` without ``-k``); an infinite deadline is spelled 0.
+        if not 0 <= self.deadline_seconds < float("inf"):
+            raise SpecError(
+                f"deadline_seconds must be a finite number >= 0, not {self.deadline_seconds!r}"
+            )
+        if not self.grace_seconds >= 0:
+            raise SpecError(f"grace_seconds must be a number >= 0, not {self.grace_seconds!r}")
+        if not (self.stop_signal.startswith("SIG") and self.stop_signal[3:].isalnum()):
+            raise SpecError(
+                f"stop_signal must be a signal name like SIGTERM, not {self.stop_signal!r}"
+            )
 
     @property
     def deadline_at(self) -> float | None:

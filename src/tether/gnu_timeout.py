@@ -1,0 +1,260 @@
+"""``tether timeout``: a drop-in for GNU ``timeout``, with tether's guarantees.
+
+Scripts are full of ``timeout 5m make test``. Replacing ``timeout`` with
+``tether timeout`` must change nothing a script can observe: the same
+options (``-k``, ``-s``, ``-v``, ``--preserve-status``, ``--foreground``),
+durations, messages (``timeout: ...``) and exit statuses (124 timed out, 125
+failed, 126 cannot invoke, 127 not found, 137 after a KILL, else the
+command's own). What it adds is what ``timeout`` cannot do: the command is
+stopped when ``tether timeout`` itself is killed (SIGKILL included),
+descendants that left the process group are stopped too, and a record is left
+(``--record PATH``, ``--no-record``; by default where ``tether run`` keeps
+them).
+
+Where tether cannot be identical it says so in the docs: a signal sent to
+``tether timeout`` stops the command with the stop signal (``-s``, SIGTERM by
+default) rather than forwarding the very signal received, and
+``--foreground`` is accepted but the command never gets the terminal's job
+control, because it always runs in a process group of its own.
+
+Caller side: standard library only, like ``tether run``.
+"""
+
+from __future__ import annotations
+
+import getopt
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Final, NoReturn
+
+from tether._version import __version__
+from tether.outcome import DEADLINE_EXCEEDED, TETHER_FAILED, status_of
+
+__all__ = ["main"]
+
+_KILLED: Final = 128 + signal.SIGKILL
+
+_HELP: Final = """\
+Usage: tether timeout [OPTION] DURATION COMMAND [ARG]...
+Start COMMAND, and kill it if still running after DURATION.
+Like GNU timeout, and COMMAND with its whole process tree is also stopped when
+tether timeout itself is killed; a record of the run is kept.
+
+  -p, --preserve-status
+                 exit with the same status as COMMAND, even when the
+                   command times out
+      --foreground
+                 accepted for compatibility; COMMAND always runs in a
+                   process group of its own (see docs/timeout.md)
+  -k, --kill-after=DURATION
+                 also send a KILL signal if COMMAND is still running
+                   this long after the initial signal was sent
+  -s, --signal=SIGNAL
+                 specify the signal to be sent on timeout;
+                   SIGNAL may be a name like 'HUP' or a number
+  -v, --verbose  diagnose to stderr any signal sent upon timeout
+      --record=PATH  write tether's record here (default: a new file in
+                   $XDG_STATE_HOME/tether/runs/)
+      --no-record    write no record
+      --help     display this help and exit
+      --version  output version information and exit
+
+DURATION is a floating point number with an optional suffix:
+'s' for seconds (the default), 'm' for minutes, 'h' for hours or 'd' for days.
+A duration of 0 disables the associated timeout.
+
+Upon timeout, send the TERM signal to COMMAND, if no other SIGNAL specified.
+
+Exit status:
+  124  if COMMAND times out, and --preserve-status is not specified
+  125  if the timeout command itself fails
+  126  if COMMAND is found but cannot be invoked
+  127  if COMMAND cannot be found
+  137  if COMMAND (or timeout itself) is sent the KILL (9) signal (128+9)
+  -    the exit status of COMMAND otherwise
+"""
+
+
+def _usage_error(message: str) -> NoReturn:
+    print(f"timeout: {message}", file=sys.stderr)
+    print("Try 'tether timeout --help' for more information.", file=sys.stderr, flush=True)
+    raise SystemExit(TETHER_FAILED)
+
+
+def _duration(text: str) -> float:
+    from tether.durations import DurationError, parse_duration
+
+    try:
+        return parse_duration(text, flag="DURATION")
+    except DurationError:
+        _usage_error(f"invalid time interval '{text}'")
+
+
+def _signal_name(text: str) -> str:
+    """``TERM``, ``SIGTERM``, ``term`` or ``15`` -> ``"SIGTERM"``; refuse anything else."""
+    try:
+        if text.isdigit():
+            number = signal.Signals(int(text))
+        else:
+            upper = text.upper()
+            number = signal.Signals[upper if upper.startswith("SIG") else f"SIG{upper}"]
+    except (KeyError, ValueError):
+        _usage_error(f"'{text}': invalid signal")
+    return number.name
+
+
+class _Options:
+    def __init__(self) -> None:
+        self.kill_after = 0.0
+        self.stop_signal = "SIGTERM"
+        self.verbose = False
+        self.preserve_status = False
+        self.record: str | None = None
+        self.no_record = False
+
+
+def _parse(argv: list[str]) -> tuple[_Options, float, list[str]]:
+    options = _Options()
+    try:
+        pairs, rest = getopt.getopt(
+            argv,
+            "+k:s:vp",
+            [
+                "kill-after=",
+                "signal=",
+                "verbose",
+                "preserve-status",
+                "foreground",
+                "help",
+                "version",
+                "record=",
+                "no-record",
+            ],
+        )
+    except getopt.GetoptError as error:
+        _usage_error(_getopt_message(error))
+    for flag, value in pairs:
+        if flag == "--help":
+            print(_HELP, end="")
+            raise SystemExit(0)
+        if flag == "--version":
+            print(f"tether timeout {__version__}")
+            raise SystemExit(0)
+        if flag in ("-k", "--kill-after"):
+            options.kill_after = _duration(value)
+        elif flag in ("-s", "--signal"):
+            options.stop_signal = _signal_name(value)
+        elif flag in ("-v", "--verbose"):
+            options.verbose = True
+        elif flag in ("-p", "--preserve-status"):
+            options.preserve_status = True
+        elif flag == "--record":
+            options.record = value
+        elif flag == "--no-record":
+            options.no_record = True
+    if not rest:
+        _usage_error("missing operand")
+    duration = _duration(rest[0])
+    if len(rest) < 2:
+        _usage_error(f"missing operand after '{rest[0]}'")
+    return options, duration, rest[1:]
+
+
+def _getopt_message(error: getopt.GetoptError) -> str:
+    option = error.opt
+    if "requires argument" in error.msg:
+        return f"option requires an argument -- '{option}'"
+    if len(option) == 1:
+        return f"invalid option -- '{option}'"
+    return f"unrecognized option '--{option}'"
+
+
+def exit_status(finished: dict[str, object], *, preserve_status: bool, stop_signal: str) -> int:
+    """Map how the run ended to the status GNU ``timeout`` would have exited with."""
+    reason = finished.get("reason")
+    returncode = finished.get("returncode")
+    status = finished.get("exit_status")
+    if reason == "deadline_exceeded":
+        if finished.get("escalated_to_sigkill") or stop_signal == "SIGKILL":
+            return _KILLED
+        if preserve_status and isinstance(returncode, int):
+            return status_of(returncode)
+        return DEADLINE_EXCEEDED
+    if reason in ("completed", "cancelled", "parent_lost") and isinstance(returncode, int):
+        return status_of(returncode)
+    return status if isinstance(status, int) else TETHER_FAILED
+
+
+def main(argv: list[str]) -> int:
+    """``tether timeout ARGS``; return the exit status."""
+    asked_at = time.monotonic()
+    options, duration, command = _parse(argv)
+
+    from tether.launcher import LaunchError, SupervisorHandle, start_supervisor
+    from tether.paths import new_record_path
+    from tether.protocol import CANCEL
+    from tether.spec import RunSpec
+
+    record: Path | None = None
+    if not options.no_record:
+        from tether.record import RecordError, check_record_path
+
+        record = Path(options.record) if options.record else new_record_path()
+        try:
+            check_record_path(record)
+        except RecordError as error:
+            print(f"timeout: {error}", file=sys.stderr, flush=True)
+            return TETHER_FAILED
+
+    spec = RunSpec(
+        argv=tuple(command),
+        deadline_seconds=duration,
+        grace_seconds=options.kill_after or float("inf"),
+        asked_at=asked_at,
+        record_path=None if record is None else str(record.absolute()),
+        stop_signal=options.stop_signal,
+    )
+    # A signal to tether timeout stops the command; one that arrives during the
+    # launch is kept and sent as soon as there is a lifeline to send it on.
+    started: list[SupervisorHandle] = []
+    cancelled: list[int] = []
+
+    def on_signal(number: int, _frame: object) -> None:
+        cancelled.append(number)
+        for handle in started:
+            handle.request(CANCEL)
+
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, on_signal)
+    try:
+        handle = start_supervisor(spec)
+    except LaunchError as error:
+        print(f"timeout: {error}", file=sys.stderr, flush=True)
+        return TETHER_FAILED
+    started.append(handle)
+    if cancelled:
+        handle.request(CANCEL)
+
+    name = command[0].rsplit("/", 1)[-1]
+    while handle.finished is None:
+        message = handle.read_message()
+        if message is None:
+            print("timeout: the supervisor was lost", file=sys.stderr, flush=True)
+            return TETHER_FAILED
+        if options.verbose and message.get("event") == "signal":
+            sent = str(message.get("signal", "")).removeprefix("SIG")
+            if sent != "CONT":
+                print(
+                    f"timeout: sending signal {sent} to command '{name}'",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    finished = handle.finished
+    if finished.get("reason") == "launch_failed":
+        detail = finished.get("message") or "cannot run the command"
+        print(f"timeout: {detail}", file=sys.stderr, flush=True)
+    return exit_status(
+        finished, preserve_status=options.preserve_status, stop_signal=options.stop_signal
+    )

@@ -1,0 +1,41 @@
+"""Where records live by default, and how they are named.
+
+Every door that writes records by default (``tether run``, ``tether timeout``,
+the Python API) writes them to the same place, so that ``tether ls`` finds
+them all: ``$XDG_STATE_HOME/tether/runs/`` (``~/.local/state/tether/runs/``
+when the variable is unset), which is what the XDG base directory
+specification sets aside for state worth keeping but not worth backing up.
+
+A name starts with the UTC time down to the microsecond, so a directory
+listing sorts by start time, and ends with random hex, so two runs started in
+the same microsecond (or on two hosts sharing a directory) cannot collide.
+
+Caller side: standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+__all__ = ["default_records_dir", "new_record_name", "new_record_path"]
+
+
+def default_records_dir() -> Path:
+    """``$XDG_STATE_HOME/tether/runs``, or ``~/.local/state/tether/runs``."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return Path(state) / "tether" / "runs"
+
+
+def new_record_name() -> str:
+    """A record file name that sorts by time and cannot collide."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    return f"{stamp}-{os.urandom(4).hex()}.json"
+
+
+def new_record_path() -> Path:
+    """A fresh record path in the default directory."""
+    return default_records_dir() / new_record_name()
