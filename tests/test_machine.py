@@ -502,12 +502,16 @@ def test_an_exit_reported_at_the_settle_bound_comes_too_late() -> None:
     assert_recorded(machine)
 
 
-def test_grace_and_settle_zero_record_in_one_step() -> None:
-    machine = watching(deadline_at=110.0, grace=0.0, settle=0.0)
-    effects = machine.feed(Tick(now=110.0))
-    assert effects[:3] == TERM + KILL
-    assert record_of(effects).unkillable
-    assert_recorded(machine)
+def test_a_zero_grace_sends_sigkill_in_the_same_step() -> None:
+    machine = watching(deadline_at=110.0, grace=0.0, settle=1.0)
+    assert machine.feed(Tick(now=110.0)) == TERM + KILL
+    assert machine.phase is Phase.KILLING
+
+
+def test_a_zero_settle_bound_is_refused() -> None:
+    # It would record the tree as unkillable in the very step that sent SIGKILL.
+    with pytest.raises(ValueError, match="settle"):
+        RunMachine(deadline_at=110.0, grace_seconds=0.0, settle_seconds=0.0)
 
 
 # -- late and repeated events ---------------------------------------------------
@@ -757,7 +761,7 @@ def test_illegal_event_later_than_the_deadline_does_not_fire_it() -> None:
 def test_timers_that_could_never_fire_are_refused(
     grace: float, settle: float, deadline_at: float
 ) -> None:
-    with pytest.raises(ValueError, match=r"grace|deadline"):
+    with pytest.raises(ValueError, match=r"grace|settle|deadline"):
         RunMachine(deadline_at=deadline_at, grace_seconds=grace, settle_seconds=settle)
 
 

@@ -68,6 +68,9 @@ CANCEL_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 _Stdio = int | IO[bytes] | None
 
+#: The longest single wait in ``select()``, in seconds (see :func:`_wait_bound`).
+_LONGEST_WAIT: Final = 86400.0
+
 
 class EventSink(Protocol):
     """Where the loop tells its story (the event log, or nowhere)."""
@@ -157,7 +160,9 @@ class _Run:
         except LaunchFailure as failure:
             return LaunchFailed(time.monotonic(), failure.errno, failure.message, failure.stage)
         self.command = command
-        self.tree = ProcessTree(leader=command.pid, pgid=command.pgid, pidfd=command.pidfd)
+        self.tree = ProcessTree(
+            leader=command.pid, pgid=command.pgid, pidfd=command.pidfd, cgroup=command.cgroup
+        )
         self.status.send(STARTED, supervisor_pid=os.getpid(), pid=command.pid, pgid=command.pgid)
         return Launched(time.monotonic(), command.pid)
 
@@ -229,7 +234,7 @@ class _Run:
         self._feed(first)
         while not self._recorded():
             deadline = machine.next_deadline
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            timeout = None if deadline is None else _wait_bound(deadline - time.monotonic())
             ready = self.selector.select(timeout)
             now = time.monotonic()
             events = self._translate({key.data for key, _ in ready}, now) or [Tick(now)]
@@ -362,6 +367,9 @@ class _Run:
                 assert self.command is not None
                 self.command.popen.returncode = reaped
             tree.reap_adopted()
+            if not tree.release():
+                assert tree.cgroup is not None
+                self.log.emit("cgroup_left", path=tree.cgroup.directory)
         facts = RunFacts(
             label=self.spec.label,
             started_at=self.started_at,
@@ -415,6 +423,16 @@ class _Run:
             message=self.message,
             escalated_to_sigkill=verdict.escalated_to_sigkill,
         )
+
+
+def _wait_bound(seconds: float) -> float:
+    """A ``select()`` timeout for a deadline ``seconds`` away.
+
+    epoll refuses timeouts beyond about 24.8 days (2**31 ms), and ``--deadline
+    30d`` is a fair thing to ask for. Waking up once a day on the way there is
+    harmless: the core answers an early :class:`Tick` with nothing.
+    """
+    return min(max(0.0, seconds), _LONGEST_WAIT)
 
 
 def _describe(effect: Effect) -> str:

@@ -310,8 +310,8 @@ class RunMachine:
         stop_signal: SignalName = "SIGTERM",
     ) -> None:
         # Written so that NaN fails too: a NaN timer never expires (every comparison is false).
-        if not (grace_seconds >= 0 and settle_seconds >= 0):
-            raise ValueError("grace and settle must be non-negative numbers")
+        if not (grace_seconds >= 0 and settle_seconds > 0):
+            raise ValueError("grace must be a number >= 0 and settle a number > 0")
         if deadline_at is not None and math.isnan(deadline_at):
             raise ValueError("deadline_at must be a time, not NaN")
         if math.isinf(settle_seconds):
