@@ -1,11 +1,73 @@
 """tether: run one command so that it cannot outlive the process that asked for it.
 
-Importing this package is cheap on purpose: it loads neither ``transitions`` nor
-``structlog`` (only the supervisor process needs them), so a program that
-launches hundreds of commands pays for them zero times.
+Importing this package is cheap on purpose: it loads neither ``transitions``
+nor ``structlog`` (only the supervisor process needs them), so a program that
+launches hundreds of commands pays for them zero times. The API itself
+(:mod:`tether.api`) is loaded on first use of one of its names, through the
+module ``__getattr__`` below, so ``import tether`` does not even pay for
+``subprocess`` or ``threading``; :mod:`asyncio` is loaded only by the
+``async`` functions. Type checkers see the names through the
+``TYPE_CHECKING`` imports.
 """
+
+from typing import TYPE_CHECKING
 
 from tether._version import __version__
 from tether.outcome import Reason
 
-__all__ = ["Reason", "__version__"]
+if TYPE_CHECKING:
+    from tether.api import (
+        CommandFailed,
+        Outcome,
+        Tether,
+        TimeoutExpired,
+        launch,
+        launch_async,
+        run,
+        run_async,
+    )
+    from tether.launcher import LaunchError
+
+__all__ = [
+    "CommandFailed",
+    "LaunchError",
+    "Outcome",
+    "Reason",
+    "Tether",
+    "TimeoutExpired",
+    "__version__",
+    "launch",
+    "launch_async",
+    "run",
+    "run_async",
+]
+
+#: Public names loaded on first use, and the module each comes from.
+_LAZY = {
+    "CommandFailed": "tether.api",
+    "LaunchError": "tether.launcher",
+    "Outcome": "tether.api",
+    "Tether": "tether.api",
+    "TimeoutExpired": "tether.api",
+    "launch": "tether.api",
+    "launch_async": "tether.api",
+    "run": "tether.api",
+    "run_async": "tether.api",
+}
+
+
+if not TYPE_CHECKING:  # hidden from type checkers, so a misspelt name is still an error
+
+    def __getattr__(name: str) -> object:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module 'tether' has no attribute {name!r}")
+        from importlib import import_module
+
+        value = getattr(import_module(module), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -1,4 +1,5 @@
-"""``tether run``: the command line, for people, shell scripts and CI jobs.
+"""The ``tether`` command: ``run`` for people, shell scripts and CI jobs; ``show`` and ``ls``
+for the operators who review what happened afterwards.
 
 ``tether run`` is the *caller*: it holds the lifeline, so when it dies, however
 it dies, the command is stopped. It should feel like ``timeout(1)``: the
@@ -11,9 +12,14 @@ command gets SIGTERM, then SIGKILL after the grace); a second Ctrl-C asks for
 SIGKILL now. The command runs in a process group of its own, so the terminal's
 Ctrl-C reaches it only through tether, and always the same way.
 
+``tether show`` and ``tether ls`` only read files; their loading and
+rendering live in :mod:`tether.review`, imported when one of them is asked
+for, and their output goes to stdout, their complaints (a file skipped, a log
+line cut short) to stderr, one line each.
+
 This module imports only the standard library and tether's caller-side
-modules, so ``tether run --help`` and ``tether run -- true`` never load
-``transitions`` or ``structlog``.
+modules, so ``tether run --help``, ``tether run -- true``, ``tether show`` and
+``tether ls`` never load ``transitions`` or ``structlog``.
 """
 
 from __future__ import annotations
@@ -23,32 +29,18 @@ import os
 import signal
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Final, NoReturn
 
 from tether._version import __version__
-from tether.outcome import TETHER_FAILED
+from tether.outcome import TETHER_FAILED, Reason
+from tether.paths import default_records_dir, new_record_path
 
 __all__ = ["default_records_dir", "main"]
 
 _DEFAULT_GRACE: Final = "10s"
 _USAGE_RUN: Final = "tether run [OPTIONS] -- CMD [ARG]..."
-
-
-def default_records_dir() -> Path:
-    """Where ``tether run`` keeps its records: ``$XDG_STATE_HOME/tether/runs``."""
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    return Path(state) / "tether" / "runs"
-
-
-def _new_record_name() -> str:
-    """A name that sorts by time and cannot collide: UTC timestamp, then random hex."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    return f"{stamp}-{os.urandom(4).hex()}.json"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -164,7 +156,7 @@ def _run(argv: list[str]) -> int:
     if not args.no_record:
         from tether.record import RecordError, check_record_path
 
-        record = Path(args.record) if args.record else default_records_dir() / _new_record_name()
+        record = Path(args.record) if args.record else new_record_path()
         try:
             check_record_path(record)
         except RecordError as error:
@@ -189,9 +181,9 @@ def _run(argv: list[str]) -> int:
     requests.attach(handle)
     finished = handle.wait_finished()
     if finished is None:
-        from tether.fallback import LOST_MESSAGE, write_supervisor_lost_record
+        from tether.fallback import LOST_MESSAGE, after_supervisor_lost
 
-        written = write_supervisor_lost_record(
+        written = after_supervisor_lost(
             spec, supervisor_pid=handle.supervisor_pid, pid=handle.pid, pgid=handle.pgid
         )
         where = f" (record: {written})" if written is not None else ""
@@ -205,6 +197,66 @@ def _run(argv: list[str]) -> int:
     return status if isinstance(status, int) else TETHER_FAILED
 
 
+def _add_show_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    show = sub.add_parser(
+        "show",
+        help="tell the story of one run (tether show --help)",
+        description="Show one run for a person: the verdict (why it ended, exit status, how it "
+        "was stopped, resources) and the timeline of its event log in seconds since the launch. "
+        "Give the record (.json) or its event log (.events.jsonl); either finds the other.",
+        epilog="Colour only on a terminal, and never when NO_COLOR is set. Exit status: 0 shown "
+        "(even if the record or the log is missing, or the log's last line is cut short: the "
+        "gaps are named on stderr), 125 nothing to show (not a tether record or event log, "
+        "unreadable, missing).",
+    )
+    show.add_argument("path", metavar="RECORD_OR_LOG", help="a record or an event log")
+    show.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"record": ..., "events": [...]} as one JSON document, for scripts',
+    )
+    show.add_argument(
+        "-a", "--all", action="store_true", help="also show the core's steps that changed nothing"
+    )
+
+
+def _add_ls_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    ls = sub.add_parser(
+        "ls",
+        help="list the runs in a records directory (tether ls --help)",
+        description="List the runs recorded in DIR, newest first: when each started (local "
+        "time), its label, why it ended, its exit status, how long it took, whether SIGKILL was "
+        "needed, and the record's file name (for tether show).",
+        epilog="Files that are not tether records are skipped, each named on stderr. Exit "
+        "status: 0 listed (even nothing), 125 bad option or DIR unreadable.",
+    )
+    ls.add_argument(
+        "directory",
+        nargs="?",
+        metavar="DIR",
+        help="where the records are (default: $XDG_STATE_HOME/tether/runs, where tether run "
+        "writes them)",
+    )
+    ls.add_argument(
+        "--reason",
+        action="append",
+        default=[],
+        metavar="R",
+        help="only runs that ended for this reason (repeat it, or R1,R2): "
+        + ", ".join(reason.value for reason in Reason),
+    )
+    ls.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only runs started within the last WHEN (30m, 12h, 7d) or since an ISO date/time "
+        "(2024-05-01, 2024-05-01T12:00; local time unless it has an offset)",
+    )
+    ls.add_argument(
+        "--label", metavar="PATTERN", help="only runs whose label matches (shell pattern: eval-*)"
+    )
+    ls.add_argument("--json", action="store_true", help="print a JSON array of the records")
+
+
 def _main_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="tether",
@@ -213,7 +265,89 @@ def _main_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tether {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("run", help="run a command bound to this process (tether run --help)")
+    sub.add_parser(
+        "timeout",
+        help="a drop-in for GNU timeout, with tether's guarantees (tether timeout --help)",
+    )
+    _add_show_parser(sub)
+    _add_ls_parser(sub)
     return parser
+
+
+def _print_out(text: str) -> int:
+    """Write ``text`` to stdout; a reader that went away (``| head``) is not an error to report."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Keep the interpreter's own flush at exit from failing again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + signal.SIGPIPE
+    return 0
+
+
+def _warn(message: str) -> None:
+    print(f"tether: {message}", file=sys.stderr, flush=True)
+
+
+def _show(args: argparse.Namespace) -> int:
+    from tether.review import ReviewError, load_run, render_run, run_as_json, use_colour
+
+    try:
+        run = load_run(Path(args.path))
+    except ReviewError as error:
+        _fail(str(error))
+    for message in ([run.record_note] if run.record_note else []) + run.warnings:
+        _warn(message)
+    if args.json:
+        return _print_out(run_as_json(run))
+    return _print_out(render_run(run, colour=use_colour(sys.stdout), all_steps=args.all))
+
+
+def _ls(args: argparse.Namespace) -> int:
+    from tether.review import (
+        Filters,
+        ReviewError,
+        parse_reasons,
+        parse_since,
+        render_table,
+        rows_as_json,
+        scan,
+        select,
+        use_colour,
+    )
+
+    try:
+        filters = Filters(
+            reasons=parse_reasons(args.reason),
+            since=None if args.since is None else parse_since(args.since),
+            label=args.label,
+        )
+    except ReviewError as error:
+        _fail(str(error))
+    directory = Path(args.directory) if args.directory else default_records_dir()
+    if not args.directory and not os.path.lexists(directory):
+        _warn(f"no runs recorded yet ({directory} does not exist)")
+        return _print_out("[]\n") if args.json else 0
+    if os.path.lexists(directory) and not os.path.isdir(directory):
+        _fail(f"{directory}: not a directory (tether show FILE shows one run)")
+    try:
+        listing = scan(directory)
+    except ReviewError as error:
+        _fail(str(error))
+    for problem in listing.skipped:
+        _warn(f"skipped {problem}")
+    for log in listing.orphan_logs:
+        _warn(f"{log}: an event log without its record (tether show it to see what happened)")
+    rows = select(listing.records, filters)
+    if args.json:
+        return _print_out(rows_as_json(rows))
+    if not rows:
+        _warn(f"no runs {'match' if listing.records else 'are recorded'} in {directory}")
+        return 0
+    return _print_out(render_table(rows, directory=directory, colour=use_colour(sys.stdout)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,7 +355,15 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["run"]:
         return _run(args[1:])
-    _main_parser().parse_args(args)
+    if args[:1] == ["timeout"]:
+        from tether.gnu_timeout import main as timeout_main
+
+        return timeout_main(args[1:])
+    parsed = _main_parser().parse_args(args)
+    if parsed.command == "show":
+        return _show(parsed)
+    if parsed.command == "ls":
+        return _ls(parsed)
     _main_parser().print_help(sys.stderr)
     return TETHER_FAILED
 

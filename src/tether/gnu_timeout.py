@@ -22,7 +22,9 @@ Caller side: standard library only, like ``tether run``.
 
 from __future__ import annotations
 
+import contextlib
 import getopt
+import os
 import signal
 import sys
 import time
@@ -77,8 +79,9 @@ Exit status:
 """
 
 
-def _usage_error(message: str) -> NoReturn:
-    print(f"timeout: {message}", file=sys.stderr)
+def _usage_error(message: str | None) -> NoReturn:
+    if message is not None:
+        print(f"timeout: {message}", file=sys.stderr)
     print("Try 'tether timeout --help' for more information.", file=sys.stderr, flush=True)
     raise SystemExit(TETHER_FAILED)
 
@@ -154,11 +157,9 @@ def _parse(argv: list[str]) -> tuple[_Options, float, list[str]]:
             options.record = value
         elif flag == "--no-record":
             options.no_record = True
-    if not rest:
-        _usage_error("missing operand")
-    duration = _duration(rest[0])
     if len(rest) < 2:
-        _usage_error(f"missing operand after '{rest[0]}'")
+        _usage_error(None)  # GNU says only where to find help here
+    duration = _duration(rest[0])
     return options, duration, rest[1:]
 
 
@@ -172,7 +173,12 @@ def _getopt_message(error: getopt.GetoptError) -> str:
 
 
 def exit_status(finished: dict[str, object], *, preserve_status: bool, stop_signal: str) -> int:
-    """Map how the run ended to the status GNU ``timeout`` would have exited with."""
+    """Map how the run ended to the status GNU ``timeout`` would have exited with.
+
+    A status above 128 that GNU produces by dying of a signal itself (the
+    command's own signal, or the KILL it sent to its group) is returned as
+    128+N here; :func:`main` then dies of that signal the same way.
+    """
     reason = finished.get("reason")
     returncode = finished.get("returncode")
     status = finished.get("exit_status")
@@ -185,6 +191,35 @@ def exit_status(finished: dict[str, object], *, preserve_status: bool, stop_sign
     if reason in ("completed", "cancelled", "parent_lost") and isinstance(returncode, int):
         return status_of(returncode)
     return status if isinstance(status, int) else TETHER_FAILED
+
+
+def _die_like_gnu(finished: dict[str, object], status: int) -> None:
+    """End this process the way GNU ``timeout`` ends itself, where it does.
+
+    GNU ``timeout`` re-raises the signal that killed the command (when it did
+    not time out), and it is itself killed by the KILL it sends to its process
+    group. A parent that looks at how its child died (``WIFSIGNALED``), not
+    only at ``$?``, must see the same. Core dumps are switched off first, as
+    GNU does, so that re-raising SIGSEGV does not dump tether's own core.
+    """
+    returncode = finished.get("returncode")
+    timed_out = finished.get("reason") == "deadline_exceeded"
+    if timed_out and status == _KILLED:
+        number = signal.SIGKILL
+    elif not timed_out and isinstance(returncode, int) and returncode < 0:
+        number = signal.Signals(-returncode)
+    else:
+        return
+    import resource
+
+    with contextlib.suppress(OSError, ValueError):
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if number not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(number, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {number})
+    os.kill(os.getpid(), number)
 
 
 def main(argv: list[str]) -> int:
@@ -255,6 +290,8 @@ def main(argv: list[str]) -> int:
     if finished.get("reason") == "launch_failed":
         detail = finished.get("message") or "cannot run the command"
         print(f"timeout: {detail}", file=sys.stderr, flush=True)
-    return exit_status(
+    status = exit_status(
         finished, preserve_status=options.preserve_status, stop_signal=options.stop_signal
     )
+    _die_like_gnu(finished, status)
+    return status

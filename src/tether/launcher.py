@@ -10,6 +10,13 @@ The lifeline's write end lives only here. It is close-on-exec, so no program
 the caller runs inherits it, and it is closed in any child the caller *forks*
 (``os.register_at_fork``): a forked worker that outlives its parent must not
 keep the parent's commands alive by holding their lifeline open.
+
+Two ways to wait are offered. :func:`start_supervisor` blocks until the
+supervisor reports the launch, which suits the CLI. The Python API needs the
+same steps cut apart, so that an event loop can wait for the status pipe
+instead of a thread: :func:`spawn_supervisor` only spawns, :func:`send_spec`
+hands the spec over, and :class:`StatusReader` reads whatever status lines
+have arrived without ever blocking.
 """
 
 from __future__ import annotations
@@ -26,7 +33,17 @@ from typing import IO, Final
 from tether.protocol import CANCEL, FINISHED, KILL_NOW, STARTED, decode
 from tether.spec import RunSpec
 
-__all__ = ["LaunchError", "SupervisorHandle", "caller_umask", "start_supervisor"]
+__all__ = [
+    "LaunchError",
+    "Spawned",
+    "StatusReader",
+    "SupervisorHandle",
+    "caller_umask",
+    "release_lifeline",
+    "send_spec",
+    "spawn_supervisor",
+    "start_supervisor",
+]
 
 #: The directory that holds the ``tether`` package, put first on the
 #: supervisor's ``sys.path`` so it runs this very copy of tether.
@@ -51,12 +68,53 @@ def _close_lifelines_in_child() -> None:
 os.register_at_fork(after_in_child=_close_lifelines_in_child)
 
 
-class LaunchError(Exception):
-    """The supervisor could not be started, or said the command could not be."""
+def release_lifeline(fd: int) -> None:
+    """Close a lifeline's write end and forget it (the supervisor sees end of file)."""
+    with _lifelines_lock:
+        _open_lifelines.discard(fd)
+    with contextlib.suppress(OSError):
+        os.close(fd)
 
-    def __init__(self, message: str, *, errno: int | None = None) -> None:
+
+class LaunchError(OSError):
+    """The supervisor could not be started, or said the command could not be.
+
+    An :class:`OSError`, as :mod:`subprocess` raises when a program cannot be
+    started, so ``except OSError`` around a launch keeps working. ``errno`` is
+    the reason where one is known (``ENOENT``: not found, ``EACCES``: not
+    executable); ``exit_status`` is the status the CLI would exit with (127,
+    126, 125); ``record_path`` is the ``launch_failed`` record written for the
+    attempt, if any.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        errno: int | None = None,
+        exit_status: int | None = None,
+        record_path: Path | None = None,
+    ) -> None:
         super().__init__(message)
         self.errno = errno
+        self.strerror = None if errno is None else os.strerror(errno)
+        self.exit_status = exit_status
+        self.record_path = record_path
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (
+            _rebuild_launch_error,
+            (self.args[0], self.errno, self.exit_status, self.record_path),
+        )
+
+
+def _rebuild_launch_error(
+    message: str, errno: int | None, exit_status: int | None, record_path: Path | None
+) -> LaunchError:
+    return LaunchError(message, errno=errno, exit_status=exit_status, record_path=record_path)
 
 
 def caller_umask() -> int | None:
@@ -120,12 +178,43 @@ class SupervisorHandle:
     def close(self) -> None:
         """Let go of both pipes. Closing the lifeline is what a dying caller does."""
         if self.lifeline is not None:
-            with _lifelines_lock:
-                _open_lifelines.discard(self.lifeline)
-            with contextlib.suppress(OSError):
-                os.close(self.lifeline)
+            release_lifeline(self.lifeline)
             self.lifeline = None
         self.status.close()
+
+
+class StatusReader:
+    """The caller's end of the status pipe, read without blocking.
+
+    The descriptor is switched to non-blocking mode, so :meth:`read_available`
+    returns at once with whatever whole lines have arrived; the caller decides
+    how to wait for more (``poll()``, or an event loop's ``add_reader``).
+    """
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self.fd = fd
+        self.at_eof = False
+        self._partial = b""
+
+    def read_available(self) -> list[dict[str, object]]:
+        """Return the messages that arrived since the last call; set :attr:`at_eof` at the end."""
+        while not self.at_eof:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                self.at_eof = True
+            self._partial += chunk
+        *lines, self._partial = self._partial.split(b"\n")
+        # A line cut short by the end of the pipe is a supervisor that died mid-write.
+        return [decode(line) for line in lines if line.strip()]
+
+    def close(self) -> None:
+        """Close the descriptor (once the run is over)."""
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
 
 
 def _int(value: object) -> int | None:
@@ -140,18 +229,33 @@ def _fd_of(stream: int | IO[bytes] | IO[str] | None, default: int) -> int:
     return stream.fileno()
 
 
-def start_supervisor(
+@dataclass
+class Spawned:
+    """A supervisor spawned but not heard from yet: the caller's ends of its pipes.
+
+    ``spec_fd`` is the write end of the spec pipe, with ``spec_data`` still to
+    be written to it (:func:`send_spec`); ``intermediate`` is the short-lived
+    interpreter that forks the supervisor and exits, to be reaped by the caller.
+    """
+
+    lifeline: int
+    status: int
+    spec_fd: int
+    spec_data: bytes
+    intermediate: subprocess.Popen[bytes]
+
+
+def spawn_supervisor(
     spec: RunSpec,
     *,
     stdin: int | IO[bytes] | IO[str] | None = None,
     stdout: int | IO[bytes] | IO[str] | None = None,
     stderr: int | IO[bytes] | IO[str] | None = None,
-) -> SupervisorHandle:
-    """Start a detached supervisor for ``spec``; return once it reported the launch.
+) -> Spawned:
+    """Spawn the interpreter that becomes ``spec``'s supervisor; do not wait for it.
 
-    The command gets the caller's stdin, stdout and stderr unless others are
-    given. After this returns, ``handle.finished`` is set already if the
-    command could not be started (``reason: launch_failed``).
+    Blocks only for the spawn itself (a ``vfork`` and an ``exec``, about a
+    millisecond), as :func:`asyncio.create_subprocess_exec` does.
     """
     lifeline_r, lifeline_w = os.pipe()
     with _lifelines_lock:
@@ -175,21 +279,52 @@ def start_supervisor(
             start_new_session=True,
         )
     except OSError as error:
-        for fd in (*passed, spec_w, status_r, lifeline_w):
+        for fd in (*passed, spec_w, status_r):
             os.close(fd)
-        with _lifelines_lock:
-            _open_lifelines.discard(lifeline_w)
+        release_lifeline(lifeline_w)
         raise LaunchError(f"cannot start the supervisor: {error}", errno=error.errno) from None
     for fd in passed:
         os.close(fd)
-    handle = SupervisorHandle(lifeline=lifeline_w, status=os.fdopen(status_r, "rb"))
+    return Spawned(
+        lifeline=lifeline_w,
+        status=status_r,
+        spec_fd=spec_w,
+        spec_data=spec.to_json(),
+        intermediate=intermediate,
+    )
+
+
+def send_spec(spawned: Spawned) -> None:
+    """Write the spec and close its pipe, blocking if the pipe is full.
+
+    A supervisor that died before reading is not an error here: the caller
+    sees it as a status pipe that ends without ``started``.
+    """
     try:
-        with os.fdopen(spec_w, "wb") as spec_pipe:
-            spec_pipe.write(spec.to_json())
+        with os.fdopen(spawned.spec_fd, "wb") as spec_pipe:
+            spec_pipe.write(spawned.spec_data)
     except OSError:
-        pass  # The supervisor died before reading: reported below as no "started".
+        pass
+
+
+def start_supervisor(
+    spec: RunSpec,
+    *,
+    stdin: int | IO[bytes] | IO[str] | None = None,
+    stdout: int | IO[bytes] | IO[str] | None = None,
+    stderr: int | IO[bytes] | IO[str] | None = None,
+) -> SupervisorHandle:
+    """Start a detached supervisor for ``spec``; return once it reported the launch.
+
+    The command gets the caller's stdin, stdout and stderr unless others are
+    given. After this returns, ``handle.finished`` is set already if the
+    command could not be started (``reason: launch_failed``).
+    """
+    spawned = spawn_supervisor(spec, stdin=stdin, stdout=stdout, stderr=stderr)
+    handle = SupervisorHandle(lifeline=spawned.lifeline, status=os.fdopen(spawned.status, "rb"))
+    send_spec(spawned)
     first = handle.read_message()
-    intermediate.wait()
+    spawned.intermediate.wait()
     if first is None or first.get("event") not in (STARTED, FINISHED):
         handle.close()
         raise LaunchError("the supervisor exited before starting the command")

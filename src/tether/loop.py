@@ -26,6 +26,7 @@ meantime waits, level-triggered, in the file descriptors above.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import selectors
 import signal
@@ -149,6 +150,7 @@ class _Run:
         now = time.monotonic()
         self.started_monotonic = min(spec.asked_at, now)
         self.started_at = datetime.now(UTC) - timedelta(seconds=now - self.started_monotonic)
+        self.finished_at = self.started_at
 
     # -- launch ---------------------------------------------------------------
 
@@ -189,26 +191,33 @@ class _Run:
             self.on_message(f"cannot write the event log: {error.strerror or error}")
             return
         tree = self.tree
+        # Both lines say what the run was for, so that a log whose record is
+        # missing can still be matched to its run; ``started_mono`` is when the
+        # caller asked (the record's start), the line's own ``mono`` the launch.
+        policy: dict[str, object] = {
+            "label": self.spec.label,
+            "deadline_seconds": self.spec.deadline_seconds,
+            "grace_seconds": self.spec.grace_seconds,
+            "started_mono": self.started_monotonic,
+            "supervisor_pid": os.getpid(),
+        }
         if isinstance(launched, Launched) and tree is not None:
             self.log.emit(
                 "launched",
                 mono=launched.now,
-                supervisor_pid=os.getpid(),
                 pid=tree.leader,
                 pgid=tree.pgid,
                 containment=tree.containment,
-                deadline_seconds=self.spec.deadline_seconds,
-                grace_seconds=self.spec.grace_seconds,
-                label=self.spec.label,
+                **policy,
             )
         elif isinstance(launched, LaunchFailed):
             self.log.emit(
                 "launch_failed",
                 mono=launched.now,
-                supervisor_pid=os.getpid(),
                 errno=launched.errno,
                 error=launched.message,
                 stage=launched.stage,
+                **policy,
             )
 
     def run(self, first: Event) -> int:
@@ -231,7 +240,10 @@ class _Run:
             self.selector.register(self.lifeline, selectors.EVENT_READ, "lifeline")
         if self.tree is not None:
             self.selector.register(self.tree.pidfd, selectors.EVENT_READ, "exit")
-        self._feed(first)
+        # The launch happened before the imports above; the core must see the
+        # time it is now, or a grace would be counted from a moment long past
+        # and SIGKILL would come early in real time.
+        self._feed(dataclasses.replace(first, now=time.monotonic()))
         while not self._recorded():
             deadline = machine.next_deadline
             timeout = None if deadline is None else _wait_bound(deadline - time.monotonic())
@@ -328,24 +340,26 @@ class _Run:
             effects=[_describe(effect) for effect in effects],
         )
         for effect in effects:
-            self._carry_out(effect)
+            self._carry_out(effect, event.now)
 
     # -- effects --------------------------------------------------------------
 
-    def _carry_out(self, effect: Effect) -> None:
+    def _carry_out(self, effect: Effect, now: float) -> None:
         if isinstance(effect, SignalTree):
-            self._signal(effect)
+            self._signal(effect, now)
         elif isinstance(effect, WriteRecord):
             self._finish(effect.verdict)
         else:
             self._exit(effect)
 
-    def _signal(self, effect: SignalTree) -> None:
+    def _signal(self, effect: SignalTree, now: float) -> None:
         tree = self.tree
         assert tree is not None
         number = getattr(signal, effect.signal)
+        # Stamped with the time the core decided at (microseconds before the
+        # group has it): the grace in the record is the grace the core kept.
+        at = now - self.started_monotonic
         reached = tree.signal(number)
-        at = time.monotonic() - self.started_monotonic
         self.signals.append(
             SignalSent(signal=effect.signal, at_seconds=round(at, 6), processes=reached)
         )
@@ -354,6 +368,7 @@ class _Run:
         self.status.send("signal", signal=effect.signal, processes=reached)
 
     def _finish(self, verdict: Verdict) -> None:
+        self.finished_at = datetime.now(UTC)
         tree = self.tree
         returncode, usage = verdict.returncode, None
         if tree is not None:
@@ -392,7 +407,7 @@ class _Run:
         path = self.spec.record_path
         if path is None:
             return
-        document = build_document(verdict, facts, finished_at=datetime.now(UTC))
+        document = build_document(verdict, facts, finished_at=self.finished_at)
         document["eval_exit_code"] = returncode
         if self.redactor is not None:
             redacted = self.redactor.redact(document)
@@ -421,7 +436,11 @@ class _Run:
             returncode=self.returncode,
             record=self.spec.record_path,
             message=self.message,
+            errno=verdict.launch_errno,
             escalated_to_sigkill=verdict.escalated_to_sigkill,
+            started_at=self.started_at.isoformat(),
+            finished_at=self.finished_at.isoformat(),
+            elapsed_seconds=round(verdict.finished_at - self.started_monotonic, 3),
         )
 
 

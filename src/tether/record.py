@@ -499,14 +499,15 @@ def _grace(value: float) -> float | None:
 def _launch_error(verdict: Verdict) -> dict[str, object] | None:
     """Return the launch error's errno, its symbolic name and a message, or ``None``.
 
-    If the message is Python's ``str(OSError)`` (``[Errno 2] ...: 'argv0'``),
-    it is replaced by the bare ``strerror``: that form quotes the command's
-    file name, and the record must not hold argv.
+    Where the errno is known, the message is the bare ``strerror``: the
+    supervisor's own message quotes the command's file name (``failed to run
+    command 'x'``), and the record must not hold argv. The event log keeps the
+    full message, redacted, for the operator.
     """
     number, message = verdict.launch_errno, verdict.launch_error
     if number is None and message is None:
         return None
-    if number is not None and (message is None or message.startswith(f"[Errno {number}]")):
+    if number is not None:
         message = os.strerror(number)
     return {
         "errno": number,

@@ -14,6 +14,17 @@ the supervisor is single-threaded. It is only a backstop: it reaches the
 command's leader, not its descendants, and only when the supervisor is
 SIGKILLed; everything else is the supervisor's job.
 
+Where a writable cgroup v2 hierarchy allows it, the command also gets a cgroup
+of its own (:mod:`tether._linux.cgroup`), which it joins itself in the same
+``preexec_fn``, before exec, so that nothing it starts is ever born outside
+it. The environment variable ``TETHER_CONTAINMENT`` chooses: ``auto`` (the
+default) uses a cgroup where one can be made and the sweep otherwise,
+silently; ``sweep`` never makes a cgroup; ``cgroup`` insists, and a run for
+which none can be made fails to launch (125) and says why. Which one the
+command really got is read back from its ``/proc/<pid>/cgroup`` once it
+runs: the join can still fail in the child (``EBUSY``, a cgroup removed
+meanwhile), and under ``auto`` that failure must only mean "sweep".
+
 A failure to start is reported with the errno and with *where* it failed:
 ``exec`` when the program cannot be executed (127 for not found, 126
 otherwise, as ``timeout`` says) and ``setup`` when tether could not prepare
@@ -26,24 +37,42 @@ import os
 import signal
 import subprocess
 from dataclasses import dataclass
-from typing import IO, Literal
+from typing import IO, Final, Literal
 
+from tether._linux.cgroup import CgroupUnavailable, RunCgroup
 from tether._linux.prctl import set_parent_death_signal
 from tether.spec import RunSpec
 
-__all__ = ["Command", "LaunchFailure", "start_command"]
+__all__ = [
+    "CONTAINMENT_SETTINGS",
+    "CONTAINMENT_VARIABLE",
+    "Command",
+    "LaunchFailure",
+    "start_command",
+]
+
+#: The environment variable (read by the supervisor) that chooses the containment.
+CONTAINMENT_VARIABLE: Final = "TETHER_CONTAINMENT"
+
+#: Its accepted values; unset or empty means ``auto``.
+CONTAINMENT_SETTINGS: Final = ("auto", "sweep", "cgroup")
 
 _Stdio = int | IO[bytes] | None
 
 
 @dataclass(frozen=True, slots=True)
 class Command:
-    """A started command: its pid (also its process group id) and a pidfd on it."""
+    """A started command: its pid (also its process group id), a pidfd on it, its cgroup.
+
+    ``cgroup`` is ``None`` when the command runs without a cgroup of its own
+    (the sweep is then the only containment).
+    """
 
     pid: int
     pgid: int
     pidfd: int
     popen: subprocess.Popen[bytes]
+    cgroup: RunCgroup | None = None
 
 
 class LaunchFailure(Exception):
@@ -56,15 +85,51 @@ class LaunchFailure(Exception):
         self.stage: Literal["exec", "setup"] = stage
 
 
-def _backstop(supervisor: int) -> None:
+def _prepare_child(supervisor: int, cgroup: RunCgroup | None, *, required: bool) -> None:
+    """Run in the child between fork and exec: the parent-death backstop, then the cgroup."""
     set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != supervisor:
         os.kill(os.getpid(), signal.SIGKILL)
+    if cgroup is not None:
+        try:
+            cgroup.join()
+        except OSError:
+            if required:
+                raise
+
+
+def containment_setting() -> str:
+    """Return ``TETHER_CONTAINMENT`` (``auto`` if unset); raise :class:`LaunchFailure` if bad."""
+    value = os.environ.get(CONTAINMENT_VARIABLE, "") or "auto"
+    if value not in CONTAINMENT_SETTINGS:
+        raise LaunchFailure(
+            None,
+            f"{CONTAINMENT_VARIABLE} must be one of {', '.join(CONTAINMENT_SETTINGS)}, "
+            f"not {value!r}",
+            "setup",
+        )
+    return value
+
+
+def _make_cgroup(setting: str) -> RunCgroup | None:
+    if setting == "sweep":
+        return None
+    try:
+        return RunCgroup.create()
+    except CgroupUnavailable as why:
+        if setting == "cgroup":
+            raise LaunchFailure(
+                None, f"{CONTAINMENT_VARIABLE}=cgroup, but no cgroup can be made: {why}", "setup"
+            ) from None
+        return None
 
 
 def start_command(spec: RunSpec, *, stdin: _Stdio, stdout: _Stdio, stderr: _Stdio) -> Command:
     """Start ``spec.argv``; raise :class:`LaunchFailure` if it cannot be started."""
     supervisor = os.getpid()
+    setting = containment_setting()
+    cgroup = _make_cgroup(setting)
+    required = setting == "cgroup"
     try:
         popen = subprocess.Popen(
             spec.argv,
@@ -76,19 +141,52 @@ def start_command(spec: RunSpec, *, stdin: _Stdio, stdout: _Stdio, stderr: _Stdi
             umask=-1 if spec.umask is None else spec.umask,
             process_group=0,
             close_fds=True,
-            preexec_fn=lambda: _backstop(supervisor),  # noqa: PLW1509 - single-threaded
+            preexec_fn=lambda: _prepare_child(supervisor, cgroup, required=required),  # noqa: PLW1509 - single-threaded
         )
     except OSError as error:
+        _discard(cgroup)
         raise _launch_failure(spec, error) from None
     except (ValueError, TypeError, subprocess.SubprocessError) as error:
+        _discard(cgroup)
+        if required and isinstance(error, subprocess.SubprocessError):
+            message = f"{CONTAINMENT_VARIABLE}=cgroup, but the command could not join its cgroup"
+            raise LaunchFailure(None, message, "setup") from None
         raise LaunchFailure(None, f"cannot start {spec.argv[0]!r}: {error}", "setup") from None
     try:
         pidfd = os.pidfd_open(popen.pid)
     except OSError:
         os.kill(popen.pid, signal.SIGKILL)
         popen.wait()
+        _discard(cgroup)
         raise
-    return Command(pid=popen.pid, pgid=popen.pid, pidfd=pidfd, popen=popen)
+    return Command(
+        pid=popen.pid,
+        pgid=popen.pid,
+        pidfd=pidfd,
+        popen=popen,
+        cgroup=_joined(cgroup, popen.pid),
+    )
+
+
+def _joined(cgroup: RunCgroup | None, pid: int) -> RunCgroup | None:
+    """Return ``cgroup`` if the command is contained by it, ``None`` (and remove it) if not.
+
+    The leader's ``/proc/<pid>/cgroup`` still names its cgroup once it is a
+    zombie, so a command that already exited is judged right too. A cgroup
+    the leader is not in but that is not empty either (the leader moved
+    itself out after starting children) is kept: it contains something.
+    """
+    if cgroup is None:
+        return None
+    cgroup.close_join()
+    if cgroup.holds(pid) or not cgroup.discard():
+        return cgroup
+    return None
+
+
+def _discard(cgroup: RunCgroup | None) -> None:
+    if cgroup is not None:
+        cgroup.discard()
 
 
 def _launch_failure(spec: RunSpec, error: OSError) -> LaunchFailure:

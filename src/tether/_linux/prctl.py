@@ -32,9 +32,9 @@ def _prctl(option: int, value: int) -> None:
         raise OSError(number, os.strerror(number))
 
 
-def set_child_subreaper() -> None:
-    """Make the calling process the reaper of its orphaned descendants."""
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+def set_child_subreaper(enabled: bool = True) -> None:
+    """Make the calling process the reaper of its orphaned descendants (or stop being it)."""
+    _prctl(_PR_SET_CHILD_SUBREAPER, int(enabled))
 
 
 def set_parent_death_signal(signal_number: int) -> None:

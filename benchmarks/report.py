@@ -1,0 +1,335 @@
+"""From raw samples to what a person reads: the machine, the tables, the targets.
+
+Everything here works on the JSON document the run writes (``results``), not
+on live objects, so the tables and the plot can be made again from a saved
+run (``python -m benchmarks --from-json FILE --update-doc``) without running
+anything. The tables are Markdown, which also reads well in a terminal, and
+``--update-doc`` pastes them into ``docs/performance.md`` between marker
+comments, so a re-run on a quiet machine refreshes the numbers and leaves the
+prose alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.plot import Panel, Row, render_svg
+from benchmarks.stats import format_ms, format_ratio, ratio, summarize
+
+__all__ = ["LATENCY", "Target", "describe_machine", "markdown", "plot", "update_doc"]
+
+MIB = 1024.0
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One latency measure: its key in the results, its title, and its target in ms."""
+
+    key: str
+    title: str
+    median_ms: float | None
+    max_ms: float | None = None
+    reference: str = "timeout"
+
+
+LATENCY = (
+    Target("caller_death", "1. caller SIGKILLed → command gets SIGTERM", 1.0),
+    Target("overshoot", "2. deadline overshoot (SIGTERM - asked - deadline)", 3.0, 10.0),
+    Target(
+        "teardown", "3. teardown: command exits on SIGTERM → supervisor gone, record durable", 5.0
+    ),
+    Target("escalation", "4. escalation: supervisor gone - end of grace", 2.0),
+    Target("spawn", "5. spawn → command running", 30.0, reference="bare"),
+    Target("true", "5. `true`: whole-run wall time", None, reference="true"),
+)
+
+#: `true` may cost this much over a bare `true` (ms).
+TRUE_OVERHEAD_MS = 100.0
+RSS_TARGET_MIB = 15.0
+SCALE_TARGET_MS = 1000.0
+
+
+def _run(argv: list[str]) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        return ""
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _mount_of(path: Path) -> str:
+    best, found = "", "unknown"
+    try:
+        for line in Path("/proc/mounts").read_text().splitlines():
+            _, point, kind, *_ = line.split()
+            if str(path).startswith(point) and len(point) > len(best):
+                best, found = point, f"{kind} on {point}"
+    except OSError:
+        pass
+    return found
+
+
+def describe_machine(workdir: Path) -> dict[str, str]:
+    """What the numbers were measured on."""
+    memory = ""
+    with contextlib.suppress(OSError, IndexError):
+        memory = Path("/proc/meminfo").read_text().splitlines()[0].split(":")[1].strip()
+    from tether._version import __version__
+
+    return {
+        "cpus": str(os.cpu_count()),
+        "cpu_model": _cpu_model(),
+        "memory": memory,
+        "kernel": platform.release(),
+        "python": sys.version.split()[0] + f" ({sys.executable})",
+        "timeout": _run(["timeout", "--version"]).splitlines()[0]
+        if _run(["timeout", "--version"])
+        else "",
+        "tether": __version__,
+        "records_on": _mount_of(workdir),
+        "load_average_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
+
+
+# -- tables -------------------------------------------------------------------------------
+
+
+def _median(series: Mapping[str, Any]) -> float | None:
+    samples = series.get("samples_ms") or []
+    return summarize(samples).median if samples else None
+
+
+def _never_text(never: Mapping[str, Any]) -> str:
+    return (
+        f"never (∞): {never['alive']:.0f} of {never['trials']:.0f} commands still running "
+        f"{never['after_s']:g} s after the caller's death"
+    )
+
+
+def _latency_rows(target: Target, results: Mapping[str, Any]) -> list[str]:
+    measure = results["latency"].get(target.key) or {}
+    reference = _median(measure.get(target.reference, {}))
+    bare = _median(measure.get("true", {})) if target.key == "true" else None
+    rows = []
+    for contender, series in measure.items():
+        samples = series["samples_ms"]
+        never = series.get("never")
+        if never and not samples:
+            rows.append(
+                f"| {target.title} | {contender} | {never['trials']:.0f} | {_never_text(never)} "
+                f"| | | | {_target_text(target)} | |"
+            )
+            continue
+        if not samples:
+            rows.append(f"| {target.title} | {contender} | 0 | no samples | | | | | |")
+            continue
+        summary = summarize(samples)
+        shown = format_ratio(ratio(summary.median, reference)) if reference is not None else "—"
+        overhead = "" if bare is None else f" (+{format_ms(summary.median - bare)})"
+        met = _met(target, contender, summary.median, summary.maximum, bare)
+        failures = f" ({len(series['failures'])} failed)" if series["failures"] else ""
+        rows.append(
+            f"| {target.title} | {contender}{failures} | {summary.n} "
+            f"| {format_ms(summary.median)}{overhead} | {format_ms(summary.p90)} "
+            f"| {format_ms(summary.maximum)} | {shown} | {_target_text(target)} | {met} |"
+        )
+    return rows
+
+
+def _target_text(target: Target) -> str:
+    if target.key == "true":
+        return f"≤ +{TRUE_OVERHEAD_MS:g} over `true`"
+    text = f"≤ {target.median_ms:g}" if target.median_ms is not None else "—"
+    if target.max_ms is not None:
+        text += f", max ≤ {target.max_ms:g}"
+    return text
+
+
+def _met(target: Target, contender: str, median: float, maximum: float, bare: float | None) -> str:
+    if not contender.startswith(("tether", "seed")):
+        return ""
+    if target.key == "true":
+        ok = bare is not None and median - bare <= TRUE_OVERHEAD_MS
+    else:
+        ok = target.median_ms is None or median <= target.median_ms
+        if target.max_ms is not None:
+            ok = ok and maximum <= target.max_ms
+    return "**yes**" if ok else "**no**"
+
+
+def _idle_rows(results: Mapping[str, Any]) -> list[str]:
+    rows = []
+    for item in results.get("idle", []):
+        delta, memory = item["delta"], item["memory_kib"]
+        cpu_ms = delta["cpu_ns"] / 1e6
+        tether = item["role"].startswith(("tether", "seed")) and "caller" not in item["role"]
+        idle_ok = delta["voluntary_ctxt_switches"] == 0 and delta["cpu_ticks"] == 0
+        rss_ok = memory.get("VmHWM", 0) / MIB <= RSS_TARGET_MIB
+        rows.append(
+            f"| {item['role']} | {item['window_s']:g} s | {cpu_ms:.3f} | {delta['cpu_ticks']} "
+            f"| {delta['voluntary_ctxt_switches']} | {delta['nonvoluntary_ctxt_switches']} "
+            f"| {('**yes**' if idle_ok else '**no**') if tether else ''} "
+            f"| {memory.get('VmHWM', 0) / MIB:.1f} | {memory.get('VmRSS', 0) / MIB:.1f} "
+            f"| {memory.get('Pss', 0) / MIB:.1f} | {memory.get('Pss_Anon', 0) / MIB:.1f} "
+            f"| {('**yes**' if rss_ok else '**no**') if tether else ''} |"
+        )
+    return rows
+
+
+def _scale_rows(results: Mapping[str, Any]) -> list[str]:
+    rows = []
+    for item in results.get("scale", []):
+        memory = item.get("supervisor_memory_kib", {})
+        mem = f"{memory.get('Pss', 0) / MIB:.0f} | {memory.get('VmRSS', 0) / MIB:.0f}"
+        if "never" in item:
+            never = item["never"]
+            rows.append(
+                f"| {item['door']} | {item['tethers']} | {item.get('callers', '')} | never (∞): "
+                f"{never['alive']} of {item['tethers']} commands still running "
+                f"{never['after_s']:g} s later | | | | — | {mem} | |"
+            )
+            continue
+        last = item.get("last_command_gone_ms")
+        ok = (
+            last is not None
+            and last <= SCALE_TARGET_MS
+            and item.get("records") == item["tethers"]
+            and item.get("commands_gone") == item["tethers"]
+        )
+        rows.append(
+            f"| {item['door']} | {item['tethers']} | {item.get('callers', '')} "
+            f"| {format_ms(item.get('last_caller_gone_ms'))} "
+            f"| {format_ms(last)} | {format_ms(item.get('median_command_gone_ms'))} "
+            f"| {format_ms(item.get('last_supervisor_gone_ms'))} "
+            f"| {item.get('records', 0)} of {item['tethers']} "
+            f"({item.get('records_parent_lost', 0)} parent_lost) "
+            f"| {mem} | {'**yes**' if ok else '**no**'} |"
+        )
+    return rows
+
+
+def markdown(results: Mapping[str, Any]) -> str:
+    """The results as Markdown tables, with the run's conditions."""
+    meta = results["meta"]
+    lines = [
+        f"Run: {meta['mode']} mode, {meta['date']}, {meta['duration_s']:.0f} s; "
+        f"load average {meta['machine']['load_average_at_start']} at the start, "
+        f"{meta.get('load_average_at_end', '?')} at the end.",
+        "",
+        "**Latencies** (milliseconds; ratio = median over the reference's median: "
+        "`timeout`, a bare command for spawn, a bare `true` for `true`)",
+        "",
+        "| measure | contender | n | median | p90 | max | ratio | target | met |",
+        "|---|---|--:|--:|--:|--:|--:|---|---|",
+    ]
+    for target in LATENCY:
+        lines += _latency_rows(target, results)
+    lines += [
+        "",
+        "**Idle and memory** (6 and 7: one idle window, all contenders side by side; CPU from "
+        "`/proc/PID/schedstat` and in ticks of utime+stime; switches from `/proc/PID/status`; "
+        "memory in MiB: peak RSS = VmHWM, PSS from `smaps_rollup`)",
+        "",
+        "| process | window | CPU ms | CPU ticks | voluntary switches | involuntary | idle met "
+        "| peak RSS | RSS | PSS | PSS anon | ≤ 15 MiB |",
+        "|---|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|---|",
+        *_idle_rows(results),
+        "",
+        "**Scale** (8: every caller SIGKILLed by one `killpg`; times in ms from the kill "
+        "(a caller is gone when its pidfd is readable, after the kernel tore it down); "
+        "memory = sum over the supervisors, MiB, measured before the kill)",
+        "",
+        "| contender | tethers | callers | last caller gone | last command gone "
+        "| median command gone "
+        "| last supervisor gone | records | supervisors' PSS | supervisors' RSS "
+        "| ≤ 1 s, all records |",
+        "|---|--:|---|--:|--:|--:|--:|---|--:|--:|---|",
+        *_scale_rows(results),
+    ]
+    failures = [
+        f"- {key} / {contender}: {', '.join(series['failures'][:5])}"
+        for key, measure in results["latency"].items()
+        for contender, series in measure.items()
+        if series["failures"]
+    ]
+    if failures:
+        lines += ["", "Failed trials:", *failures]
+    return "\n".join(lines) + "\n"
+
+
+def machine_markdown(results: Mapping[str, Any]) -> str:
+    """The machine the run was measured on, as a short list."""
+    machine = results["meta"]["machine"]
+    return (
+        "\n".join(
+            [
+                f"- CPU: {machine['cpus']} x {machine['cpu_model']}; memory {machine['memory']}",
+                f"- kernel {machine['kernel']}; Python {machine['python']}",
+                f"- {machine['timeout']}; tether {machine['tether']}",
+                f"- records written to {machine['records_on']}",
+            ]
+        )
+        + "\n"
+    )
+
+
+# -- plot and doc ---------------------------------------------------------------------------
+
+
+def plot(results: Mapping[str, Any]) -> str:
+    """The latency distributions as one SVG figure."""
+    panels = []
+    for target in LATENCY:
+        measure = results["latency"].get(target.key) or {}
+        rows = []
+        for contender, series in measure.items():
+            never = series.get("never")
+            text = _never_text(never) if never and not series["samples_ms"] else None
+            rows.append(Row(contender, series["samples_ms"], text))
+        limit = target.median_ms
+        if target.key == "true" and "true" in measure and measure["true"]["samples_ms"]:
+            limit = summarize(measure["true"]["samples_ms"]).median + TRUE_OVERHEAD_MS
+        panels.append(Panel(target.title, rows, limit))
+    meta = results["meta"]
+    machine = meta["machine"]
+    notes = {
+        "machine": f"{machine['cpus']} x {machine['cpu_model']}, Linux {machine['kernel']}, "
+        f"Python {machine['python'].split()[0]}",
+        "run": f"{meta['mode']} mode, {meta['date']}",
+    }
+    return render_svg("tether vs GNU timeout: latency distributions", panels, notes)
+
+
+def _replace_between(text: str, name: str, content: str) -> str:
+    begin, end = f"<!-- bench:{name}:begin -->", f"<!-- bench:{name}:end -->"
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
+    if not pattern.search(text):
+        raise ValueError(f"docs/performance.md has no {begin} ... {end} markers")
+    replacement = f"{begin}\n{content}{end}"
+    return pattern.sub(lambda _match: replacement, text)
+
+
+def update_doc(doc: Path, results: Mapping[str, Any], write: Callable[[Path, str], None]) -> None:
+    """Put the machine description and the tables between their markers in ``doc``."""
+    text = doc.read_text()
+    text = _replace_between(text, "machine", machine_markdown(results))
+    text = _replace_between(text, "results", markdown(results))
+    write(doc, text)

@@ -1,0 +1,303 @@
+"""cgroup v2: a fresh cgroup for one run, emptied with ``cgroup.kill``.
+
+A process can leave its process group and its session, and a double fork
+takes it out of its parent's care, but it cannot leave its cgroup without
+write access to another cgroup's ``cgroup.procs``. So where the supervisor
+may create a cgroup of its own, putting the command in one is the strongest
+containment Linux offers: everything the command starts is born inside it,
+``cgroup.procs`` lists what is still running, and writing ``1`` to
+``cgroup.kill`` (Linux 5.14) SIGKILLs all of it in one step, including
+processes forked while the kill is under way and processes the supervisor
+cannot see or could not signal itself (a descendant that switched to another
+uid, one in a PID namespace the supervisor's ``/proc`` does not show).
+
+Nothing here is assumed. The supervisor's own cgroup comes from
+``/proc/self/cgroup`` (the ``0::`` line, cgroup v2 only), the directory that
+holds it from ``/proc/self/mountinfo`` (every ``cgroup2`` mount whose root
+covers that path), and a candidate directory is believed only if its
+``cgroup.procs`` lists the supervisor itself. The run's cgroup is created
+*below* that one, named ``tether-<supervisor pid>-<random>``; creating it,
+finding ``cgroup.kill`` in it and opening its ``cgroup.procs`` must all
+succeed, or :class:`CgroupUnavailable` says why and the caller falls back to
+the sweep. The command joins the cgroup itself, between fork and exec, by
+writing ``0`` to the ``cgroup.procs`` descriptor it inherited
+(:meth:`RunCgroup.join`): it runs nothing of its own outside the cgroup, and
+no child it starts can be born outside it. That write is the only step that
+can still fail late (``EBUSY`` from the no-internal-process rule, a cgroup
+removed under our feet); the supervisor then looks at the leader's
+``/proc/<pid>/cgroup`` to learn which containment it really got.
+
+Removal is ``rmdir``, bottom-up through any cgroups the command created below
+its own, once nothing is running in them (a zombie does not count: the
+kernel takes a task out of the cgroup when it exits, before it is reaped). A
+supervisor that was SIGKILLed cannot remove its cgroup; the next supervisor
+that creates one beside it removes stale ones whose creator is gone and which
+are empty (:func:`remove_stale`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import select
+import time
+from typing import Final
+
+__all__ = [
+    "CgroupUnavailable",
+    "RunCgroup",
+    "cgroup_of",
+    "own_cgroup",
+    "remove_stale",
+]
+
+#: The name of every cgroup tether creates: ``tether-<creator pid>-<8 hex digits>``.
+_NAME: Final = re.compile(r"tether-(\d+)-[0-9a-f]{8}")
+
+#: How many stale cgroups one supervisor tries to remove, at most.
+_STALE_BOUND: Final = 32
+
+
+class CgroupUnavailable(Exception):
+    """No cgroup of the run's own could be made here; the message says why."""
+
+
+def _unescape(field: str) -> str:
+    """Undo mountinfo's octal escapes (``\\040`` for a space, and so on)."""
+    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), field)
+
+
+def _cgroup2_mounts() -> list[tuple[str, str]]:
+    """Return ``(root, mount point)`` of every cgroup v2 mount this process can see."""
+    mounts: list[tuple[str, str]] = []
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:
+            for line in info:
+                before, _, after = line.partition(" - ")
+                fields = before.split()
+                if after.split()[:1] == ["cgroup2"] and len(fields) >= 5:
+                    mounts.append((_unescape(fields[3]), _unescape(fields[4])))
+    except OSError:
+        pass
+    return mounts
+
+
+def cgroup_of(pid: int | str) -> str | None:
+    """Return the cgroup v2 path of ``pid`` (``/`` for the root), ``None`` if it has none."""
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="surrogateescape") as lines:
+            for line in lines:
+                if line.startswith("0::"):
+                    return line[3:].rstrip("\n")
+    except OSError:
+        pass
+    return None
+
+
+def _lists(directory: str, pid: int) -> bool:
+    try:
+        with open(os.path.join(directory, "cgroup.procs"), "rb") as procs:
+            return str(pid).encode() in procs.read().split()
+    except OSError:
+        return False
+
+
+def own_cgroup() -> tuple[str, str]:
+    """Return this process's cgroup v2 path and the directory that is that cgroup.
+
+    Raise :class:`CgroupUnavailable` if there is no cgroup v2 hierarchy, or
+    none of its mounts shows this process's cgroup.
+    """
+    path = cgroup_of("self")
+    if path is None:
+        raise CgroupUnavailable("no cgroup v2 hierarchy (no 0:: line in /proc/self/cgroup)")
+    mounts = _cgroup2_mounts()
+    if not mounts:
+        raise CgroupUnavailable("no cgroup2 file system is mounted")
+    me = os.getpid()
+    for root, mount_point in mounts:
+        if root not in ("/", path) and not path.startswith(root + "/"):
+            continue
+        directory = os.path.normpath(mount_point + "/" + path[len(root.rstrip("/")) :])
+        if _lists(directory, me):
+            return path, directory
+    raise CgroupUnavailable(f"no cgroup2 mount shows this process's cgroup {path!r}")
+
+
+def remove_stale(parent: str) -> int:
+    """Remove empty cgroups tether made in ``parent`` whose creator is gone; return how many.
+
+    A populated one is left alone (``rmdir`` refuses it): whatever runs in it
+    belongs to someone, and tether does not kill what it did not start.
+    """
+    removed = 0
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return 0
+    candidates = [name for name in names if (match := _NAME.fullmatch(name))]
+    for name in candidates[:_STALE_BOUND]:
+        match = _NAME.fullmatch(name)
+        assert match is not None
+        if os.path.exists(f"/proc/{match.group(1)}"):
+            continue
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(parent, name))
+            removed += 1
+    return removed
+
+
+class RunCgroup:
+    """The cgroup of one run's command: created empty, joined by the command, removed after."""
+
+    def __init__(self, path: str, directory: str, procs_fd: int) -> None:
+        #: The cgroup's path in the hierarchy, as ``/proc/<pid>/cgroup`` shows it.
+        self.path = path
+        #: Its directory in the cgroup2 mount.
+        self.directory = directory
+        self._procs_fd: int | None = procs_fd
+
+    @classmethod
+    def create(cls) -> RunCgroup:
+        """Create a fresh cgroup below this process's own; raise :class:`CgroupUnavailable`."""
+        own_path, own_directory = own_cgroup()
+        remove_stale(own_directory)
+        name = f"tether-{os.getpid()}-{os.urandom(4).hex()}"
+        directory = os.path.join(own_directory, name)
+        try:
+            os.mkdir(directory, 0o755)
+        except OSError as error:
+            raise CgroupUnavailable(
+                f"cannot create a cgroup in {own_directory}: {_why(error)}"
+            ) from None
+        try:
+            if not os.path.exists(os.path.join(directory, "cgroup.kill")):
+                raise CgroupUnavailable("this kernel has no cgroup.kill (Linux 5.14 or later)")
+            try:
+                fd = os.open(os.path.join(directory, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+            except OSError as error:
+                raise CgroupUnavailable(
+                    f"cannot open {directory}/cgroup.procs: {_why(error)}"
+                ) from None
+        except CgroupUnavailable:
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+            raise
+        path = os.path.join(own_path, name)
+        return cls(path, directory, fd)
+
+    # -- joining --------------------------------------------------------------
+
+    def join(self) -> None:
+        """Move the calling process into this cgroup (run between fork and exec).
+
+        Raise :class:`OSError` if the kernel refuses. Async-signal-safe in
+        spirit: one ``write`` on a descriptor opened before the fork.
+        """
+        if self._procs_fd is None:
+            raise OSError(errno.EBADF, "the cgroup was already joined")
+        os.write(self._procs_fd, b"0")
+
+    def close_join(self) -> None:
+        """Stop offering the cgroup to new processes (the supervisor's copy of the descriptor)."""
+        if self._procs_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._procs_fd)
+            self._procs_fd = None
+
+    def holds(self, pid: int) -> bool:
+        """Whether ``pid`` (alive or a zombie) belongs to this cgroup."""
+        return cgroup_of(pid) == self.path
+
+    # -- looking and killing --------------------------------------------------
+
+    def _directories(self) -> list[str]:
+        """This cgroup's directory and those of the cgroups below it, deepest first."""
+        found: list[str] = []
+        for directory, _subdirectories, _files in os.walk(self.directory, topdown=False):
+            found.append(directory)
+        return found
+
+    def pids(self) -> list[int]:
+        """The processes running in this cgroup and below it (zombies are not listed)."""
+        found: list[int] = []
+        for directory in self._directories():
+            try:
+                with open(os.path.join(directory, "cgroup.procs"), "rb") as procs:
+                    # A process this PID namespace cannot see would be listed as 0.
+                    found.extend(pid for word in procs.read().split() if (pid := int(word)))
+            except OSError:
+                continue
+        return found
+
+    def populated(self) -> bool:
+        """Whether anything still runs in this cgroup or below it."""
+        try:
+            with open(os.path.join(self.directory, "cgroup.events"), "rb") as events:
+                return b"populated 1" in events.read()
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True
+
+    def kill(self) -> bool:
+        """SIGKILL everything in this cgroup and below it; return whether the kernel took it."""
+        try:
+            with open(os.path.join(self.directory, "cgroup.kill"), "wb", buffering=0) as kill:
+                kill.write(b"1")
+        except OSError:
+            return False
+        return True
+
+    # -- removing -------------------------------------------------------------
+
+    def remove(self, *, timeout: float = 1.0) -> bool:
+        """Remove this cgroup (and any below it); return whether it is gone.
+
+        If something still runs in it, it is killed and waited for, at most
+        ``timeout`` seconds, on ``cgroup.events`` (the kernel notifies a
+        change of ``populated``); a process stuck in the kernel can outlast
+        that, and the cgroup is then left in place.
+        """
+        if self.discard():
+            return True
+        self.kill()
+        self._wait_unpopulated(timeout)
+        return self.discard()
+
+    def discard(self) -> bool:
+        """Remove this cgroup if nothing runs in it (nor below it); return whether it is gone."""
+        self.close_join()
+        for directory in self._directories():
+            try:
+                os.rmdir(directory)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return False
+        return True
+
+    def _wait_unpopulated(self, timeout: float) -> None:
+        try:
+            events = os.open(os.path.join(self.directory, "cgroup.events"), os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            poller = select.poll()
+            poller.register(events, select.POLLPRI)
+            end = time.monotonic() + timeout
+            while self.populated():
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    return
+                poller.poll(remaining * 1000)
+                # Re-arm: the notification is edge-triggered on a read of the file.
+                os.pread(events, 4096, 0)
+        finally:
+            os.close(events)
+
+
+def _why(error: OSError) -> str:
+    return error.strerror or str(error)

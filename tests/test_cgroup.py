@@ -1,0 +1,301 @@
+"""The cgroup rung: finding the hierarchy, a run's own cgroup, and every way back to the sweep.
+
+The unit half drives :mod:`tether._linux.cgroup` directly with real
+processes. The other half checks the promise that matters when no cgroup can
+be had: under ``TETHER_CONTAINMENT=auto`` the run falls back to the sweep
+silently and still stops everything; under ``cgroup`` it refuses to start
+the command, with one line saying why; an unknown value is refused too.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import (
+    BOUND,
+    Processes,
+    ReadyPipe,
+    alive,
+    fixture,
+    parent_of,
+    read_json,
+    tether_argv,
+    validate_record,
+    wait_gone,
+)
+from test_containment import cgroup_problem, skip_without_cgroup
+from tether._linux.cgroup import RunCgroup, cgroup_of, own_cgroup, remove_stale
+from tether.spawn import LaunchFailure, start_command
+from tether.spec import RunSpec
+
+
+@pytest.fixture(autouse=True)
+def _needs_cgroup() -> None:
+    skip_without_cgroup()
+
+
+def sleeper_in(cgroup: RunCgroup, processes: Processes) -> subprocess.Popen[bytes]:
+    """A process that joined ``cgroup`` before exec, as the command does."""
+    return processes.start(
+        [sys.executable, "-c", "import signal; signal.pause()"], preexec_fn=cgroup.join
+    )
+
+
+def test_the_own_cgroup_is_found_and_lists_this_process() -> None:
+    path, directory = own_cgroup()
+    assert path == cgroup_of("self")
+    assert str(os.getpid()) in Path(directory, "cgroup.procs").read_text().split()
+
+
+def test_a_run_cgroup_holds_everything_below_it_and_is_removed(processes: Processes) -> None:
+    cgroup = RunCgroup.create()
+    try:
+        assert Path(cgroup.directory).name.startswith(f"tether-{os.getpid()}-")
+        assert Path(cgroup.directory, "cgroup.kill").exists()
+        first = sleeper_in(cgroup, processes)
+        cgroup.close_join()
+        assert cgroup.holds(first.pid)
+        # A cgroup the command makes below its own is still inside the run's.
+        nested = Path(cgroup.directory, "inner")
+        nested.mkdir()
+        second = processes.start([sys.executable, "-c", "import signal; signal.pause()"])
+        (nested / "cgroup.procs").write_text(str(second.pid))
+        assert sorted(cgroup.pids()) == sorted([first.pid, second.pid])
+        assert cgroup.populated()
+        assert cgroup.kill()
+        assert first.wait(timeout=BOUND) == -9
+        assert second.wait(timeout=BOUND) == -9
+        assert not cgroup.populated()
+        assert cgroup.remove()
+        assert not Path(cgroup.directory).exists()
+    finally:
+        cgroup.remove()
+
+
+def test_removing_a_populated_cgroup_kills_what_is_left(processes: Processes) -> None:
+    cgroup = RunCgroup.create()
+    popen = sleeper_in(cgroup, processes)
+    assert cgroup.discard() is False
+    assert cgroup.remove(timeout=BOUND)
+    assert popen.wait(timeout=BOUND) == -9
+    assert not Path(cgroup.directory).exists()
+
+
+def test_a_zombie_does_not_keep_a_cgroup(processes: Processes) -> None:
+    cgroup = RunCgroup.create()
+    popen = processes.start(["true"], preexec_fn=cgroup.join)
+    os.waitid(os.P_PID, popen.pid, os.WEXITED | os.WNOWAIT)
+    # Exited, not reaped: it still says where it was, but the cgroup is empty.
+    assert cgroup.holds(popen.pid)
+    assert cgroup.pids() == []
+    assert cgroup.discard()
+    popen.wait()
+
+
+def test_stale_cgroups_of_dead_supervisors_are_removed_if_empty(processes: Processes) -> None:
+    _path, parent = own_cgroup()
+    gone = processes.start(["true"])
+    gone.wait()
+    stale = Path(parent, f"tether-{gone.pid}-0badcafe")
+    busy = Path(parent, f"tether-{gone.pid}-0badbeef")
+    mine = Path(parent, f"tether-{os.getpid()}-00c0ffee")
+    for directory in (stale, busy, mine):
+        directory.mkdir()
+    squatter = processes.start([sys.executable, "-c", "import signal; signal.pause()"])
+    try:
+        (busy / "cgroup.procs").write_text(str(squatter.pid))
+        remove_stale(parent)
+        assert not stale.exists()
+        assert busy.exists()  # populated: whatever runs there is not ours to kill
+        assert mine.exists()  # its creator is alive
+    finally:
+        squatter.kill()
+        squatter.wait()
+        for directory in (stale, busy, mine):
+            if directory.exists():
+                directory.rmdir()
+
+
+# -- falling back to the sweep -------------------------------------------------
+
+
+def spec_for(argv: list[str]) -> RunSpec:
+    return RunSpec(argv=tuple(argv), deadline_seconds=0, grace_seconds=1, asked_at=0.0)
+
+
+@pytest.fixture
+def vanishing_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every run cgroup disappear between its creation and the command's join."""
+    real_create = RunCgroup.create
+
+    def create() -> RunCgroup:
+        made = real_create()
+        os.rmdir(made.directory)
+        return made
+
+    monkeypatch.setattr(RunCgroup, "create", staticmethod(create))
+
+
+@pytest.mark.usefixtures("vanishing_cgroup")
+def test_a_failed_join_falls_back_to_the_sweep_under_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TETHER_CONTAINMENT", "auto")
+    command = start_command(spec_for(["true"]), stdin=None, stdout=None, stderr=None)
+    try:
+        assert command.cgroup is None
+        assert command.popen.wait(timeout=BOUND) == 0
+    finally:
+        os.close(command.pidfd)
+
+
+@pytest.mark.usefixtures("vanishing_cgroup")
+def test_a_failed_join_refuses_to_start_under_cgroup(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("TETHER_CONTAINMENT", "cgroup")
+    marker = tmp_path / "started"
+    with pytest.raises(LaunchFailure) as failure:
+        start_command(spec_for(["touch", str(marker)]), stdin=None, stdout=None, stderr=None)
+    assert failure.value.stage == "setup"
+    assert "could not join its cgroup" in failure.value.message
+    assert not marker.exists()
+
+
+@pytest.fixture
+def no_room(processes: Processes) -> Iterator[Path]:
+    """A cgroup in which no cgroup may be created (``cgroup.max.descendants`` 0)."""
+    _path, parent = own_cgroup()
+    directory = Path(parent, f"tethertest-{os.urandom(4).hex()}")
+    directory.mkdir()
+    (directory / "cgroup.max.descendants").write_text("0")
+    yield directory
+    for pid in (int(word) for word in (directory / "cgroup.procs").read_text().split()):
+        processes.track(pid)
+        wait_gone(pid)
+    directory.rmdir()
+
+
+def run_inside(directory: Path, argv: list[str]) -> list[str]:
+    """``argv`` run from a shell that first moves itself into the cgroup ``directory``."""
+    return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(directory), *argv]
+
+
+def test_no_room_for_a_cgroup_falls_back_to_the_sweep_silently(
+    no_room: Path, processes: Processes, ready: ReadyPipe, tmp_path: Path
+) -> None:
+    record = tmp_path / "r.json"
+    command = fixture("tree", str(ready.path), "--setsid", "1", "--daemon", "1", "--exit", "0")
+    argv = tether_argv("run", "--record", str(record), "--", *command)
+    caller = processes.start(
+        run_inside(no_room, argv),
+        env={**os.environ, "TETHER_CONTAINMENT": "auto"},
+        stderr=subprocess.PIPE,
+    )
+    pids = ready.ready_pids()
+    processes.track(*pids)
+    supervisor = parent_of(pids[0])
+    assert supervisor is not None
+    processes.track(supervisor)
+    assert cgroup_of(pids[0]) == cgroup_of(supervisor)
+    _out, err = caller.communicate(timeout=BOUND)
+    assert caller.returncode == 0
+    assert err == b""
+    assert wait_gone(supervisor)
+    assert not any(alive(pid) for pid in pids)
+    data = read_json(record)
+    validate_record(data)
+    assert (data["containment"], data["reason"], data["stragglers"]) == ("sweep", "completed", 3)
+
+
+def test_no_room_for_a_cgroup_refuses_to_start_when_cgroup_is_required(
+    no_room: Path, processes: Processes, tmp_path: Path
+) -> None:
+    record = tmp_path / "r.json"
+    marker = tmp_path / "started"
+    argv = tether_argv("run", "--record", str(record), "--", "touch", str(marker))
+    result = subprocess.run(
+        run_inside(no_room, argv),
+        env={**os.environ, "TETHER_CONTAINMENT": "cgroup"},
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        check=False,
+    )
+    assert result.returncode == 125
+    assert "TETHER_CONTAINMENT=cgroup" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not marker.exists()
+    data = read_json(record)
+    validate_record(data)
+    assert data["reason"] == "launch_failed"
+    assert isinstance(data["supervisor_pid"], int)
+    processes.track(data["supervisor_pid"])
+    assert wait_gone(data["supervisor_pid"])
+
+
+def test_an_unknown_containment_is_refused(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    record = tmp_path / "r.json"
+    result = subprocess.run(
+        tether_argv("run", "--record", str(record), "--", "touch", str(marker)),
+        env={**os.environ, "TETHER_CONTAINMENT": "jail"},
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        check=False,
+    )
+    assert result.returncode == 125
+    assert "TETHER_CONTAINMENT must be one of auto, sweep, cgroup" in result.stderr
+    assert not marker.exists()
+    assert read_json(record)["reason"] == "launch_failed"
+
+
+@pytest.mark.parametrize(("setting", "expected"), [("", "cgroup"), ("sweep", "sweep")])
+def test_auto_uses_a_cgroup_where_one_can_be_made(
+    tmp_path: Path, setting: str, expected: str
+) -> None:
+    assert cgroup_problem() is None
+    record = tmp_path / "r.json"
+    result = subprocess.run(
+        tether_argv("run", "--record", str(record), "--", "cat", "/proc/self/cgroup"),
+        env={**os.environ, "TETHER_CONTAINMENT": setting},
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        check=True,
+    )
+    data = read_json(record)
+    assert data["containment"] == expected
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("0::")]
+    inside = Path(line[3:]).name.startswith(f"tether-{data['supervisor_pid']}-")
+    assert inside is (expected == "cgroup")
+    _path, parent = own_cgroup()
+    assert list(Path(parent).glob(f"tether-{data['supervisor_pid']}-*")) == []
+
+
+def test_cgroup_kill_reaches_a_process_its_writer_may_not_signal(processes: Processes) -> None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv(1) to act as another user")
+    cgroup = RunCgroup.create()
+    try:
+        victim = sleeper_in(cgroup, processes)
+        cgroup.close_join()
+        os.chown(Path(cgroup.directory, "cgroup.kill"), 65534, -1)
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+        refused = subprocess.run(
+            [*nobody, "kill", "-KILL", str(victim.pid)], capture_output=True, timeout=BOUND
+        )
+        assert refused.returncode != 0
+        assert b"not permitted" in refused.stderr
+        assert alive(victim.pid)
+        kill_file = str(Path(cgroup.directory, "cgroup.kill"))
+        subprocess.run([*nobody, "sh", "-c", 'echo 1 > "$0"', kill_file], check=True, timeout=BOUND)
+        assert victim.wait(timeout=BOUND) == -9
+    finally:
+        cgroup.remove()

@@ -1,0 +1,123 @@
+"""When the supervisor itself is SIGKILLed, ``tether run`` still leaves evidence and nothing runs.
+
+The detached supervisor is found as the command's parent (the command
+announces itself on a FIFO), then SIGKILLed. The caller, ``tether run``, sees
+the status pipe end without ``finished``: it must exit 125 with one line on
+stderr and write the fallback record (``reason: supervisor_lost``) where the
+record was expected. The command itself dies by its parent-death signal
+(PDEATHSIG), the backstop for exactly this case.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from conftest import (
+    BOUND,
+    Processes,
+    ReadyPipe,
+    fixture,
+    parent_of,
+    read_json,
+    tether_argv,
+    validate_record,
+    wait_gone,
+)
+
+
+def start_and_lose_the_supervisor(
+    processes: Processes, ready: ReadyPipe, tmp_path: Path, *sleeper_options: str
+) -> tuple[subprocess.Popen[bytes], list[int], int, Path]:
+    """Start ``tether run`` on a sleeper, SIGKILL its supervisor; return what is known."""
+    record = tmp_path / "runs" / "lost.json"
+    stderr = (tmp_path / "stderr").open("wb")
+    caller = processes.start(
+        tether_argv(
+            "run", "--name", "doomed", "--record", str(record), "--",
+            *fixture("sleeper", str(ready.path), *sleeper_options),
+        ),
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+    )  # fmt: skip
+    stderr.close()
+    pids = ready.ready_pids()
+    processes.track(*pids)
+    supervisor = parent_of(pids[0])
+    assert supervisor is not None
+    assert supervisor != caller.pid  # detached: the caller is not the command's parent
+    processes.track(supervisor)
+    os.kill(supervisor, signal.SIGKILL)
+    return caller, pids, supervisor, record
+
+
+def test_a_lost_supervisor_leaves_a_fallback_record_and_a_stopped_command(
+    processes: Processes, ready: ReadyPipe, tmp_path: Path
+) -> None:
+    caller, pids, supervisor, record = start_and_lose_the_supervisor(processes, ready, tmp_path)
+    assert caller.wait(timeout=BOUND) == 125
+    message = (tmp_path / "stderr").read_text()
+    assert len(message.splitlines()) == 1, message
+    assert message.startswith("tether: the supervisor was lost")
+    assert str(record) in message
+
+    assert wait_gone(pids[0])  # PDEATHSIG
+    assert wait_gone(supervisor)
+
+    data = read_json(record)
+    validate_record(data)
+    assert data["reason"] == "supervisor_lost"
+    assert data["supervisor_exit_code"] == 125
+    assert (data["supervisor_pid"], data["eval_pid"]) == (supervisor, pids[0])
+    assert data["variant"] == "doomed"
+    assert data["containment"] == "unknown"
+    assert isinstance(data["tether_error"], str)
+
+
+def test_show_and_ls_tell_an_operator_what_is_known(
+    processes: Processes, ready: ReadyPipe, tmp_path: Path
+) -> None:
+    caller, pids, _, record = start_and_lose_the_supervisor(processes, ready, tmp_path)
+    assert caller.wait(timeout=BOUND) == 125
+    assert wait_gone(pids[0])
+    shown = subprocess.run(
+        tether_argv("show", str(record)), capture_output=True, text=True, timeout=BOUND
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "supervisor_lost" in shown.stdout
+    assert f"pid {pids[0]}, fate unknown" in shown.stdout
+    # Whatever the supervisor logged before it died is there; never a record_written line.
+    document = json.loads(
+        subprocess.run(
+            tether_argv("show", "--json", str(record)),
+            capture_output=True,
+            text=True,
+            timeout=BOUND,
+            check=True,
+        ).stdout
+    )
+    assert document["record"] == read_json(record)
+    assert "record_written" not in [event["event"] for event in document["events"]]
+    listed = subprocess.run(
+        tether_argv("ls", "--json", "--reason", "supervisor_lost", str(record.parent)),
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        check=True,
+    )
+    assert [item["record_path"] for item in json.loads(listed.stdout)] == [str(record)]
+
+
+def test_the_commands_children_are_stopped_too(
+    processes: Processes, ready: ReadyPipe, tmp_path: Path
+) -> None:
+    caller, pids, _, _ = start_and_lose_the_supervisor(
+        processes, ready, tmp_path, "--children", "1"
+    )
+    assert caller.wait(timeout=BOUND) == 125
+    assert wait_gone(pids[0])
+    # PDEATHSIG stops only the leader; the caller SIGKILLs the rest of its group.
+    assert wait_gone(pids[1])
