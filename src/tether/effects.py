@@ -12,6 +12,7 @@ import :mod:`signal`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from tether.outcome import Reason
 
 __all__ = ["Effect", "Exit", "SignalName", "SignalTree", "Verdict", "WriteRecord"]
