@@ -525,10 +525,10 @@ class Tether:
         )
 
     def _lost(self) -> Outcome:
-        """The status pipe ended without ``finished``: write the fallback record, say so."""
-        from tether.fallback import LOST_MESSAGE, write_supervisor_lost_record
+        """The status pipe ended without ``finished``: stop the group, write the fallback record."""
+        from tether.fallback import LOST_MESSAGE, after_supervisor_lost
 
-        written = write_supervisor_lost_record(
+        written = after_supervisor_lost(
             self._spec, supervisor_pid=self._supervisor_pid, pid=self._pid, pgid=self._pgid
         )
         expected = self.record_path
