@@ -30,7 +30,6 @@ imported only by the ``async`` functions.
 from __future__ import annotations
 
 import contextlib
-import errno as errno_codes
 import math
 import os
 import select
@@ -39,7 +38,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
@@ -503,8 +502,8 @@ class Tether:
         record = message.get("record")
         record_path = Path(record) if isinstance(record, str) else None
         if message.get("reason") == Reason.LAUNCH_FAILED.value:
-            self._launch_errno = _launch_errno(message, record_path)
-        started_at, finished_at, elapsed = _times(message, record_path)
+            self._launch_errno = _int(message.get("errno"))
+        started_at, finished_at, elapsed = _times(message)
         reason = message.get("reason")
         exit_status = message.get("exit_status")
         text = message.get("message")
@@ -533,7 +532,9 @@ class Tether:
         )
         expected = self.record_path
         record_path = written or (expected if expected and os.path.lexists(expected) else None)
-        started_at, finished_at, elapsed = _times({}, record_path)
+        elapsed = time.monotonic() - self._spec.asked_at
+        finished_at = datetime.now(UTC)
+        started_at = finished_at - timedelta(seconds=elapsed)
         return Outcome(
             reason=Reason.SUPERVISOR_LOST,
             exit_status=TETHER_FAILED,
@@ -593,22 +594,12 @@ def _wait_timeout(timeout: float) -> float:
     return float(timeout)
 
 
-def _times(
-    message: Mapping[str, object], record_path: Path | None
-) -> tuple[datetime | None, datetime | None, float | None]:
-    """The run's start, end and length, from the status line or else from the record."""
-    source: Mapping[str, object] = message
-    if "elapsed_seconds" not in message and record_path is not None:
-        from tether.record import RecordError, read_record
-
-        try:
-            source = read_record(record_path)
-        except RecordError:
-            return None, None, None
-    elapsed = source.get("elapsed_seconds")
+def _times(message: Mapping[str, object]) -> tuple[datetime | None, datetime | None, float | None]:
+    """The run's start, end and length, as the supervisor's ``finished`` line gives them."""
+    elapsed = message.get("elapsed_seconds")
     return (
-        _moment(source.get("started_at")),
-        _moment(source.get("finished_at")),
+        _moment(message.get("started_at")),
+        _moment(message.get("finished_at")),
         float(elapsed) if isinstance(elapsed, int | float) else None,
     )
 
@@ -620,28 +611,6 @@ def _moment(value: object) -> datetime | None:
         return datetime.fromisoformat(value)
     except ValueError:
         return None
-
-
-def _launch_errno(message: Mapping[str, object], record_path: Path | None) -> int | None:
-    """Why the command could not be started, as an errno: from the status line, the record,
-    or (with neither) the ``strerror`` text that ends the supervisor's message."""
-    number = _int(message.get("errno"))
-    if number is not None:
-        return number
-    if record_path is not None:
-        from tether.record import RecordError, read_record
-
-        with contextlib.suppress(RecordError):
-            error = read_record(record_path).get("launch_error")
-            if isinstance(error, dict):
-                return _int(error.get("errno"))
-    text = message.get("message")
-    if isinstance(text, str):
-        detail = text.rsplit(": ", 1)[-1]
-        for code in errno_codes.errorcode:
-            if os.strerror(code) == detail:
-                return code
-    return None
 
 
 # -- preparing a launch -------------------------------------------------------
