@@ -36,6 +36,7 @@ from benchmarks.procs import (
     cpu_ticks,
     exited,
     memory_kib,
+    prompt,
     settle,
     status_fields,
 )
@@ -157,12 +158,26 @@ def _signal_at(record: dict[str, object], name: str) -> float | None:
     return None
 
 
+def _last_words(record: Path | None) -> str:
+    """The last line of the run's event log, to say why a record is missing."""
+    if record is None:
+        return "no record asked for"
+    try:
+        lines = record.with_name(record.stem + ".events.jsonl").read_text().splitlines()
+    except OSError as error:
+        return f"no event log either ({error.strerror})"
+    return f"event log ends: {lines[-1][:300]}" if lines else "empty event log"
+
+
 def _check_record(series: Series, started: Started, reason: str) -> dict[str, object] | None:
     if started.door == "timeout":
         return None
     record = _record(started.record)
     if record is None:
-        series.failures.append(f"{started.token}: no record")
+        status = started.popen.poll()
+        series.failures.append(
+            f"{started.token}: no record (exit status {status}); {_last_words(started.record)}"
+        )
     elif record.get("reason") != reason:
         series.failures.append(f"{started.token}: reason {record.get('reason')!r}")
     return record
@@ -583,7 +598,7 @@ def scale(bench: Bench, sizes: tuple[int, ...], never_after: float) -> list[dict
     """Tethers by the hundred, all callers SIGKILLed by one ``killpg``: when is all gone?"""
     results = []
     for turn, size in enumerate(sizes):
-        for door in _rotate(DOORS, turn):
+        for door in _rotate(bench.contenders(), turn):
             bench.say(f"  scale: {size} under {door}")
             results.append(_scale_trial(bench, door, size, never_after))
     return results
@@ -601,23 +616,26 @@ class _Many:
 
 def _launch_many(bench: Bench, door: str, size: int) -> _Many:
     """Start ``size`` sleepers under ``door``, their callers in one process group."""
-    doors = bench.doors
+    doors, env, kind = bench.doors, bench.env(door), _door(door)
     tokens = [doors.token() for _ in range(size)]
     callers: list[int] = []
     group = 0
     in_flight = 8
     waiter = Waiter(bench.channel)
     try:
-        for start in range(0, size, GROUP if door != "tether run" else 1):
-            batch = tokens[start : start + (GROUP if door != "tether run" else 1)]
-            if door == "tether run":
-                run = doors.tether_run(doors.sleeper(batch[0]), batch[0], process_group=group)
+        step = 1 if kind == "tether run" else GROUP
+        for start in range(0, size, step):
+            batch = tokens[start : start + step]
+            if kind == "tether run":
+                run = doors.tether_run(
+                    doors.sleeper(batch[0]), batch[0], process_group=group, env=env
+                )
                 callers.append(run.popen.pid)
-            elif door == "seed door":
+            elif kind == "seed door":
                 pipes = [os.pipe() for _ in batch]
                 callers.append(doors.holder(tuple(w for _, w in pipes), process_group=group))
                 for token, (read_end, _) in zip(batch, pipes, strict=True):
-                    doors.seed(doors.sleeper(token), token, read_end=read_end)
+                    doors.seed(doors.sleeper(token), token, read_end=read_end, env=env)
             else:
                 sleepers = [doors.sleeper(t) for t in batch]
                 callers.append(doors.timeout_under_shell(sleepers, process_group=group))
@@ -630,7 +648,7 @@ def _launch_many(bench: Bench, door: str, size: int) -> _Many:
         "tether run": "one `tether run` process per tether",
         "seed door": f"one holder process per {GROUP} seed-door supervisors",
         "timeout": f"one /bin/sh per {GROUP} `timeout` processes",
-    }[door]
+    }[kind]
     return _Many(tokens, callers, group, caller_is)
 
 
@@ -666,20 +684,23 @@ def _scale_trial(bench: Bench, door: str, size: int, never_after: float) -> dict
             waiter.watch(f"supervisor {pid}", bench.registry.pidfd(pid))
         for pid in many.callers:
             waiter.watch(f"caller {pid}", bench.registry.pidfd(pid))
-        asked = time.monotonic()
-        os.killpg(many.group, signal.SIGKILL)
         commands = [f"command {m.pid}" for m in ready]
-        if door == "timeout":
-            waiter.until(lambda: False, never_after)
-            alive = sum(1 for name in commands if name not in waiter.gone)
-            result["never"] = {"alive": alive, "after_s": never_after}
-            return result
         everything = [
             *commands,
             *(f"supervisor {pid}" for pid in supervisors),
             *(f"caller {pid}" for pid in many.callers),
         ]
-        waiter.until(lambda: all(name in waiter.gone for name in everything), BOUND * 2)
+        with prompt() as result["benchmark_sched_fifo"]:
+            asked = time.monotonic()
+            os.killpg(many.group, signal.SIGKILL)
+            if door == "timeout":
+                waiter.until(lambda: False, never_after)
+            else:
+                waiter.until(lambda: all(name in waiter.gone for name in everything), BOUND * 2)
+        if door == "timeout":
+            alive = sum(1 for name in commands if name not in waiter.gone)
+            result["never"] = {"alive": alive, "after_s": never_after}
+            return result
         gone = [waiter.gone[name] - asked for name in commands if name in waiter.gone]
         result["commands_gone"] = len(gone)
         result["last_command_gone_ms"] = _ms(max(gone)) if gone else None

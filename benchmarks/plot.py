@@ -102,10 +102,20 @@ def _panel(panel: Panel, top: float) -> tuple[list[str], float]:
             f"target {panel.target:.3g} ms</text>"
         )
     for index, row in enumerate(panel.rows):
-        out += _row(
-            row, axis, top + _TOP + _ROW * index + _ROW / 2, _COLOURS[index % len(_COLOURS)]
-        )
+        out += _row(row, axis, top + _TOP + _ROW * index + _ROW / 2, _colour(row.label, index))
     return out, height
+
+
+def _colour(label: str, index: int) -> str:
+    """One colour per contender in every panel: blue tether run, green seed door, red timeout."""
+    for prefix, colour in (
+        ("tether run", "#1f77b4"),
+        ("seed door", "#2ca02c"),
+        ("timeout", "#d62728"),
+    ):
+        if label.startswith(prefix):
+            return colour
+    return _COLOURS[3 + index % 3]
 
 
 def _row(row: Row, axis: _Axis, middle: float, colour: str) -> list[str]:

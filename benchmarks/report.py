@@ -90,8 +90,9 @@ def _mount_of(path: Path) -> str:
 def describe_machine(workdir: Path) -> dict[str, str]:
     """What the numbers were measured on."""
     memory = ""
-    with contextlib.suppress(OSError, IndexError):
-        memory = Path("/proc/meminfo").read_text().splitlines()[0].split(":")[1].strip()
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        kib = int(Path("/proc/meminfo").read_text().splitlines()[0].split()[1])
+        memory = f"{kib / MIB / MIB:.1f} GiB"
     from tether._version import __version__
 
     return {

@@ -58,7 +58,7 @@ class Plan:
 
 
 FULL = Plan("full", 20, 5, 2.0, 15, 0.2, 30, 20, 10.0, (100, 300))
-QUICK = Plan("quick", 4, 2, 0.5, 3, 0.2, 6, 5, 2.0, (50,))
+QUICK = Plan("quick", 3, 2, 0.5, 3, 0.2, 4, 3, 2.0, (50,))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -86,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME=PATH",
         help="also run the copy of tether whose package is under PATH (a src/ directory), "
         "interleaved with this one, as contenders named 'tether run [NAME]' and "
-        "'seed door [NAME]' (not in the scale test); may be repeated",
+        "'seed door [NAME]'; may be repeated",
     )
     return parser
 

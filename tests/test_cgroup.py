@@ -239,23 +239,6 @@ def test_no_room_for_a_cgroup_refuses_to_start_when_cgroup_is_required(
     assert wait_gone(data["supervisor_pid"])
 
 
-def test_an_unknown_containment_is_refused(tmp_path: Path) -> None:
-    marker = tmp_path / "started"
-    record = tmp_path / "r.json"
-    result = subprocess.run(
-        tether_argv("run", "--record", str(record), "--", "touch", str(marker)),
-        env={**os.environ, "TETHER_CONTAINMENT": "jail"},
-        capture_output=True,
-        text=True,
-        timeout=BOUND,
-        check=False,
-    )
-    assert result.returncode == 125
-    assert "TETHER_CONTAINMENT must be one of auto, sweep, cgroup" in result.stderr
-    assert not marker.exists()
-    assert read_json(record)["reason"] == "launch_failed"
-
-
 @pytest.mark.parametrize(("setting", "expected"), [("", "cgroup"), ("sweep", "sweep")])
 def test_auto_uses_a_cgroup_where_one_can_be_made(
     tmp_path: Path, setting: str, expected: str

@@ -95,6 +95,21 @@ def running_with(token: str) -> list[int]:
     return found
 
 
+@contextlib.contextmanager
+def no_survivors(token: str) -> Iterator[None]:
+    """Whatever happens in the block, SIGKILL (by pid) every process still running with ``token``.
+
+    For trees whose pids the test cannot all know in advance (a fork storm, a
+    PID namespace): a failing test must not leak them.
+    """
+    try:
+        yield
+    finally:
+        for pid in running_with(token):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
 class Adopter:
     """The test process as a child subreaper, to catch what a supervisor leaves behind.
 
@@ -294,14 +309,11 @@ def test_a_fork_storm_is_fully_stopped(
 ) -> None:
     log = tmp_path / "storm.log"
     command = fixture("fork_storm", str(ready.path), str(log))
-    run = start(adopter, ready, tmp_path, mode, command, "--grace", "0.2")
-    try:
+    with no_survivors(str(log)):
+        run = start(adopter, ready, tmp_path, mode, command, "--grace", "0.2")
         # Mid-storm: the leader has just forked its first child and goes on.
         run.caller.send_signal(signal.SIGTERM)
         data = finish(adopter, run, status=130)
-    finally:
-        for pid in running_with(str(log)):
-            os.kill(pid, signal.SIGKILL)
     storm = [int(word) for word in log.read_text().split()]
     assert len(storm) > 10
     assert [pid for pid in storm if alive(pid)] == []
@@ -415,26 +427,46 @@ def test_a_descendant_in_a_new_pid_namespace_is_still_stopped(
     ]
     env = {**os.environ, "TETHER_CONTAINMENT": mode}
     record = tmp_path / "run.json"
-    caller = adopter.processes.start(
-        tether_argv("run", "--record", str(record), "--grace", "0.3", "--", *command),
-        env=env,
-        stdout=subprocess.DEVNULL,
-    )
-    assert ready.ready_pids()[0] == 1
-    tree = [pid for pid in running_with(str(ready.path)) if pid != caller.pid]
-    # unshare, the namespace's init (tree.py) and its three descendants.
-    assert len(tree) == 5
-    adopter.processes.track(*tree)
-    (leader,) = [pid for pid in tree if parent_of(pid) not in tree]
-    supervisor = parent_of(leader)
-    assert supervisor is not None
-    adopter.expected.add(supervisor)
-    run = Run(caller=caller, supervisor=supervisor, record=record, mode=mode, pids=tree)
-    caller.kill()
-    data = finish(adopter, run, status=None)
-    assert running_with(str(ready.path)) == []
+    with no_survivors(str(ready.path)):
+        caller = adopter.processes.start(
+            tether_argv("run", "--record", str(record), "--grace", "0.3", "--", *command),
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
+        assert ready.ready_pids()[0] == 1
+        tree = [pid for pid in running_with(str(ready.path)) if pid != caller.pid]
+        # unshare, the namespace's init (tree.py) and its three descendants.
+        assert len(tree) == 5
+        (leader,) = [pid for pid in tree if parent_of(pid) not in tree]
+        supervisor = parent_of(leader)
+        assert supervisor is not None
+        adopter.expected.add(supervisor)
+        run = Run(caller=caller, supervisor=supervisor, record=record, mode=mode, pids=tree)
+        caller.kill()
+        data = finish(adopter, run, status=None)
+        assert running_with(str(ready.path)) == []
     assert data["reason"] == "parent_lost"
     # The namespace's init ignores a SIGTERM it has no handler for, even from
     # outside (and unshare ignores SIGTERM while it waits): only SIGKILL ends
     # them, and the init's death ends its whole namespace.
     assert data["escalated_to_sigkill"] is True
+
+
+# -- choosing the containment ---------------------------------------------------
+
+
+def test_an_unknown_containment_is_refused(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    record = tmp_path / "r.json"
+    result = subprocess.run(
+        tether_argv("run", "--record", str(record), "--", "touch", str(marker)),
+        env={**os.environ, "TETHER_CONTAINMENT": "jail"},
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        check=False,
+    )
+    assert result.returncode == 125
+    assert "TETHER_CONTAINMENT must be one of auto, sweep, cgroup" in result.stderr
+    assert not marker.exists()
+    assert read_json(record)["reason"] == "launch_failed"

@@ -137,12 +137,12 @@ def remove_stale(parent: str) -> int:
         names = os.listdir(parent)
     except OSError:
         return 0
-    candidates = [name for name in names if (match := _NAME.fullmatch(name))]
-    for name in candidates[:_STALE_BOUND]:
-        match = _NAME.fullmatch(name)
-        assert match is not None
-        if os.path.exists(f"/proc/{match.group(1)}"):
-            continue
+    stale = [
+        match.group(0)
+        for name in names
+        if (match := _NAME.fullmatch(name)) and not os.path.exists(f"/proc/{match.group(1)}")
+    ]
+    for name in stale[:_STALE_BOUND]:
         with contextlib.suppress(OSError):
             os.rmdir(os.path.join(parent, name))
             removed += 1
@@ -193,8 +193,8 @@ class RunCgroup:
     def join(self) -> None:
         """Move the calling process into this cgroup (run between fork and exec).
 
-        Raise :class:`OSError` if the kernel refuses. Async-signal-safe in
-        spirit: one ``write`` on a descriptor opened before the fork.
+        Raise :class:`OSError` if the kernel refuses. It is one ``write`` on a
+        descriptor opened before the fork, so the child opens nothing itself.
         """
         if self._procs_fd is None:
             raise OSError(errno.EBADF, "the cgroup was already joined")
