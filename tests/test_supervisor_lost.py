@@ -16,10 +16,13 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from conftest import (
     BOUND,
     Processes,
     ReadyPipe,
+    alive,
     fixture,
     parent_of,
     read_json,
@@ -121,3 +124,40 @@ def test_the_commands_children_are_stopped_too(
     assert wait_gone(pids[0])
     # PDEATHSIG stops only the leader; the caller SIGKILLs the rest of its group.
     assert wait_gone(pids[1])
+
+
+@pytest.mark.parametrize("containment", ["sweep", "cgroup"])
+def test_the_caller_stops_what_it_can_reach(
+    processes: Processes, ready: ReadyPipe, tmp_path: Path, containment: str
+) -> None:
+    """Group members are always stopped; an escapee only under cgroup containment.
+
+    With the supervisor gone, the caller knows the command's process group and,
+    under cgroup containment, the run's cgroup: ``cgroup.kill`` reaches the
+    descendant that left the group; ``killpg`` cannot.
+    """
+    if containment == "cgroup":
+        from test_containment import skip_without_cgroup
+
+        skip_without_cgroup()
+    record = tmp_path / "lost.json"
+    caller = processes.start(
+        tether_argv(
+            "run", "--record", str(record), "--",
+            *fixture("tree", str(ready.path), "--group", "1", "--setsid", "1"),
+        ),
+        env={**os.environ, "TETHER_CONTAINMENT": containment},
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    leader, member, setsid_child, escapee = ready.ready_pids()
+    processes.track(leader, member, setsid_child, escapee)
+    supervisor = parent_of(leader)
+    assert supervisor is not None
+    processes.track(supervisor)
+    os.kill(supervisor, signal.SIGKILL)
+    assert caller.wait(timeout=BOUND) == 125
+    assert all(wait_gone(pid) for pid in (leader, member, setsid_child))
+    if containment == "cgroup":
+        assert wait_gone(escapee)
+    else:
+        assert alive(escapee)  # out of reach, as docs/containment.md says

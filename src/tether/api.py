@@ -51,7 +51,7 @@ from tether.launcher import (
     spawn_supervisor,
 )
 from tether.outcome import TETHER_FAILED, Reason
-from tether.protocol import CANCEL, FINISHED, KILL_NOW, STARTED
+from tether.protocol import CANCEL, FINISHED, KILL_NOW, STARTED, Started
 from tether.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -197,7 +197,7 @@ class Tether:
         self._status: StatusReader | None = StatusReader(spawned.status)
         self._supervisor_pid: int | None = None
         self._pid: int | None = None
-        self._pgid: int | None = None
+        self._started: Started | None = None
         self._outcome: Outcome | None = None
         self._launch_errno: int | None = None
 
@@ -464,9 +464,9 @@ class Tether:
             event = message.get("event")
             if event == STARTED:
                 with self._lock:
-                    self._supervisor_pid = _int(message.get("supervisor_pid"))
-                    self._pid = _int(message.get("pid"))
-                    self._pgid = _int(message.get("pgid"))
+                    self._started = Started.from_message(message)
+                    self._supervisor_pid = self._started.supervisor_pid
+                    self._pid = self._started.pid
             elif event == FINISHED and outcome is None:
                 outcome = self._finished(message)
         if outcome is None and status.at_eof:
@@ -527,9 +527,7 @@ class Tether:
         """The status pipe ended without ``finished``: stop the group, write the fallback record."""
         from tether.fallback import LOST_MESSAGE, after_supervisor_lost
 
-        written = after_supervisor_lost(
-            self._spec, supervisor_pid=self._supervisor_pid, pid=self._pid, pgid=self._pgid
-        )
+        written = after_supervisor_lost(self._spec, self._started)
         expected = self.record_path
         record_path = written or (expected if expected and os.path.lexists(expected) else None)
         elapsed = time.monotonic() - self._spec.asked_at

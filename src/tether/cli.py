@@ -183,9 +183,7 @@ def _run(argv: list[str]) -> int:
     if finished is None:
         from tether.fallback import LOST_MESSAGE, after_supervisor_lost
 
-        written = after_supervisor_lost(
-            spec, supervisor_pid=handle.supervisor_pid, pid=handle.pid, pgid=handle.pgid
-        )
+        written = after_supervisor_lost(spec, handle.started)
         where = f" (record: {written})" if written is not None else ""
         _fail(f"{LOST_MESSAGE}{where}")
     message = finished.get("message")

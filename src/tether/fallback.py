@@ -5,13 +5,15 @@ tree nor write its record. The caller notices, because the status pipe reaches
 end of file with no ``finished`` message, and it is then the only process left
 that knows anything about the run. It does what it still can, in this order:
 
-1. SIGKILL the command's process group. The command's leader already got its
-   parent-death signal, but the rest of its group was re-parented away from
-   the dead supervisor and would run on. The group id cannot have been reused
-   while any member of the group is alive, and ``killpg`` of an empty group
-   reaches nobody. Descendants that had left the group are out of the caller's
-   reach (cgroup containment removes them all at once where it is used; the
-   caller does not know the cgroup).
+1. Stop what is left of the tree. The command's leader already got its
+   parent-death signal, but everything else was re-parented away from the dead
+   supervisor and would run on. Under cgroup containment the caller knows the
+   run's cgroup (the ``started`` message says) and writes ``cgroup.kill``:
+   everything goes, escapees included. Otherwise it SIGKILLs the command's
+   process group, but only after finding a live member of it in ``/proc``: a
+   group id cannot be reused while any member is alive, and an empty group's
+   id may already belong to someone else. Descendants that had left the group
+   are then out of the caller's reach; the docs say so.
 2. Write what it knows, with ``reason: supervisor_lost``, at the path where
    the record was expected, so the evidence is never simply missing and an
    operator finds it where they would look.
@@ -29,6 +31,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from tether.protocol import Started
 from tether.record import RecordError, build_supervisor_lost_document, write_record
 from tether.spec import RunSpec
 
@@ -38,20 +41,49 @@ LOST_MESSAGE = "the supervisor was lost before it reported how the run ended"
 
 
 def after_supervisor_lost(
-    spec: RunSpec,
-    *,
-    supervisor_pid: int | None,
-    pid: int | None,
-    pgid: int | None,
-    message: str = LOST_MESSAGE,
+    spec: RunSpec, started: Started | None, *, message: str = LOST_MESSAGE
 ) -> Path | None:
-    """Stop what is left of the command's group, then write the fallback record (its path)."""
-    if pgid is not None and pgid > 1:
+    """Stop what is left of the command's tree, then write the fallback record (its path)."""
+    if started is not None:
+        _stop_what_is_left(started)
+    return write_supervisor_lost_record(
+        spec,
+        supervisor_pid=None if started is None else started.supervisor_pid,
+        pid=None if started is None else started.pid,
+        pgid=None if started is None else started.pgid,
+        message=message,
+    )
+
+
+def _stop_what_is_left(started: Started) -> None:
+    cgroup = started.cgroup
+    expected = f"tether-{started.supervisor_pid}-"
+    if cgroup is not None and os.path.basename(cgroup).startswith(expected):
+        with (
+            contextlib.suppress(OSError),
+            open(os.path.join(cgroup, "cgroup.kill"), "wb", buffering=0) as kill,
+        ):
+            kill.write(b"1")
+    pgid = started.pgid
+    if pgid is not None and pgid > 1 and _group_has_members(pgid):
         with contextlib.suppress(OSError):
             os.killpg(pgid, signal.SIGKILL)
-    return write_supervisor_lost_record(
-        spec, supervisor_pid=supervisor_pid, pid=pid, pgid=pgid, message=message
-    )
+
+
+def _group_has_members(pgid: int) -> bool:
+    """Whether any live process is in process group ``pgid`` (read from ``/proc``)."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                raw = handle.read()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(b")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            return True
+    return False
 
 
 def write_supervisor_lost_record(

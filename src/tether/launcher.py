@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
 
-from tether.protocol import CANCEL, FINISHED, KILL_NOW, STARTED, decode
+from tether.protocol import CANCEL, FINISHED, KILL_NOW, STARTED, Started, decode
 from tether.spec import RunSpec
 
 __all__ = [
@@ -135,9 +135,7 @@ class SupervisorHandle:
 
     lifeline: int | None
     status: IO[bytes]
-    supervisor_pid: int | None = None
-    pid: int | None = None
-    pgid: int | None = None
+    started: Started | None = None
     finished: dict[str, object] | None = None
 
     def request(self, byte: bytes) -> None:
@@ -161,9 +159,7 @@ class SupervisorHandle:
             return None
         message = decode(line)
         if message.get("event") == STARTED:
-            self.supervisor_pid = _int(message.get("supervisor_pid"))
-            self.pid = _int(message.get("pid"))
-            self.pgid = _int(message.get("pgid"))
+            self.started = Started.from_message(message)
         elif message.get("event") == FINISHED:
             self.finished = message
         return message
@@ -215,10 +211,6 @@ class StatusReader:
         """Close the descriptor (once the run is over)."""
         with contextlib.suppress(OSError):
             os.close(self.fd)
-
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) else None
 
 
 def _fd_of(stream: int | IO[bytes] | IO[str] | None, default: int) -> int:

@@ -165,7 +165,13 @@ class _Run:
         self.tree = ProcessTree(
             leader=command.pid, pgid=command.pgid, pidfd=command.pidfd, cgroup=command.cgroup
         )
-        self.status.send(STARTED, supervisor_pid=os.getpid(), pid=command.pid, pgid=command.pgid)
+        self.status.send(
+            STARTED,
+            supervisor_pid=os.getpid(),
+            pid=command.pid,
+            pgid=command.pgid,
+            cgroup=None if command.cgroup is None else command.cgroup.directory,
+        )
         return Launched(time.monotonic(), command.pid)
 
     # -- the loop -------------------------------------------------------------
