@@ -28,8 +28,8 @@ from tether.record import (
     ResourceUsage,
     RunFacts,
     SignalSent,
+    build_caller_document,
     build_document,
-    build_supervisor_lost_document,
     check_record_path,
     ensure_private_directory,
     read_record,
@@ -298,7 +298,7 @@ def test_no_argv_or_environment_in_the_record(
 
 
 def test_supervisor_lost_document_validates() -> None:
-    document = build_supervisor_lost_document(
+    document = build_caller_document(
         label="variant-b",
         started_at=STARTED_AT,
         finished_at=FINISHED_AT,
@@ -322,7 +322,7 @@ def test_supervisor_lost_document_validates() -> None:
 
 
 def test_supervisor_lost_document_with_little_known() -> None:
-    document = build_supervisor_lost_document(
+    document = build_caller_document(
         label=None,
         started_at=STARTED_AT,
         finished_at=FINISHED_AT,

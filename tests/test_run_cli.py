@@ -285,3 +285,28 @@ def test_the_caller_side_never_loads_the_heavy_modules() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=BOUND, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("args", "deadline"),
+    [
+        (["--deadline", "nan", "--"], None),
+        (["--deadline", "5m"], 300.0),  # no --: the words after the options are refused
+        (["--deadline", "5m", "--grace", "-1", "--"], 300.0),
+    ],
+)
+def test_a_refused_command_line_leaves_a_launch_failed_record(
+    tmp_path: Path, args: list[str], deadline: float | None
+) -> None:
+    record = tmp_path / "r.json"
+    marker = tmp_path / "started"
+    result = run("run", "--record", str(record), "--name", "x", *args, "touch", str(marker))
+    assert result.returncode == 125
+    assert not marker.exists()
+    data = read_json(record)
+    validate_record(data)
+    assert (data["reason"], data["supervisor_exit_code"]) == ("launch_failed", 125)
+    assert (data["variant"], data["deadline_seconds"]) == ("x", deadline)
+    message = data["tether_error"]
+    assert isinstance(message, str)
+    assert message in result.stderr

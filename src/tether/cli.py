@@ -31,11 +31,14 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn
 
 from tether._version import __version__
 from tether.outcome import TETHER_FAILED, Reason
 from tether.paths import default_records_dir, new_record_path
+
+if TYPE_CHECKING:
+    from tether.spec import RunSpec
 
 __all__ = ["default_records_dir", "main"]
 
@@ -132,25 +135,14 @@ class _Requests:
         self.pending.clear()
 
 
-def _run(argv: list[str]) -> int:
+def _run_spec(argv: list[str]) -> tuple[RunSpec, bool]:
+    """Read ``tether run``'s command line into a spec (and ``--verbose``), or refuse it."""
+    from tether.spec import RunSpec
+
     asked_at = time.monotonic()
     split = argv.index("--") if "--" in argv else len(argv)
     args, extra = _run_parser().parse_known_args(argv[:split])
     command = argv[split + 1 :]
-    if split == len(argv):
-        _fail(f"the command must follow -- (usage: {_USAGE_RUN})")
-    if extra:
-        _fail(f"unrecognized arguments before --: {' '.join(extra)}")
-    if not command:
-        _fail(f"no command after -- (usage: {_USAGE_RUN})")
-
-    from tether.durations import DurationError, parse_duration
-
-    try:
-        deadline = parse_duration(args.deadline, flag="--deadline")
-        grace = parse_duration(args.grace, flag="--grace")
-    except DurationError as error:
-        _fail(str(error))
 
     record: Path | None = None
     if not args.no_record:
@@ -162,9 +154,35 @@ def _run(argv: list[str]) -> int:
         except RecordError as error:
             _fail(str(error))
 
-    from tether.launcher import LaunchError, start_supervisor
-    from tether.spec import RunSpec
+    def refuse(message: str) -> NoReturn:
+        """Bad input: one line, status 125, and a ``launch_failed`` record where one can go."""
+        if record is not None:
+            from tether.fallback import write_refusal_record
 
+            write_refusal_record(
+                record,
+                asked_at=asked_at,
+                label=args.name,
+                deadline=_duration_or_none(args.deadline),
+                grace=_duration_or_none(args.grace),
+                message=message,
+            )
+        _fail(message)
+
+    if split == len(argv):
+        refuse(f"the command must follow -- (usage: {_USAGE_RUN})")
+    if extra:
+        refuse(f"unrecognized arguments before --: {' '.join(extra)}")
+    if not command:
+        refuse(f"no command after -- (usage: {_USAGE_RUN})")
+
+    from tether.durations import DurationError, parse_duration
+
+    try:
+        deadline = parse_duration(args.deadline, flag="--deadline")
+        grace = parse_duration(args.grace, flag="--grace")
+    except DurationError as error:
+        refuse(str(error))
     spec = RunSpec(
         argv=tuple(command),
         deadline_seconds=deadline,
@@ -173,6 +191,13 @@ def _run(argv: list[str]) -> int:
         record_path=None if record is None else str(record.absolute()),
         label=args.name,
     )
+    return spec, args.verbose
+
+
+def _run(argv: list[str]) -> int:
+    spec, verbose = _run_spec(argv)
+    from tether.launcher import LaunchError, start_supervisor
+
     requests = _Requests()
     try:
         handle = start_supervisor(spec)
@@ -189,7 +214,7 @@ def _run(argv: list[str]) -> int:
     message = finished.get("message")
     if isinstance(message, str) and message:
         print(f"tether: {message}", file=sys.stderr, flush=True)
-    if args.verbose and spec.record_path:
+    if verbose and spec.record_path:
         print(f"tether: record: {spec.record_path}", file=sys.stderr, flush=True)
     status = finished.get("exit_status")
     return status if isinstance(status, int) else TETHER_FAILED
@@ -253,6 +278,15 @@ def _add_ls_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
         "--label", metavar="PATTERN", help="only runs whose label matches (shell pattern: eval-*)"
     )
     ls.add_argument("--json", action="store_true", help="print a JSON array of the records")
+
+
+def _duration_or_none(text: str) -> float | None:
+    from tether.durations import DurationError, parse_duration
+
+    try:
+        return parse_duration(text, flag="")
+    except DurationError:
+        return None
 
 
 def _main_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,12 @@
-"""What the caller does when its supervisor vanished without a word.
+"""What a caller does itself: after a lost supervisor, and for a refused command line.
+
+**A refused command line.** Bad input (a duration that is NaN, a missing
+``--``, an unusable ``--parent-fd``) never starts anything, and never fails
+silently either: besides the one line on stderr, a ``launch_failed`` record is
+written where the record was asked for, if that path is usable. A worker that
+always looks for its record finds one, saying why nothing ran.
+
+**A lost supervisor.**
 
 A supervisor that is SIGKILLed (or OOM-killed) can neither stop the command's
 tree nor write its record. The caller notices, because the status pipe reaches
@@ -31,11 +39,17 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from tether.outcome import Reason
 from tether.protocol import Started
-from tether.record import RecordError, build_supervisor_lost_document, write_record
+from tether.record import RecordError, build_caller_document, write_record
 from tether.spec import RunSpec
 
-__all__ = ["LOST_MESSAGE", "after_supervisor_lost", "write_supervisor_lost_record"]
+__all__ = [
+    "LOST_MESSAGE",
+    "after_supervisor_lost",
+    "write_refusal_record",
+    "write_supervisor_lost_record",
+]
 
 LOST_MESSAGE = "the supervisor was lost before it reported how the run ended"
 
@@ -106,7 +120,7 @@ def write_supervisor_lost_record(
         return None
     now = time.monotonic()
     finished_at = datetime.now(UTC)
-    document = build_supervisor_lost_document(
+    document = build_caller_document(
         label=spec.label,
         started_at=finished_at - timedelta(seconds=now - spec.asked_at),
         finished_at=finished_at,
@@ -124,3 +138,35 @@ def write_supervisor_lost_record(
     except RecordError:
         return None
     return path
+
+
+def write_refusal_record(
+    path: Path,
+    *,
+    asked_at: float,
+    label: str | None,
+    deadline: float | None,
+    grace: float | None,
+    message: str,
+    supervisor_pid: int | None = None,
+) -> bool:
+    """Write the ``launch_failed`` record of a refused command line; return whether it was."""
+    now = time.monotonic()
+    finished_at = datetime.now(UTC)
+    document = build_caller_document(
+        reason=Reason.LAUNCH_FAILED,
+        label=label,
+        started_at=finished_at - timedelta(seconds=now - asked_at),
+        finished_at=finished_at,
+        elapsed_seconds=now - asked_at,
+        deadline_seconds=deadline,
+        grace_seconds=grace,
+        supervisor_pid=supervisor_pid,
+        message=message,
+        hostname=socket.gethostname(),
+    )
+    try:
+        write_record(path, document)
+    except RecordError:
+        return False
+    return True

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import selectors
 import signal
@@ -200,10 +201,12 @@ class _Run:
         # Both lines say what the run was for, so that a log whose record is
         # missing can still be matched to its run; ``started_mono`` is when the
         # caller asked (the record's start), the line's own ``mono`` the launch.
+        grace = self.spec.grace_seconds
         policy: dict[str, object] = {
             "label": self.spec.label,
             "deadline_seconds": self.spec.deadline_seconds,
-            "grace_seconds": self.spec.grace_seconds,
+            # JSON has no infinity: an endless grace ("never escalate") is null.
+            "grace_seconds": None if math.isinf(grace) else grace,
             "started_mono": self.started_monotonic,
             "supervisor_pid": os.getpid(),
         }

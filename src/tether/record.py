@@ -38,8 +38,9 @@ replacing a device node with a record, as root, is not a favour to anyone.
 :class:`~tether.effects.Verdict` and the adapter's :class:`RunFacts` (pids,
 signals, rusage: what only the adapter knows) into the document, keeping every
 field of the seed supervisor's record with the same name and meaning so that
-existing readers keep working. :func:`build_supervisor_lost_document` is the
-caller's fallback when the supervisor vanished without a word. The JSON
+existing readers keep working. :func:`build_caller_document` is the
+record a caller writes itself: when the supervisor vanished without a word,
+or when a command line was refused before anything started. The JSON
 Schema in ``tether/schema/record.v1.json`` documents every field for operators.
 
 Adapter layer: this module uses :mod:`os`, but neither ``structlog`` nor
@@ -78,8 +79,8 @@ __all__ = [
     "ResourceUsage",
     "RunFacts",
     "SignalSent",
+    "build_caller_document",
     "build_document",
-    "build_supervisor_lost_document",
     "check_record_path",
     "ensure_private_directory",
     "read_record",
@@ -578,38 +579,41 @@ def build_document(
     }
 
 
-def build_supervisor_lost_document(
+def build_caller_document(
     *,
+    reason: Reason = Reason.SUPERVISOR_LOST,
     label: str | None,
     started_at: datetime,
     finished_at: datetime,
     elapsed_seconds: float,
-    deadline_seconds: float,
-    grace_seconds: float,
+    deadline_seconds: float | None,
+    grace_seconds: float | None,
     supervisor_pid: int | None,
     command_pid: int | None = None,
     command_pgid: int | None = None,
     message: str,
     hostname: str | None = None,
 ) -> dict[str, object]:
-    """Return the caller's fallback record for a supervisor that vanished without a word.
+    """Return a record written by a caller rather than by a supervisor.
 
-    Written by the caller, so it says only what the caller knows: the reason is
-    ``supervisor_lost``, the exit status tether's own failure (125), the
-    containment ``unknown``, and the counts only the supervisor kept are
-    ``null`` rather than a reassuring ``0``. ``message`` (one line, no argv)
-    says what the caller saw, in ``tether_error``. ``hostname`` defaults to
-    this machine's node name.
+    Two cases: a supervisor that vanished without a word (``supervisor_lost``),
+    and a command line refused before anything was started (``launch_failed``:
+    a bad duration, an unusable ``--parent-fd``). Either way the record says
+    only what the caller knows: the exit status is tether's own failure (125),
+    the containment ``unknown``, a duration that could not be read ``null``,
+    and the counts only a supervisor keeps are ``null`` rather than a
+    reassuring ``0``. ``message`` (one line, no argv) says what the caller saw,
+    in ``tether_error``. ``hostname`` defaults to this machine's node name.
     """
     return {
         "schema_version": RECORD_SCHEMA_VERSION,
         "variant": label,
-        "reason": Reason.SUPERVISOR_LOST.value,
+        "reason": reason.value,
         "started_at": _iso(started_at),
         "finished_at": _iso(finished_at),
         "elapsed_seconds": _seconds(elapsed_seconds),
         "deadline_seconds": deadline_seconds,
-        "grace_seconds": _grace(grace_seconds),
+        "grace_seconds": None if grace_seconds is None else _grace(grace_seconds),
         "supervisor_pid": supervisor_pid,
         "eval_pid": command_pid,
         "eval_process_group": command_pgid,

@@ -182,7 +182,8 @@ def _seconds_text(value: object) -> str:
 def _policy_text(value: object, *, none_for_zero: bool) -> str:
     seconds = _number(value)
     if seconds is None:
-        return "?"
+        # A null grace means "never escalate" (``tether timeout`` without -k).
+        return "?" if none_for_zero else "never"
     if seconds == 0 and none_for_zero:
         return "none"
     return format_duration(seconds)

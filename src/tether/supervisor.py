@@ -16,7 +16,9 @@ stdin, as under the seed, and shares the supervisor's stdout and stderr.
 Where the seed guessed, this door refuses, before any command is started: a
 missing ``--``, a duration that is negative, NaN or not a number, a
 ``--parent-fd`` that is not an open pipe opened for reading, a record path
-that cannot be written. Each gets one line on stderr and status 125. A
+that cannot be written. Each gets one line on stderr and status 125, and,
+unless the record path itself was the problem, a ``launch_failed`` record
+there: the worker looks for its record and finds out why nothing ran. A
 duration of ``0`` means no deadline, as everywhere in tether.
 """
 
@@ -29,6 +31,7 @@ import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import NoReturn
 
 from tether.outcome import TETHER_FAILED
@@ -68,24 +71,47 @@ def _fail(message: str) -> NoReturn:
 
 
 def _seconds(value: str, flag: str) -> float:
-    from tether.durations import DurationError, parse_duration
+    """``value`` as seconds, or :class:`~tether.durations.DurationError` naming ``flag``."""
+    from tether.durations import parse_duration
 
-    try:
-        return parse_duration(value, flag=flag)
-    except DurationError as error:
-        _fail(str(error))
+    return parse_duration(value, flag=flag)
 
 
-def _check_parent_fd(fd: int) -> None:
+def _parent_fd_problem(fd: int) -> str | None:
+    """Why ``fd`` cannot be the lifeline's read end, or ``None`` if it can."""
     try:
         mode = os.fstat(fd).st_mode
         flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     except OSError:
-        _fail(f"--parent-fd {fd}: not an open file descriptor")
+        return f"--parent-fd {fd}: not an open file descriptor"
     if not stat.S_ISFIFO(mode):
-        _fail(f"--parent-fd {fd}: not a pipe")
+        return f"--parent-fd {fd}: not a pipe"
     if flags & os.O_ACCMODE != os.O_RDONLY:
-        _fail(f"--parent-fd {fd}: not the read end of a pipe")
+        return f"--parent-fd {fd}: not the read end of a pipe"
+    return None
+
+
+def _refuse(message: str, parsed: argparse.Namespace, record: str, asked_at: float) -> NoReturn:
+    """Bad input: a ``launch_failed`` record at ``record`` (the worker looks there), then fail."""
+    from tether.durations import DurationError
+    from tether.fallback import write_refusal_record
+
+    def readable(value: str, flag: str) -> float | None:
+        try:
+            return _seconds(value, flag)
+        except DurationError:
+            return None
+
+    write_refusal_record(
+        Path(record),
+        asked_at=asked_at,
+        label=parsed.variant,
+        deadline=readable(parsed.deadline_seconds, "--deadline-seconds"),
+        grace=readable(parsed.grace_seconds, "--grace-seconds"),
+        message=message,
+        supervisor_pid=os.getpid(),
+    )
+    _fail(message)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,33 +121,40 @@ def main(argv: list[str] | None = None) -> int:
     split = args.index("--") if "--" in args else len(args)
     options, command = args[:split], args[split + 1 :]
     parsed, extra = _parser().parse_known_args(options)
-    if split == len(args):
-        _fail("the command to supervise must follow --")
-    if extra:
-        _fail(f"unrecognized arguments before --: {' '.join(extra)}")
-    if not command:
-        _fail("no command after --")
-    deadline = _seconds(parsed.deadline_seconds, "--deadline-seconds")
-    grace = _seconds(parsed.grace_seconds, "--grace-seconds")
-    _check_parent_fd(parsed.parent_fd)
 
-    from pathlib import Path
+    from tether.durations import DurationError
+    from tether.record import RecordError, check_record_path
+
+    record = os.path.abspath(parsed.record)
+    try:
+        check_record_path(Path(record))
+    except RecordError as error:
+        _fail(str(error))
+    if split == len(args):
+        _refuse("the command to supervise must follow --", parsed, record, asked_at)
+    if extra:
+        _refuse(f"unrecognized arguments before --: {' '.join(extra)}", parsed, record, asked_at)
+    if not command:
+        _refuse("no command after --", parsed, record, asked_at)
+    try:
+        deadline = _seconds(parsed.deadline_seconds, "--deadline-seconds")
+        grace = _seconds(parsed.grace_seconds, "--grace-seconds")
+    except DurationError as error:
+        _refuse(str(error), parsed, record, asked_at)
+    problem = _parent_fd_problem(parsed.parent_fd)
+    if problem is not None:
+        _refuse(problem, parsed, record, asked_at)
 
     from tether.loop import supervise
     from tether.protocol import StatusWriter
-    from tether.record import RecordError, check_record_path
     from tether.spec import RunSpec
 
-    try:
-        check_record_path(Path(parsed.record))
-    except RecordError as error:
-        _fail(str(error))
     spec = RunSpec(
         argv=tuple(command),
         deadline_seconds=deadline,
         grace_seconds=grace,
         asked_at=asked_at,
-        record_path=os.path.abspath(parsed.record),
+        record_path=record,
         label=parsed.variant,
     )
     return supervise(
