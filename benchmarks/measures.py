@@ -425,6 +425,7 @@ def true_wall(bench: Bench, trials: int) -> dict[str, Series]:
 def _true_trial(bench: Bench, variant: str, series: Series) -> None:
     doors, token = bench.doors, bench.doors.token()
     started: Started | None = None
+    waiter = Waiter(bench.channel)
     try:
         asked = time.monotonic()
         if variant == "true":
@@ -437,13 +438,18 @@ def _true_trial(bench: Bench, variant: str, series: Series) -> None:
             record = "--no-record" not in variant
             started = doors.tether_run([doors.true], token, record=record, env=bench.env(variant))
         popen = started.popen if started else popen
+        # Woken by the pidfd: Popen.wait(timeout) polls with sleeps of up to
+        # 50 ms, which would round every sample up to its schedule.
+        waiter.watch("exited", bench.registry.pidfd(popen.pid))
+        waiter.until(lambda: "exited" in waiter.gone, BOUND)
+        series.samples.append(_ms(waiter.gone["exited"] - asked))
         status = popen.wait(BOUND)
-        series.samples.append(_ms(time.monotonic() - asked))
         if status != 0:
             series.failures.append(f"{token}: exit status {status}")
         if started is not None and started.record is not None:
             _check_record(series, started, "completed")
     finally:
+        waiter.close()
         _finish_trial(bench, series, started, token)
 
 

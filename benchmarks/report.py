@@ -227,6 +227,111 @@ def _scale_rows(results: Mapping[str, Any]) -> list[str]:
     return rows
 
 
+def _median_of(results: Mapping[str, Any], key: str, contender: str) -> float | None:
+    series = (results["latency"].get(key) or {}).get(contender)
+    return _median(series) if series else None
+
+
+def _glance_latency(results: Mapping[str, Any], target: Target) -> str:
+    cells, verdicts = [], []
+    for door in ("tether run", "seed door"):
+        series = (results["latency"].get(target.key) or {}).get(door)
+        if not series or not series["samples_ms"]:
+            cells.append("—")
+            continue
+        summary = summarize(series["samples_ms"])
+        cells.append(format_ms(summary.median))
+        verdicts.append(_met(target, door, summary.median, summary.maximum, None))
+    return (
+        f"| {target.title} | {_target_text(target)} | {' | '.join(cells)} | {', '.join(verdicts)} |"
+    )
+
+
+def _glance_true(results: Mapping[str, Any]) -> str:
+    bare = _median_of(results, "true", "true")
+    cells, verdicts = [], []
+    for variant in ("tether run -- true", "seed door -- true"):
+        median = _median_of(results, "true", variant)
+        if median is None or bare is None:
+            cells.append("—")
+            continue
+        cells.append(f"+{format_ms(median - bare)}")
+        verdicts.append("**yes**" if median - bare <= TRUE_OVERHEAD_MS else "**no**")
+    return (
+        f"| 5. `true`: overhead over a bare `true` | ≤ +{TRUE_OVERHEAD_MS:g} "
+        f"| {' | '.join(cells)} | {', '.join(verdicts)} |"
+    )
+
+
+def _glance_idle(results: Mapping[str, Any]) -> list[str]:
+    by_role = {item["role"]: item for item in results.get("idle", [])}
+    idle_cells, memory_cells, idle_ok, memory_ok = [], [], [], []
+    for door in ("tether run", "seed door"):
+        item = by_role.get(f"{door}: supervisor")
+        if item is None:
+            idle_cells.append("—")
+            memory_cells.append("—")
+            continue
+        delta, peak = item["delta"], item["memory_kib"].get("VmHWM", 0) / MIB
+        idle_cells.append(
+            f"{delta['cpu_ticks']} ticks, {delta['voluntary_ctxt_switches']} wake-ups"
+        )
+        memory_cells.append(f"{peak:.1f} MiB")
+        idle_ok.append(delta["cpu_ticks"] == 0 and delta["voluntary_ctxt_switches"] == 0)
+        memory_ok.append(peak <= RSS_TARGET_MIB)
+    if not idle_cells or all(cell == "—" for cell in idle_cells):
+        return []
+    return [
+        f"| 6. idle while watching | 0 CPU, 0 wake-ups | {' | '.join(idle_cells)} "
+        f"| {_yes(idle_ok)} |",
+        f"| 7. peak RSS of a supervisor | ≤ {RSS_TARGET_MIB:g} MiB | {' | '.join(memory_cells)} "
+        f"| {_yes(memory_ok)} |",
+    ]
+
+
+def _yes(flags: list[bool]) -> str:
+    return ", ".join("**yes**" if flag else "**no**" for flag in flags)
+
+
+def _glance_scale(results: Mapping[str, Any]) -> str | None:
+    items = [item for item in results.get("scale", []) if "never" not in item]
+    if not items:
+        return None
+    size = max(item["tethers"] for item in items)
+    cells, verdicts = [], []
+    for door in ("tether run", "seed door"):
+        item = next((i for i in items if i["door"] == door and i["tethers"] == size), None)
+        if item is None:
+            cells.append("—")
+            continue
+        last = item.get("last_command_gone_ms")
+        complete = item.get("records") == size and item.get("commands_gone") == size
+        cells.append(f"{format_ms(last)}, {item.get('records', 0)} records")
+        verdicts.append(last is not None and last <= SCALE_TARGET_MS and complete)
+    return (
+        f"| 8. {size} callers SIGKILLed: last command gone | ≤ {SCALE_TARGET_MS:g}, "
+        f"all records | {' | '.join(cells)} | {_yes(verdicts)} |"
+    )
+
+
+def glance(results: Mapping[str, Any]) -> list[str]:
+    """One row per target of issue 6: the two tether doors' medians and whether they meet it."""
+    rows = [
+        "| target (medians, ms) | target | `tether run` | seed door | met |",
+        "|---|---|--:|--:|---|",
+    ]
+    for target in LATENCY:
+        if target.key == "true":
+            rows.append(_glance_true(results))
+        elif target.key in results["latency"]:
+            rows.append(_glance_latency(results, target))
+    rows += _glance_idle(results)
+    scale_row = _glance_scale(results)
+    if scale_row:
+        rows.append(scale_row)
+    return rows
+
+
 def markdown(results: Mapping[str, Any]) -> str:
     """The results as Markdown tables, with the run's conditions."""
     meta = results["meta"]
@@ -234,6 +339,10 @@ def markdown(results: Mapping[str, Any]) -> str:
         f"Run: {meta['mode']} mode, {meta['date']}, {meta['duration_s']:.0f} s; "
         f"load average {meta['machine']['load_average_at_start']} at the start, "
         f"{meta.get('load_average_at_end', '?')} at the end.",
+        "",
+        "**At a glance**",
+        "",
+        *glance(results),
         "",
         "**Latencies** (milliseconds; ratio = median over the reference's median: "
         "`timeout`, a bare command for spawn, a bare `true` for `true`)",

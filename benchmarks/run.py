@@ -202,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         meta["duration_s"] = time.monotonic() - began
         meta["load_average_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
         results = {"meta": meta, **results}
-        path = args.json or RESULTS / ("latest.json" if plan.mode == "full" else "quick.json")
+        default = "compare" if args.compare else "latest" if plan.mode == "full" else "quick"
+        path = args.json or RESULTS / f"{default}.json"
         _write(path, json.dumps(results, indent=1) + "\n")
         _say(f"raw samples: {path}")
         svg = args.svg or path.with_suffix(".svg")

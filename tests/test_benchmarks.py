@@ -147,8 +147,11 @@ def test_markdown_says_what_met_its_target() -> None:
         "| seed door | 2 | one holder | — | 12.0 | 11.0 | 40.0 | 2 of 2 (2 parent_lost) |" in text
     )
     for line in text.splitlines():
-        if line.startswith("| 1.") and "tether run" in line:
+        if line.startswith("| 1.") and "| tether run |" in line:
             assert line.endswith("| **yes** |")
+    assert "| 5. `true`: overhead over a bare `true` | ≤ +100 | +53.9 | — | **yes** |" in text
+    assert "| 7. peak RSS of a supervisor | ≤ 15 MiB | — | 20.0 MiB | **no** |" in text
+    assert "| 8. 2 callers SIGKILLed: last command gone | ≤ 1000, all records | — |" in text
 
 
 def test_plot_is_an_svg_document_with_every_contender() -> None:
