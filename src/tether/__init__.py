@@ -10,6 +10,15 @@ module ``__getattr__`` below, so ``import tether`` does not even pay for
 ``TYPE_CHECKING`` imports.
 """
 
+from time import monotonic as _monotonic
+
+#: When this package was first imported. A command line (``tether run``,
+#: ``tether timeout``) counts its deadline from here, the earliest moment the
+#: package can read a clock, rather than after its own imports: the caller
+#: asked when it started ``tether``, and the deadline must not grow by the
+#: time Python takes to load the command-line parser.
+_LOADED_AT = _monotonic()
+
 from typing import TYPE_CHECKING
 
 from tether._version import __version__

@@ -33,6 +33,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Final, NoReturn
 
+import tether
 from tether._version import __version__
 from tether.outcome import TETHER_FAILED, Reason
 from tether.paths import default_records_dir, new_record_path
@@ -135,11 +136,10 @@ class _Requests:
         self.pending.clear()
 
 
-def _run_spec(argv: list[str]) -> tuple[RunSpec, bool]:
+def _run_spec(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
     """Read ``tether run``'s command line into a spec (and ``--verbose``), or refuse it."""
     from tether.spec import RunSpec
 
-    asked_at = time.monotonic()
     split = argv.index("--") if "--" in argv else len(argv)
     args, extra = _run_parser().parse_known_args(argv[:split])
     command = argv[split + 1 :]
@@ -194,8 +194,8 @@ def _run_spec(argv: list[str]) -> tuple[RunSpec, bool]:
     return spec, args.verbose
 
 
-def _run(argv: list[str]) -> int:
-    spec, verbose = _run_spec(argv)
+def _run(argv: list[str], asked_at: float) -> int:
+    spec, verbose = _run_spec(argv, asked_at)
     from tether.launcher import LaunchError, start_supervisor
 
     requests = _Requests()
@@ -384,13 +384,16 @@ def _ls(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tether`` command; return its exit status."""
+    # From a command line, the caller asked when this process started; called
+    # from Python (tests, a wrapper), it asks now.
+    asked_at = tether._LOADED_AT if argv is None else time.monotonic()
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["run"]:
-        return _run(args[1:])
+        return _run(args[1:], asked_at)
     if args[:1] == ["timeout"]:
         from tether.gnu_timeout import main as timeout_main
 
-        return timeout_main(args[1:])
+        return timeout_main(args[1:], asked_at=asked_at)
     parsed = _main_parser().parse_args(args)
     if parsed.command == "show":
         return _show(parsed)

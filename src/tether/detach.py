@@ -22,12 +22,29 @@ the command keeps. Only the descriptors the caller passed on purpose are open.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from typing import NoReturn
 
 from tether.outcome import TETHER_FAILED
 
-__all__ = ["main"]
+__all__ = ["exit_now", "main"]
+
+
+def exit_now(status: int) -> NoReturn:
+    """Exit with ``status`` at once, skipping the interpreter's finalization.
+
+    Once a run is recorded (record fsynced, status sent, event log closed)
+    nothing is left to do, yet tearing down the modules the supervisor loaded
+    (structlog, asyncio, transitions) costs about 20 ms of CPU: time the seed
+    door's caller waits for, and that hundreds of supervisors stopping at once
+    would spend together. Buffered output is flushed first.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
 
 
 def _leave_intermediate() -> None:
@@ -60,7 +77,7 @@ def main(spec_fd: int) -> int:
     from tether.protocol import StatusWriter
 
     fds = spec.fds
-    return supervise(
+    status = supervise(
         spec,
         lifeline=fds["lifeline"],
         status=StatusWriter(fds["status"]),
@@ -70,6 +87,7 @@ def main(spec_fd: int) -> int:
         on_message=lambda _message: None,
         close_after_launch=(fds["stdin"], fds["stdout"], fds["stderr"]),
     )
+    exit_now(status)
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised as a subprocess

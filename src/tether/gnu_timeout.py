@@ -222,9 +222,10 @@ def _die_like_gnu(finished: dict[str, object], status: int) -> None:
     os.kill(os.getpid(), number)
 
 
-def main(argv: list[str]) -> int:
-    """``tether timeout ARGS``; return the exit status."""
-    asked_at = time.monotonic()
+def main(argv: list[str], *, asked_at: float | None = None) -> int:
+    """``tether timeout ARGS``; return the exit status (the deadline counts from ``asked_at``)."""
+    if asked_at is None:
+        asked_at = time.monotonic()
     options, duration, command = _parse(argv)
 
     from tether.launcher import LaunchError, SupervisorHandle, start_supervisor

@@ -31,16 +31,13 @@ import math
 import os
 import selectors
 import signal
-import socket
 import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final, Protocol
 
 from tether._linux.prctl import set_child_subreaper
-from tether.containment import ProcessTree
 from tether.effects import Effect, Exit, SignalTree, Verdict, WriteRecord
 from tether.events import (
     CallerLost,
@@ -55,11 +52,12 @@ from tether.events import (
 )
 from tether.outcome import TETHER_FAILED
 from tether.protocol import CANCEL, FINISHED, KILL_NOW, STARTED, StatusWriter
-from tether.record import RecordError, RunFacts, SignalSent, build_document, write_record
 from tether.spawn import Command, LaunchFailure, start_command
 
 if TYPE_CHECKING:
+    from tether.containment import ProcessTree
     from tether.machine import RunMachine
+    from tether.record import SignalSent
     from tether.redaction import Redactor
     from tether.spec import RunSpec
 
@@ -163,6 +161,9 @@ class _Run:
         except LaunchFailure as failure:
             return LaunchFailed(time.monotonic(), failure.errno, failure.message, failure.stage)
         self.command = command
+        # Imported once the command runs: it is not needed to start it.
+        from tether.containment import ProcessTree
+
         self.tree = ProcessTree(
             leader=command.pid, pgid=command.pgid, pidfd=command.pidfd, cgroup=command.cgroup
         )
@@ -186,6 +187,8 @@ class _Run:
         path = self.spec.record_path
         if path is None:
             return
+        from pathlib import Path
+
         from tether.eventlog import EventLog, events_path_for
         from tether.redaction import Redactor, secret_values_from
 
@@ -364,6 +367,8 @@ class _Run:
     def _signal(self, effect: SignalTree, now: float) -> None:
         tree = self.tree
         assert tree is not None
+        from tether.record import SignalSent
+
         number = getattr(signal, effect.signal)
         # Stamped with the time the core decided at (microseconds before the
         # group has it): the grace in the record is the grace the core kept.
@@ -377,6 +382,11 @@ class _Run:
         self.status.send("signal", signal=effect.signal, processes=reached)
 
     def _finish(self, verdict: Verdict) -> None:
+        import socket
+        from pathlib import Path
+
+        from tether.record import RecordError, RunFacts, build_document, write_record
+
         self.finished_at = datetime.now(UTC)
         tree = self.tree
         returncode, usage = verdict.returncode, None

@@ -168,4 +168,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised as a subprocess
-    raise SystemExit(main())
+    from tether.detach import exit_now
+
+    exit_now(main())
