@@ -32,8 +32,7 @@ from conftest import (
 )
 from test_containment import cgroup_problem, skip_without_cgroup
 from tether._linux.cgroup import RunCgroup, cgroup_of, own_cgroup, remove_stale
-from tether.spawn import LaunchFailure, start_command
-from tether.spec import RunSpec
+from tether.spawn import Command, LaunchFailure, start_command
 
 
 @pytest.fixture(autouse=True)
@@ -126,8 +125,9 @@ def test_stale_cgroups_of_dead_supervisors_are_removed_if_empty(processes: Proce
 # -- falling back to the sweep -------------------------------------------------
 
 
-def spec_for(argv: list[str]) -> RunSpec:
-    return RunSpec(argv=tuple(argv), deadline_seconds=0, grace_seconds=1, asked_at=0.0)
+def start(argv: list[str]) -> Command:
+    """Start ``argv`` as a supervisor would, with the supervisor's own cwd, env and umask."""
+    return start_command(argv, cwd=None, env=None, umask=None, stdin=None, stdout=None, stderr=None)
 
 
 @pytest.fixture
@@ -146,7 +146,7 @@ def vanishing_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.usefixtures("vanishing_cgroup")
 def test_a_failed_join_falls_back_to_the_sweep_under_auto(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TETHER_CONTAINMENT", "auto")
-    command = start_command(spec_for(["true"]), stdin=None, stdout=None, stderr=None)
+    command = start(["true"])
     try:
         assert command.cgroup is None
         assert command.popen.wait(timeout=BOUND) == 0
@@ -161,7 +161,7 @@ def test_a_failed_join_refuses_to_start_under_cgroup(
     monkeypatch.setenv("TETHER_CONTAINMENT", "cgroup")
     marker = tmp_path / "started"
     with pytest.raises(LaunchFailure) as failure:
-        start_command(spec_for(["touch", str(marker)]), stdin=None, stdout=None, stderr=None)
+        start(["touch", str(marker)])
     assert failure.value.stage == "setup"
     assert "could not join its cgroup" in failure.value.message
     assert not marker.exists()

@@ -45,13 +45,14 @@ from typing import IO, TYPE_CHECKING, Any, Final
 from tether.launcher import (
     LaunchError,
     Spawned,
+    Started,
     StatusReader,
     release_lifeline,
     send_spec,
     spawn_supervisor,
 )
 from tether.outcome import TETHER_FAILED, Reason
-from tether.protocol import CANCEL, FINISHED, KILL_NOW, STARTED, Started
+from tether.protocol import CANCEL, FINISHED, KILL_NOW, STARTED
 from tether.spec import RunSpec
 
 if TYPE_CHECKING:

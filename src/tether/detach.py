@@ -23,11 +23,16 @@ the command keeps. Only the descriptors the caller passed on purpose are open.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
-from typing import NoReturn
 
 from tether.outcome import TETHER_FAILED
+
+# On the path to the command's launch: no ``typing`` at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 __all__ = ["exit_now", "main"]
 
@@ -64,30 +69,48 @@ def _read_all(fd: int) -> bytes:
 def main(spec_fd: int) -> int:
     """Become the detached supervisor of the run described on ``spec_fd``."""
     _leave_intermediate()
-    from tether.spec import RunSpec, SpecError
-
     try:
-        spec = RunSpec.from_json(_read_all(spec_fd))
-    except (OSError, SpecError):
+        raw = _read_all(spec_fd)
+        data = json.loads(raw)
+        argv, fds = data["argv"], data["fds"]
+    except (OSError, ValueError, KeyError, TypeError):
         return TETHER_FAILED
     os.chdir("/")
+    # The command gets the caller's umask back (it is in the spec); tether's own
+    # files are private whatever the caller's umask was.
     os.umask(0o077)
 
-    from tether.loop import supervise
+    # The launcher built and checked the spec before sending it; the command
+    # starts from its raw fields, before the spec's own class is even loaded.
+    from tether.launching import launch
     from tether.protocol import StatusWriter
 
-    fds = spec.fds
-    status = supervise(
-        spec,
-        lifeline=fds["lifeline"],
-        status=StatusWriter(fds["status"]),
+    status = StatusWriter(fds["status"])
+    caller_stdio = (fds["stdin"], fds["stdout"], fds["stderr"])
+    launched = launch(
+        argv,
+        cwd=data.get("cwd"),
+        env=data.get("env"),
+        umask=data.get("umask"),
         stdin=fds["stdin"],
         stdout=fds["stdout"],
         stderr=fds["stderr"],
-        on_message=lambda _message: None,
-        close_after_launch=(fds["stdin"], fds["stdout"], fds["stderr"]),
+        status=status,
+        close_after_launch=caller_stdio,
     )
-    exit_now(status)
+
+    from tether.loop import supervise
+    from tether.spec import RunSpec
+
+    exit_now(
+        supervise(
+            RunSpec.from_json(raw),
+            launched,
+            lifeline=fds["lifeline"],
+            status=status,
+            on_message=lambda _message: None,
+        )
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised as a subprocess

@@ -39,8 +39,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from tether.launcher import Started
 from tether.outcome import Reason
-from tether.protocol import Started
 from tether.record import RecordError, build_caller_document, write_record
 from tether.spec import RunSpec
 

@@ -30,12 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
 
-from tether.protocol import CANCEL, FINISHED, KILL_NOW, STARTED, Started, decode
+from tether.protocol import CANCEL, FINISHED, KILL_NOW, STARTED, decode
 from tether.spec import RunSpec
 
 __all__ = [
     "LaunchError",
     "Spawned",
+    "Started",
     "StatusReader",
     "SupervisorHandle",
     "caller_umask",
@@ -127,6 +128,37 @@ def caller_umask() -> int | None:
     except OSError:
         pass
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """Who is who once the command runs: what the caller needs if the supervisor is lost.
+
+    ``cgroup`` is the directory of the run's own cgroup when cgroup containment
+    is in use, so that a caller whose supervisor vanished can still end the
+    whole tree with ``cgroup.kill``.
+    """
+
+    supervisor_pid: int | None
+    pid: int | None
+    pgid: int | None
+    cgroup: str | None = None
+
+    @classmethod
+    def from_message(cls, message: dict[str, object]) -> Started:
+        """Read a ``started`` message; fields that are missing or malformed are ``None``."""
+
+        def number(key: str) -> int | None:
+            value = message.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+        cgroup = message.get("cgroup")
+        return cls(
+            supervisor_pid=number("supervisor_pid"),
+            pid=number("pid"),
+            pgid=number("pgid"),
+            cgroup=cgroup if isinstance(cgroup, str) else None,
+        )
 
 
 @dataclass

@@ -25,7 +25,6 @@ meantime waits, level-triggered, in the file descriptors above.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
@@ -35,9 +34,8 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import IO, TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
-from tether._linux.prctl import set_child_subreaper
 from tether.effects import Effect, Exit, SignalTree, Verdict, WriteRecord
 from tether.events import (
     CallerLost,
@@ -51,22 +49,17 @@ from tether.events import (
     TreeEmptied,
 )
 from tether.outcome import TETHER_FAILED
-from tether.protocol import CANCEL, FINISHED, KILL_NOW, STARTED, StatusWriter
-from tether.spawn import Command, LaunchFailure, start_command
+from tether.protocol import CANCEL, FINISHED, KILL_NOW, StatusWriter
 
 if TYPE_CHECKING:
     from tether.containment import ProcessTree
+    from tether.launching import Launch
     from tether.machine import RunMachine
     from tether.record import SignalSent
     from tether.redaction import Redactor
     from tether.spec import RunSpec
 
 __all__ = ["EventSink", "supervise"]
-
-#: Signals that mean "stop the command gracefully" when sent to the supervisor.
-CANCEL_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-_Stdio = int | IO[bytes] | None
 
 #: The longest single wait in ``select()``, in seconds (see :func:`_wait_bound`).
 _LONGEST_WAIT: Final = 86400.0
@@ -88,53 +81,34 @@ class _Silent:
         pass
 
 
-class _SignalWakeup:
-    """Signals delivered as bytes on a pipe, read in the loop."""
-
-    def __init__(self) -> None:
-        self.read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
-        for number in (*CANCEL_SIGNALS, signal.SIGCHLD):
-            signal.signal(number, _wake_only)
-
-    def drain(self) -> list[int]:
-        """Return the signals received since the last call, in order."""
-        received: list[int] = []
-        while True:
-            try:
-                chunk = os.read(self.read_fd, 256)
-            except BlockingIOError:
-                return received
-            if not chunk:
-                return received
-            received += list(chunk)
-
-
-def _wake_only(_number: int, _frame: object) -> None:
-    """Do nothing: the wakeup fd already carries the signal to the loop."""
-
-
 class _Run:
     """One supervised command, from launch to record."""
 
     def __init__(
         self,
         spec: RunSpec,
+        launched: Launch,
         *,
         lifeline: int | None,
         status: StatusWriter,
         log: EventSink,
         on_message: Callable[[str], None],
     ) -> None:
+        from tether.containment import ProcessTree
+
         self.spec = spec
         self.lifeline = lifeline
         self.status = status
         self.log = log
         self.on_message = on_message
-        self.wakeup = _SignalWakeup()
+        self.wakeup = launched.wakeup
         self.selector = selectors.DefaultSelector()
+        self.command = command = launched.command
         self.tree: ProcessTree | None = None
-        self.command: Command | None = None
+        if command is not None:
+            self.tree = ProcessTree(
+                leader=command.pid, pgid=command.pgid, pidfd=command.pidfd, cgroup=command.cgroup
+            )
         self.machine: RunMachine | None = None
         self.signals: list[SignalSent] = []
         self.stragglers = 0
@@ -151,30 +125,13 @@ class _Run:
         self.started_at = datetime.now(UTC) - timedelta(seconds=now - self.started_monotonic)
         self.finished_at = self.started_at
 
-    # -- launch ---------------------------------------------------------------
-
-    def launch(self, stdin: _Stdio, stdout: _Stdio, stderr: _Stdio) -> Event:
-        """Start the command; return the event that says how that went."""
-        set_child_subreaper()
-        try:
-            command = start_command(self.spec, stdin=stdin, stdout=stdout, stderr=stderr)
-        except LaunchFailure as failure:
-            return LaunchFailed(time.monotonic(), failure.errno, failure.message, failure.stage)
-        self.command = command
-        # Imported once the command runs: it is not needed to start it.
-        from tether.containment import ProcessTree
-
-        self.tree = ProcessTree(
-            leader=command.pid, pgid=command.pgid, pidfd=command.pidfd, cgroup=command.cgroup
-        )
-        self.status.send(
-            STARTED,
-            supervisor_pid=os.getpid(),
-            pid=command.pid,
-            pgid=command.pgid,
-            cgroup=None if command.cgroup is None else command.cgroup.directory,
-        )
-        return Launched(time.monotonic(), command.pid)
+    def first_event(self, launched: Launch) -> Event:
+        """The event that says how the launch went, at the time it happened."""
+        failure = launched.failure
+        if failure is not None:
+            return LaunchFailed(launched.at, failure.errno, failure.message, failure.stage)
+        assert self.tree is not None
+        return Launched(launched.at, self.tree.leader)
 
     # -- the loop -------------------------------------------------------------
 
@@ -488,26 +445,23 @@ def _print_to_stderr(message: str) -> None:
 
 def supervise(
     spec: RunSpec,
+    launched: Launch,
     *,
     lifeline: int | None,
     status: StatusWriter,
-    stdin: _Stdio,
-    stdout: _Stdio,
-    stderr: _Stdio,
     log: EventSink | None = None,
     on_message: Callable[[str], None] = _print_to_stderr,
-    close_after_launch: tuple[int, ...] = (),
 ) -> int:
-    """Run ``spec`` to the end under supervision; return the exit status for it.
+    """Watch the command :func:`tether.launching.launch` started until it is recorded.
 
-    ``close_after_launch`` are descriptors only the command needs (the caller's
-    stdio): the supervisor lets go of them as soon as the command has its own
-    copies, so a reader of the caller's output sees end of file when the
-    command is done, not when the supervisor is.
+    Returns the exit status for the run.
     """
-    run = _Run(spec, lifeline=lifeline, status=status, log=log or _Silent(), on_message=on_message)
-    first = run.launch(stdin, stdout, stderr)
-    for fd in close_after_launch:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    return run.run(first)
+    run = _Run(
+        spec,
+        launched,
+        lifeline=lifeline,
+        status=status,
+        log=log or _Silent(),
+        on_message=on_message,
+    )
+    return run.run(run.first_event(launched))

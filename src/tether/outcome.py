@@ -13,7 +13,11 @@ Pure: nothing here touches the operating system.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Final
+
+# On the path to the command's launch: no ``typing`` at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
 
 __all__ = [
     "CANNOT_EXECUTE",

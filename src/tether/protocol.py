@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
-from typing import Final
 
-__all__ = ["CANCEL", "FINISHED", "KILL_NOW", "STARTED", "Started", "StatusWriter", "decode"]
+# On the path to the command's launch: no ``typing`` at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
+
+__all__ = ["CANCEL", "FINISHED", "KILL_NOW", "STARTED", "StatusWriter", "decode"]
 
 CANCEL: Final = b"c"
 KILL_NOW: Final = b"k"
@@ -54,37 +57,6 @@ class StatusWriter:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)
-
-
-@dataclass(frozen=True, slots=True)
-class Started:
-    """Who is who once the command runs: what the caller needs if the supervisor is lost.
-
-    ``cgroup`` is the directory of the run's own cgroup when cgroup containment
-    is in use, so that a caller whose supervisor vanished can still end the
-    whole tree with ``cgroup.kill``.
-    """
-
-    supervisor_pid: int | None
-    pid: int | None
-    pgid: int | None
-    cgroup: str | None = None
-
-    @classmethod
-    def from_message(cls, message: dict[str, object]) -> Started:
-        """Read a ``started`` message; fields that are missing or malformed are ``None``."""
-
-        def number(key: str) -> int | None:
-            value = message.get(key)
-            return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-        cgroup = message.get("cgroup")
-        return cls(
-            supervisor_pid=number("supervisor_pid"),
-            pid=number("pid"),
-            pgid=number("pgid"),
-            cgroup=cgroup if isinstance(cgroup, str) else None,
-        )
 
 
 def decode(line: bytes) -> dict[str, object]:

@@ -36,12 +36,17 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from dataclasses import dataclass
-from typing import IO, Final, Literal
 
 from tether._linux.cgroup import CgroupUnavailable, RunCgroup
 from tether._linux.prctl import set_parent_death_signal
-from tether.spec import RunSpec
+
+# Run before the command starts: no ``typing`` or ``dataclasses`` at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import IO, Final, Literal
+
+    _Stdio = int | IO[bytes] | None
 
 __all__ = [
     "CONTAINMENT_SETTINGS",
@@ -57,10 +62,7 @@ CONTAINMENT_VARIABLE: Final = "TETHER_CONTAINMENT"
 #: Its accepted values; unset or empty means ``auto``.
 CONTAINMENT_SETTINGS: Final = ("auto", "sweep", "cgroup")
 
-_Stdio = int | IO[bytes] | None
 
-
-@dataclass(frozen=True, slots=True)
 class Command:
     """A started command: its pid (also its process group id), a pidfd on it, its cgroup.
 
@@ -68,11 +70,22 @@ class Command:
     (the sweep is then the only containment).
     """
 
-    pid: int
-    pgid: int
-    pidfd: int
-    popen: subprocess.Popen[bytes]
-    cgroup: RunCgroup | None = None
+    __slots__ = ("cgroup", "pgid", "pid", "pidfd", "popen")
+
+    def __init__(
+        self,
+        *,
+        pid: int,
+        pgid: int,
+        pidfd: int,
+        popen: subprocess.Popen[bytes],
+        cgroup: RunCgroup | None = None,
+    ) -> None:
+        self.pid = pid
+        self.pgid = pgid
+        self.pidfd = pidfd
+        self.popen = popen
+        self.cgroup = cgroup
 
 
 class LaunchFailure(Exception):
@@ -124,34 +137,46 @@ def _make_cgroup(setting: str) -> RunCgroup | None:
         return None
 
 
-def start_command(spec: RunSpec, *, stdin: _Stdio, stdout: _Stdio, stderr: _Stdio) -> Command:
-    """Start ``spec.argv``; raise :class:`LaunchFailure` if it cannot be started."""
+def start_command(
+    argv: Sequence[str],
+    *,
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+    umask: int | None,
+    stdin: _Stdio,
+    stdout: _Stdio,
+    stderr: _Stdio,
+) -> Command:
+    """Start ``argv``; raise :class:`LaunchFailure` if it cannot be started.
+
+    ``cwd``, ``env`` and ``umask`` are the caller's (``None``: the supervisor's own).
+    """
     supervisor = os.getpid()
     setting = containment_setting()
     cgroup = _make_cgroup(setting)
     required = setting == "cgroup"
     try:
         popen = subprocess.Popen(
-            spec.argv,
+            argv,
             stdin=stdin,
             stdout=stdout,
             stderr=stderr,
-            cwd=spec.cwd,
-            env=spec.env,
-            umask=-1 if spec.umask is None else spec.umask,
+            cwd=cwd,
+            env=env,
+            umask=-1 if umask is None else umask,
             process_group=0,
             close_fds=True,
             preexec_fn=lambda: _prepare_child(supervisor, cgroup, required=required),  # noqa: PLW1509 - single-threaded
         )
     except OSError as error:
         _discard(cgroup)
-        raise _launch_failure(spec, error) from None
+        raise _launch_failure(argv, cwd, error) from None
     except (ValueError, TypeError, subprocess.SubprocessError) as error:
         _discard(cgroup)
         if required and isinstance(error, subprocess.SubprocessError):
             message = f"{CONTAINMENT_VARIABLE}=cgroup, but the command could not join its cgroup"
             raise LaunchFailure(None, message, "setup") from None
-        raise LaunchFailure(None, f"cannot start {spec.argv[0]!r}: {error}", "setup") from None
+        raise LaunchFailure(None, f"cannot start {argv[0]!r}: {error}", "setup") from None
     try:
         pidfd = os.pidfd_open(popen.pid)
     except OSError:
@@ -189,10 +214,8 @@ def _discard(cgroup: RunCgroup | None) -> None:
         cgroup.discard()
 
 
-def _launch_failure(spec: RunSpec, error: OSError) -> LaunchFailure:
+def _launch_failure(argv: Sequence[str], cwd: str | None, error: OSError) -> LaunchFailure:
     reason = error.strerror or str(error)
-    if spec.cwd is not None and error.filename == spec.cwd and spec.cwd != spec.argv[0]:
-        return LaunchFailure(
-            error.errno, f"cannot change to directory {spec.cwd!r}: {reason}", "setup"
-        )
-    return LaunchFailure(error.errno, f"failed to run command {spec.argv[0]!r}: {reason}", "exec")
+    if cwd is not None and error.filename == cwd and cwd != argv[0]:
+        return LaunchFailure(error.errno, f"cannot change to directory {cwd!r}: {reason}", "setup")
+    return LaunchFailure(error.errno, f"failed to run command {argv[0]!r}: {reason}", "exec")

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
+import tether
 from tether.outcome import TETHER_FAILED
 
 __all__ = ["main"]
@@ -116,7 +117,9 @@ def _refuse(message: str, parsed: argparse.Namespace, record: str, asked_at: flo
 
 def main(argv: list[str] | None = None) -> int:
     """Supervise one command in the foreground; return the status to exit with."""
-    asked_at = time.monotonic()
+    # Run as a program, the worker asked when this process started (as early
+    # as the package could read a clock); called from Python, it asks now.
+    asked_at = tether._LOADED_AT if argv is None else time.monotonic()
     args = list(sys.argv[1:] if argv is None else argv)
     split = args.index("--") if "--" in args else len(args)
     options, command = args[:split], args[split + 1 :]
@@ -145,8 +148,22 @@ def main(argv: list[str] | None = None) -> int:
     if problem is not None:
         _refuse(problem, parsed, record, asked_at)
 
-    from tether.loop import supervise
+    from tether.launching import launch
     from tether.protocol import StatusWriter
+
+    status = StatusWriter(None)
+    launched = launch(
+        command,
+        cwd=None,
+        env=None,
+        umask=None,
+        stdin=subprocess.DEVNULL,
+        stdout=None,
+        stderr=None,
+        status=status,
+    )
+
+    from tether.loop import supervise
     from tether.spec import RunSpec
 
     spec = RunSpec(
@@ -157,14 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         record_path=record,
         label=parsed.variant,
     )
-    return supervise(
-        spec,
-        lifeline=parsed.parent_fd,
-        status=StatusWriter(None),
-        stdin=subprocess.DEVNULL,
-        stdout=None,
-        stderr=None,
-    )
+    return supervise(spec, launched, lifeline=parsed.parent_fd, status=status)
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised as a subprocess

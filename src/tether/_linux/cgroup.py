@@ -43,7 +43,11 @@ import os
 import re
 import select
 import time
-from typing import Final
+
+# On the path to the command's launch: no ``typing`` at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
 
 __all__ = [
     "CgroupUnavailable",

@@ -13,7 +13,11 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-from typing import Final
+
+# On the path to the command's launch: no ``typing`` at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
 
 __all__ = ["set_child_subreaper", "set_parent_death_signal"]
 

@@ -1,0 +1,131 @@
+"""The ``launching`` phase: what a supervisor does before anything else.
+
+The command should start as early as the interpreter allows (DESIGN §5), so
+this module does only what must come before it, and imports only what that
+needs (``os``, ``signal``, ``subprocess``, ``ctypes``): no ``dataclasses``, no
+``typing`` at run time, none of the core, and neither ``transitions`` nor
+``structlog``. In order:
+
+1. **Signals first.** SIGTERM, SIGINT, SIGHUP and SIGCHLD get handlers that
+   do nothing but let Python write the signal's number to a wakeup pipe, so
+   a cancel that arrives while the command is being started is not lost: it
+   waits in the pipe, level-triggered, for the loop.
+2. **Subreaper.** The supervisor becomes the reaper of its orphaned
+   descendants before there are any.
+3. **The command**, through :func:`tether.spawn.start_command`.
+4. **``started``** goes to the caller at once, and the caller's stdio, which
+   only the command needs, is let go of.
+
+Everything else (the core, the event log, the record) is built afterwards by
+:mod:`tether.loop`, from the :class:`Launch` returned here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+from tether._linux.prctl import set_child_subreaper
+from tether.protocol import STARTED, StatusWriter
+from tether.spawn import Command, LaunchFailure, start_command
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import IO, Final
+
+    _Stdio = int | IO[bytes] | None
+
+__all__ = ["CANCEL_SIGNALS", "Launch", "SignalWakeup", "launch"]
+
+#: Signals that mean "stop the command gracefully" when sent to the supervisor.
+CANCEL_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class SignalWakeup:
+    """Signals delivered as bytes on a pipe, read in the loop, never handled in a handler."""
+
+    def __init__(self) -> None:
+        self.read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
+        for number in (*CANCEL_SIGNALS, signal.SIGCHLD):
+            signal.signal(number, _wake_only)
+
+    def drain(self) -> list[int]:
+        """Return the signals received since the last call, in order."""
+        received: list[int] = []
+        while True:
+            try:
+                chunk = os.read(self.read_fd, 256)
+            except BlockingIOError:
+                return received
+            if not chunk:
+                return received
+            received += list(chunk)
+
+
+def _wake_only(_number: int, _frame: object) -> None:
+    """Do nothing: the wakeup fd already carries the signal to the loop."""
+
+
+class Launch:
+    """How the launch went: the command (or why there is none), when, and the wakeup pipe."""
+
+    __slots__ = ("at", "command", "failure", "wakeup")
+
+    def __init__(
+        self,
+        *,
+        wakeup: SignalWakeup,
+        at: float,
+        command: Command | None = None,
+        failure: LaunchFailure | None = None,
+    ) -> None:
+        self.wakeup = wakeup
+        self.at = at
+        self.command = command
+        self.failure = failure
+
+
+def launch(
+    argv: Sequence[str],
+    *,
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+    umask: int | None,
+    stdin: _Stdio,
+    stdout: _Stdio,
+    stderr: _Stdio,
+    status: StatusWriter,
+    close_after_launch: tuple[int, ...] = (),
+) -> Launch:
+    """Start the command under a supervisor that is ready to watch it.
+
+    ``close_after_launch`` are descriptors only the command needs (the caller's
+    stdio): the supervisor lets go of them as soon as the command has its own
+    copies, so a reader of the caller's output sees end of file when the
+    command is done, not when the supervisor is.
+    """
+    wakeup = SignalWakeup()
+    set_child_subreaper()
+    try:
+        command = start_command(
+            argv, cwd=cwd, env=env, umask=umask, stdin=stdin, stdout=stdout, stderr=stderr
+        )
+    except LaunchFailure as failure:
+        result = Launch(wakeup=wakeup, at=time.monotonic(), failure=failure)
+    else:
+        result = Launch(wakeup=wakeup, at=time.monotonic(), command=command)
+        status.send(
+            STARTED,
+            supervisor_pid=os.getpid(),
+            pid=command.pid,
+            pgid=command.pgid,
+            cgroup=None if command.cgroup is None else command.cgroup.directory,
+        )
+    for fd in close_after_launch:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    return result
