@@ -167,7 +167,7 @@ class Outcome:
         """
         if self.record_path is None:
             raise ValueError("this run kept no record (it was launched with record=False)")
-        from tether.record import read_record
+        from tether.recordfile import read_record
 
         return read_record(self.record_path)
 
@@ -673,7 +673,7 @@ def _record(record: RecordOption) -> str | None:
         path = new_record_path()
     else:
         path = Path(os.fspath(record))
-    from tether.record import RecordError, check_record_path
+    from tether.recordfile import RecordError, check_record_path
 
     try:
         check_record_path(path)

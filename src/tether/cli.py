@@ -146,7 +146,7 @@ def _run_spec(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
 
     record: Path | None = None
     if not args.no_record:
-        from tether.record import RecordError, check_record_path
+        from tether.recordfile import RecordError, check_record_path
 
         record = Path(args.record) if args.record else new_record_path()
         try:

@@ -14,7 +14,11 @@ Pure: no clock, no I/O.
 from __future__ import annotations
 
 import math
-from typing import Final
+
+# On the path to the command's launch: no ``typing`` at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
 
 __all__ = ["DurationError", "format_duration", "parse_duration"]
 

@@ -235,7 +235,7 @@ def main(argv: list[str], *, asked_at: float | None = None) -> int:
 
     record: Path | None = None
     if not options.no_record:
-        from tether.record import RecordError, check_record_path
+        from tether.recordfile import RecordError, check_record_path
 
         record = Path(options.record) if options.record else new_record_path()
         try:

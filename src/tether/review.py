@@ -42,7 +42,7 @@ from typing import Final, TextIO
 
 from tether.durations import DurationError, format_duration, parse_duration
 from tether.outcome import Reason
-from tether.record import RecordError, read_record
+from tether.recordfile import RecordError, read_record
 
 __all__ = [
     "EVENTS_SUFFIX",

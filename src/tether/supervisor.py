@@ -32,10 +32,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import NoReturn
 
 import tether
 from tether.outcome import TETHER_FAILED
+
+# On the path to the command's launch: no ``typing`` at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 __all__ = ["main"]
 
@@ -126,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parsed, extra = _parser().parse_known_args(options)
 
     from tether.durations import DurationError
-    from tether.record import RecordError, check_record_path
+    from tether.recordfile import RecordError, check_record_path
 
     record = os.path.abspath(parsed.record)
     try:
