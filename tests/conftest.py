@@ -28,6 +28,25 @@ SCHEMA = ROOT / "src" / "tether" / "schema" / "record.v1.json"
 #: The upper bound of every wait in the tests (a bound, not an expectation).
 BOUND = 15.0
 
+#: Every field of the seed supervisor's record, which must keep its name and meaning.
+SEED_FIELDS = (
+    "schema_version",
+    "variant",
+    "reason",
+    "started_at",
+    "finished_at",
+    "elapsed_seconds",
+    "deadline_seconds",
+    "grace_seconds",
+    "supervisor_pid",
+    "eval_pid",
+    "eval_process_group",
+    "eval_exit_code",
+    "supervisor_exit_code",
+    "escalated_to_sigkill",
+    "shutdown_seconds",
+)
+
 
 def fixture(name: str, *args: str) -> list[str]:
     """The argv that runs ``fixtures/<name>.py`` with this interpreter."""

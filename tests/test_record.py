@@ -18,6 +18,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from conftest import SEED_FIELDS
 from tether import __version__
 from tether.effects import Verdict
 from tether.outcome import Reason
@@ -35,25 +36,6 @@ from tether.record import (
     read_record,
     record_schema,
     write_record,
-)
-
-#: Every field of the seed supervisor's record, which must keep its name and meaning.
-SEED_FIELDS = (
-    "schema_version",
-    "variant",
-    "reason",
-    "started_at",
-    "finished_at",
-    "elapsed_seconds",
-    "deadline_seconds",
-    "grace_seconds",
-    "supervisor_pid",
-    "eval_pid",
-    "eval_process_group",
-    "eval_exit_code",
-    "supervisor_exit_code",
-    "escalated_to_sigkill",
-    "shutdown_seconds",
 )
 
 STARTED_AT = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)

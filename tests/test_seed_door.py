@@ -17,6 +17,7 @@ import pytest
 
 from conftest import (
     BOUND,
+    SEED_FIELDS,
     Processes,
     ReadyPipe,
     alive,
@@ -24,24 +25,6 @@ from conftest import (
     read_json,
     validate_record,
     wait_gone,
-)
-
-SEED_FIELDS = (
-    "schema_version",
-    "variant",
-    "reason",
-    "started_at",
-    "finished_at",
-    "elapsed_seconds",
-    "deadline_seconds",
-    "grace_seconds",
-    "supervisor_pid",
-    "eval_pid",
-    "eval_process_group",
-    "eval_exit_code",
-    "supervisor_exit_code",
-    "escalated_to_sigkill",
-    "shutdown_seconds",
 )
 
 

@@ -118,26 +118,19 @@ def write_supervisor_lost_record(
     path = Path(spec.record_path)
     if os.path.lexists(path):
         return None
-    now = time.monotonic()
-    finished_at = datetime.now(UTC)
-    document = build_caller_document(
+    written = _write_caller_record(
+        path,
+        asked_at=spec.asked_at,
+        reason=Reason.SUPERVISOR_LOST,
         label=spec.label,
-        started_at=finished_at - timedelta(seconds=now - spec.asked_at),
-        finished_at=finished_at,
-        elapsed_seconds=now - spec.asked_at,
         deadline_seconds=spec.deadline_seconds,
         grace_seconds=spec.grace_seconds,
         supervisor_pid=supervisor_pid,
         command_pid=pid,
         command_pgid=pgid,
         message=message,
-        hostname=socket.gethostname(),
     )
-    try:
-        write_record(path, document)
-    except RecordError:
-        return None
-    return path
+    return path if written else None
 
 
 def write_refusal_record(
@@ -151,17 +144,45 @@ def write_refusal_record(
     supervisor_pid: int | None = None,
 ) -> bool:
     """Write the ``launch_failed`` record of a refused command line; return whether it was."""
+    return _write_caller_record(
+        path,
+        asked_at=asked_at,
+        reason=Reason.LAUNCH_FAILED,
+        label=label,
+        deadline_seconds=deadline,
+        grace_seconds=grace,
+        supervisor_pid=supervisor_pid,
+        message=message,
+    )
+
+
+def _write_caller_record(
+    path: Path,
+    *,
+    asked_at: float,
+    reason: Reason,
+    label: str | None,
+    deadline_seconds: float | None,
+    grace_seconds: float | None,
+    supervisor_pid: int | None,
+    message: str,
+    command_pid: int | None = None,
+    command_pgid: int | None = None,
+) -> bool:
+    """Write a record that only the caller could write, timed from ``asked_at`` to now."""
     now = time.monotonic()
     finished_at = datetime.now(UTC)
     document = build_caller_document(
-        reason=Reason.LAUNCH_FAILED,
+        reason=reason,
         label=label,
         started_at=finished_at - timedelta(seconds=now - asked_at),
         finished_at=finished_at,
         elapsed_seconds=now - asked_at,
-        deadline_seconds=deadline,
-        grace_seconds=grace,
+        deadline_seconds=deadline_seconds,
+        grace_seconds=grace_seconds,
         supervisor_pid=supervisor_pid,
+        command_pid=command_pid,
+        command_pgid=command_pgid,
         message=message,
         hostname=socket.gethostname(),
     )
