@@ -17,7 +17,8 @@ import pytest
 import structlog
 from structlog.typing import EventDict
 
-from tether.eventlog import EventLog, EventSink, NullEventLog, events_path_for
+from tether.eventlog import EventLog, EventSink, NullEventLog
+from tether.paths import events_path_for
 from tether.redaction import REDACTED, Redactor, secret_values_from
 
 SECRET_ENV = {"SERVICE_TOKEN": "env-secret-0451"}

@@ -41,20 +41,10 @@ from structlog.typing import EventDict, FilteringBoundLogger
 
 from tether.redaction import Redactor
 
-__all__ = ["EventLog", "EventSink", "NullEventLog", "events_path_for"]
+__all__ = ["EventLog", "EventSink", "NullEventLog"]
 
 _FILE_MODE: Final = 0o600
 _OPEN_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-_EVENTS_SUFFIX: Final = ".events.jsonl"
-
-
-def events_path_for(record_path: Path) -> Path:
-    """Where the event log of the record at ``record_path`` lives.
-
-    ``runs/abc.json`` -> ``runs/abc.events.jsonl``: beside the record, so the two
-    travel together, and named after it, so either one finds the other.
-    """
-    return record_path.with_name(record_path.stem + _EVENTS_SUFFIX)
 
 
 class EventSink(Protocol):

@@ -146,7 +146,8 @@ class _Run:
             return
         from pathlib import Path
 
-        from tether.eventlog import EventLog, events_path_for
+        from tether.eventlog import EventLog
+        from tether.paths import events_path_for
         from tether.redaction import Redactor, secret_values_from
 
         environ = os.environ if self.spec.env is None else self.spec.env

@@ -1,4 +1,4 @@
-"""Where records live by default, and how they are named.
+"""Where records and their event logs live by default, and how they are named.
 
 Every door that writes records by default (``tether run``, ``tether timeout``,
 the Python API) writes them to the same place, so that ``tether ls`` finds
@@ -19,7 +19,16 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-__all__ = ["default_records_dir", "new_record_name", "new_record_path"]
+__all__ = [
+    "EVENTS_SUFFIX",
+    "default_records_dir",
+    "events_path_for",
+    "new_record_name",
+    "new_record_path",
+]
+
+#: The event log's name is the record's stem with this suffix.
+EVENTS_SUFFIX = ".events.jsonl"
 
 
 def default_records_dir() -> Path:
@@ -39,3 +48,12 @@ def new_record_name() -> str:
 def new_record_path() -> Path:
     """A fresh record path in the default directory."""
     return default_records_dir() / new_record_name()
+
+
+def events_path_for(record_path: Path) -> Path:
+    """Where the event log of the record at ``record_path`` lives.
+
+    ``runs/abc.json`` -> ``runs/abc.events.jsonl``: beside the record, so the two
+    travel together, and named after it, so either one finds the other.
+    """
+    return record_path.with_name(record_path.stem + EVENTS_SUFFIX)

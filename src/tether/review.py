@@ -42,6 +42,7 @@ from typing import Final, TextIO
 
 from tether.durations import DurationError, format_duration, parse_duration
 from tether.outcome import Reason
+from tether.paths import EVENTS_SUFFIX, events_path_for
 from tether.recordfile import RecordError, read_record
 
 __all__ = [
@@ -65,7 +66,6 @@ __all__ = [
 ]
 
 #: The event log of ``NAME.json`` is ``NAME.events.jsonl`` (as in :mod:`tether.eventlog`).
-EVENTS_SUFFIX: Final = ".events.jsonl"
 
 #: An event log is a few kilobytes; past this much, the rest is not read (and
 #: the operator is told), so that pointing ``show`` at a huge file stays cheap.
@@ -232,11 +232,6 @@ def _plural(count: object, noun: str, nouns: str | None = None) -> str:
 
 
 # -- reading event logs -----------------------------------------------------------
-
-
-def events_path_for(record_path: Path) -> Path:
-    """The event log beside the record at ``record_path``: ``x.json`` -> ``x.events.jsonl``."""
-    return record_path.with_name(record_path.stem + EVENTS_SUFFIX)
 
 
 def _open_regular(path: Path, what: str) -> int:
