@@ -21,8 +21,8 @@ Colour is decided by :func:`use_colour` alone: only on a terminal, never when
 ``NO_COLOR`` is set (https://no-color.org) or ``TERM`` is ``dumb``.
 
 This module is on the caller's side of tether: it loads neither ``structlog``
-nor ``transitions`` (so it cannot use :mod:`tether.eventlog` to find a log, and
-knows the ``.events.jsonl`` naming rule itself), and it does no printing; the
+nor ``transitions`` (the ``.events.jsonl`` naming rule comes from
+:mod:`tether.paths`, shared with the supervisor), and it does no printing; the
 CLI decides what goes to stdout and stderr and with which exit status.
 """
 
@@ -64,8 +64,6 @@ __all__ = [
     "select",
     "use_colour",
 ]
-
-#: The event log of ``NAME.json`` is ``NAME.events.jsonl`` (as in :mod:`tether.eventlog`).
 
 #: An event log is a few kilobytes; past this much, the rest is not read (and
 #: the operator is told), so that pointing ``show`` at a huge file stays cheap.
