@@ -1,0 +1,441 @@
+"""``tether show``: one run told for a person (a verdict, then a timeline), or as JSON.
+
+The timeline counts seconds from the caller's asking (``started_mono``), like
+the record; steps of the core that changed nothing are counted, not listed,
+unless asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final
+
+from tether.review._text import (
+    _REASON_WORDS,
+    _REQUEST_WORDS,
+    _STATUS_WORDS,
+    _int,
+    _local,
+    _number,
+    _Paint,
+    _path_text,
+    _plural,
+    _policy_text,
+    _returncode_text,
+    _safe,
+    _seconds_text,
+    _signal_name,
+)
+from tether.review.files import (
+    RunFiles,
+)
+
+# -- one run, for people ---------------------------------------------------------------
+
+_LABEL_WIDTH: Final = 13
+
+
+class _Lines:
+    """A ``name  value`` block with aligned values."""
+
+    def __init__(self, paint: _Paint) -> None:
+        self.paint = paint
+        self.lines: list[str] = []
+
+    def add(self, name: str, value: str) -> None:
+        self.lines.append(f"  {self.paint.dim(name.ljust(_LABEL_WIDTH))} {value}")
+
+    def more(self, value: str) -> None:
+        self.lines.append(f"  {' ' * _LABEL_WIDTH} {value}")
+
+
+def _exit_status_text(record: Mapping[str, object]) -> str:
+    status = _int(record.get("supervisor_exit_code"))
+    if status is None:
+        return "?"
+    if record.get("reason") == "completed":
+        code = _int(record.get("eval_exit_code"))
+        if code is not None and code < 0:
+            return f"{status} (128+{-code}: the command was killed by {_signal_name(-code)})"
+        return f"{status} (the command's own)"
+    words = _STATUS_WORDS.get(status)
+    return f"{status} ({words})" if words else str(status)
+
+
+def _command_text(record: Mapping[str, object]) -> str:
+    pid, pgid = _int(record.get("eval_pid")), _int(record.get("eval_process_group"))
+    code = _int(record.get("eval_exit_code"))
+    if pid is None:
+        return "never started" if record.get("reason") == "launch_failed" else "unknown"
+    who = f"pid {pid}" + (f" (group {pgid})" if pgid is not None and pgid != pid else "")
+    if code is not None:
+        return f"{who}, {_returncode_text(code)}"
+    if record.get("reason") == "supervisor_lost":
+        return f"{who}, fate unknown (the supervisor was lost; check that it is gone)"
+    return f"{who}, not reaped"
+
+
+def _escalation_text(record: Mapping[str, object], paint: _Paint) -> str:
+    shutdown = record.get("shutdown_seconds")
+    after = f"; tree gone {_seconds_text(shutdown)} after the first SIGTERM" if shutdown else ""
+    if record.get("escalated_to_sigkill") is True:
+        return paint("yes", "33") + f": {_why_sigkill(record)}{after}"
+    if shutdown is None:
+        return "no (nothing had to be stopped)"
+    return f"no{after}"
+
+
+def _first_at(record: Mapping[str, object], name: str) -> float | None:
+    sent = record.get("signals")
+    for item in sent if isinstance(sent, list) else []:
+        if isinstance(item, Mapping) and item.get("signal") == name:
+            return _number(item.get("at_seconds"))
+    return None
+
+
+def _why_sigkill(record: Mapping[str, object]) -> str:
+    """Whether SIGKILL came because the grace ran out or because someone asked for it."""
+    term, kill = _first_at(record, "SIGTERM"), _first_at(record, "SIGKILL")
+    grace = _number(record.get("grace_seconds"))
+    if term is None:
+        return "SIGKILL at once (a kill was asked for)"
+    if kill is not None and grace is not None and kill - term < grace - 0.001:
+        return "SIGKILL before the grace was over (a kill was asked for)"
+    return "SIGKILL after the grace"
+
+
+def _signal_lines(record: Mapping[str, object]) -> list[str]:
+    sent = record.get("signals")
+    if not isinstance(sent, list) or not sent:
+        return ["none"]
+    lines: list[str] = []
+    for item in sent:
+        if not isinstance(item, Mapping):
+            continue
+        lines.append(
+            f"{_safe(item.get('signal'))} at {_seconds_text(item.get('at_seconds'))} "
+            f"to {_plural(item.get('processes'), 'process', 'processes')}"
+        )
+    return lines or ["none"]
+
+
+def _descendants_text(record: Mapping[str, object]) -> str:
+    stopped, stragglers = record.get("descendants_stopped"), record.get("stragglers")
+    if stopped is None and stragglers is None:
+        return "unknown"
+    if record.get("eval_pid") is None and not stopped:
+        return "none (the command never started)"
+    return f"{_safe(stopped)} stopped; {_safe(stragglers)} still running when the command exited"
+
+
+def _rusage_text(record: Mapping[str, object]) -> str | None:
+    usage = record.get("rusage")
+    if not isinstance(usage, Mapping):
+        return None
+    rss = _number(usage.get("max_rss_kib"))
+    memory = "?" if rss is None else f"{rss / 1024:.1f} MiB"
+    return (
+        f"user {_seconds_text(usage.get('user_seconds'))}, "
+        f"system {_seconds_text(usage.get('system_seconds'))}, peak RSS {memory}"
+    )
+
+
+def _launch_error_text(record: Mapping[str, object]) -> str | None:
+    error = record.get("launch_error")
+    if not isinstance(error, Mapping):
+        return None
+    name, number = error.get("errno_name"), error.get("errno")
+    code = " ".join(_safe(part) for part in (name, number) if part is not None)
+    message = _safe(error.get("message") or "?")
+    return f"{message} ({code})" if code else message
+
+
+def _verdict_lines(run: RunFiles, paint: _Paint) -> list[str]:
+    """The record, told: what happened, how it was stopped, what else, who and when."""
+    record = run.record
+    assert record is not None
+    label = record.get("variant")
+    title = "run " + (repr(_safe(label)) if isinstance(label, str) else "(no label)")
+    out = _Lines(paint)
+    out.lines.append(paint.bold(title) + ": " + paint.reason(record.get("reason")))
+    for part in (_outcome, _stopping, _extras, _provenance):
+        part(out, record)
+    return out.lines
+
+
+def _outcome(out: _Lines, record: Mapping[str, object]) -> None:
+    reason = record.get("reason")
+    out.add("reason", f"{out.paint.reason(reason)} - {_REASON_WORDS.get(str(reason), 'unknown')}")
+    out.add("exit status", _exit_status_text(record))
+    out.add("command", _command_text(record))
+    out.add(
+        "duration",
+        f"{_seconds_text(record.get('elapsed_seconds'))} "
+        f"(deadline {_policy_text(record.get('deadline_seconds'), none_for_zero=True)}, "
+        f"grace {_policy_text(record.get('grace_seconds'), none_for_zero=False)})",
+    )
+
+
+def _stopping(out: _Lines, record: Mapping[str, object]) -> None:
+    out.add("escalated", _escalation_text(record, out.paint))
+    out.add("containment", _safe(record.get("containment")))
+    signals = _signal_lines(record)
+    out.add("signals", signals[0])
+    for line in signals[1:]:
+        out.more(line)
+    out.add("descendants", _descendants_text(record))
+
+
+def _extras(out: _Lines, record: Mapping[str, object]) -> None:
+    """Lines that apply to some runs only: resources, errors, an unkillable tree."""
+    _optional(out, "resources", _rusage_text(record))
+    _optional(out, "launch error", _launch_error_text(record))
+    error = record.get("tether_error")
+    if isinstance(error, str):
+        out.add("tether error", out.paint(_safe(error), "31"))
+    if record.get("unkillable") is True:
+        warning = "something survived SIGKILL: investigate this host"
+        out.add("UNKILLABLE", out.paint(warning, "1;31"))
+
+
+def _provenance(out: _Lines, record: Mapping[str, object]) -> None:
+    out.add("started", _local(record.get("started_at"), precise=True))
+    out.add("finished", _local(record.get("finished_at"), precise=True))
+    out.add(
+        "supervisor",
+        f"pid {_safe(record.get('supervisor_pid'))} on {_safe(record.get('hostname'))}, "
+        f"tether {_safe(record.get('tether_version'))}",
+    )
+
+
+def _optional(out: _Lines, name: str, value: str | None) -> None:
+    if value is not None:
+        out.add(name, value)
+
+
+def _no_record_lines(run: RunFiles, paint: _Paint) -> list[str]:
+    launched = next((e for e in run.events if e.get("event") == "launched"), None)
+    label = launched.get("label") if launched else None
+    title = "run " + (repr(_safe(label)) if isinstance(label, str) else "(label unknown)")
+    out = _Lines(paint)
+    out.lines.append(paint.bold(title) + ": " + paint("no record", "1;31"))
+    out.add("record", paint(run.record_note or "missing", "31"))
+    last = run.events[-1] if run.events else None
+    states = [e.get("state_after") for e in run.events if e.get("event") == "step"]
+    if last is not None:
+        out.add(
+            "last event", f"{_safe(last.get('event'))} at {_local(last.get('ts'), precise=True)}"
+        )
+    out.add("last state", _safe(states[-1]) if states else "?")
+    if launched is not None:
+        exited = any(e.get("event") == "command_exited" for e in run.events)
+        pid = _safe(launched.get("pid"))
+        out.add(
+            "command",
+            f"pid {pid}, exited"
+            if exited
+            else f"pid {pid}, not seen to exit: check that it is gone",
+        )
+    return out.lines
+
+
+def _files_lines(run: RunFiles, paint: _Paint) -> list[str]:
+    out = _Lines(paint)
+    if run.record is not None and run.record_path is not None:
+        out.add("record", _path_text(run.record_path))
+    if run.log_path is not None:
+        note = f"  ({run.log_note})" if run.log_note else ""
+        out.add("event log", _path_text(run.log_path) + paint(note, "33"))
+    return out.lines
+
+
+# -- the timeline ---------------------------------------------------------------------
+
+
+class _Fields:
+    """An event's fields, taken one by one; what is left is shown as ``key=value``."""
+
+    def __init__(self, event: Mapping[str, object]) -> None:
+        self.rest = {k: v for k, v in event.items() if k not in ("ts", "mono", "event")}
+
+    def take(self, name: str) -> object:
+        return self.rest.pop(name, None)
+
+    def text(self, name: str) -> str:
+        return _safe(self.take(name))
+
+    def leftover(self) -> str:
+        return " ".join(f"{_safe(k)}={_safe(json.dumps(v))}" for k, v in self.rest.items())
+
+
+def _launched(f: _Fields) -> str:
+    f.take("started_mono")  # time zero of the timeline, not news
+    deadline = _policy_text(f.take("deadline_seconds"), none_for_zero=True)
+    grace = _policy_text(f.take("grace_seconds"), none_for_zero=False)
+    label = f.take("label")
+    text = (
+        f"command pid {f.text('pid')} (group {f.text('pgid')}) under supervisor "
+        f"pid {f.text('supervisor_pid')}; containment {f.text('containment')}; "
+        f"deadline {deadline}, grace {grace}"
+    )
+    return text + (f"; label {_safe(label)!r}" if isinstance(label, str) else "")
+
+
+def _launch_failed(f: _Fields) -> str:
+    f.take("started_mono")
+    return (
+        f"{f.text('error')} (errno {f.text('errno')}, at {f.text('stage')}; "
+        f"supervisor pid {f.text('supervisor_pid')})"
+    )
+
+
+def _step(f: _Fields) -> str:
+    before, after, cause = f.text("state_before"), f.text("state_after"), f.text("input")
+    effects = f.take("effects")
+    moved = f"{before} -> {after}" if before != after else f"{before} (no change)"
+    text = f"{moved} on {cause}"
+    if isinstance(effects, list) and effects:
+        text += ": " + ", ".join(_safe(effect) for effect in effects)
+    return text
+
+
+def _signal_sent(f: _Fields) -> str:
+    return f"{f.text('signal')} to {_plural(f.take('processes'), 'process', 'processes')}"
+
+
+def _signal_received(f: _Fields) -> str:
+    return f"the supervisor received {f.text('signal')}: a request to cancel"
+
+
+def _lifeline_closed(_f: _Fields) -> str:
+    return "the lifeline reached end of file: the caller is gone"
+
+
+def _lifeline_request(f: _Fields) -> str:
+    request = f.text("request")
+    return f"the caller asked: {_REQUEST_WORDS.get(request, repr(request))}"
+
+
+def _command_exited(f: _Fields) -> str:
+    code = _int(f.take("returncode"))
+    others = f.take("others_alive")
+    how = "exited" if code is None else _returncode_text(code)
+    return f"command pid {f.text('pid')} {how}; {_safe(others)} other process(es) still alive"
+
+
+def _tree_emptied(_f: _Fields) -> str:
+    return "nothing of the command's tree is left"
+
+
+def _record_written(f: _Fields) -> str:
+    return f"record written: {f.text('path')}"
+
+
+def _record_failed(f: _Fields) -> str:
+    return f"record NOT written: {f.text('error')}"
+
+
+_DESCRIBE: Final[Mapping[str, Callable[[_Fields], str]]] = {
+    "launched": _launched,
+    "launch_failed": _launch_failed,
+    "step": _step,
+    "signal_sent": _signal_sent,
+    "signal_received": _signal_received,
+    "lifeline_closed": _lifeline_closed,
+    "lifeline_request": _lifeline_request,
+    "command_exited": _command_exited,
+    "tree_emptied": _tree_emptied,
+    "record_written": _record_written,
+    "record_failed": _record_failed,
+}
+
+
+def _describe(event: Mapping[str, object]) -> str:
+    fields = _Fields(event)
+    describe = _DESCRIBE.get(str(event.get("event")))
+    text = describe(fields) if describe is not None else ""
+    leftover = fields.leftover()
+    return " ".join(part for part in (text, leftover) if part)
+
+
+def _origin(events: Sequence[Mapping[str, object]]) -> tuple[float | None, str]:
+    """Time zero of the timeline on the monotonic clock, and what it is, in words.
+
+    The launch line's ``started_mono`` (when the caller asked, which is what the
+    record's times count from) if it has one; otherwise the launch itself;
+    otherwise the first line with a time.
+    """
+    for event in events:
+        if event.get("event") in ("launched", "launch_failed"):
+            asked = _number(event.get("started_mono"))
+            if asked is not None:
+                return asked, "seconds since the run was asked for, as in the record"
+            mono = _number(event.get("mono"))
+            if mono is not None:
+                return mono, (
+                    "seconds since the launch; the record's times count from the request, "
+                    "a little earlier"
+                )
+    first = next((m for m in (_number(e.get("mono")) for e in events) if m is not None), None)
+    return first, "seconds since the first line: the launch line is missing"
+
+
+def _is_uneventful(event: Mapping[str, object]) -> bool:
+    return (
+        event.get("event") == "step"
+        and event.get("state_before") == event.get("state_after")
+        and not event.get("effects")
+    )
+
+
+def _timeline_lines(run: RunFiles, paint: _Paint, *, all_steps: bool) -> list[str]:
+    if not run.events:
+        return [] if run.log_note else [paint.bold("timeline"), "  (the event log is empty)"]
+    origin, zero = _origin(run.events)
+    shown = [e for e in run.events if all_steps or not _is_uneventful(e)]
+    width = max(len(_safe(e.get("event"))) for e in shown) if shown else 0
+    lines = [paint.bold("timeline") + paint.dim(f"  ({zero})")]
+    for event in shown:
+        mono = _number(event.get("mono"))
+        at = "?" if mono is None or origin is None else f"{mono - origin:+.3f}"
+        name = _safe(event.get("event"))
+        lines.append(
+            f"  {paint.dim(at.rjust(9))}  {paint(name.ljust(width), '36')}  {_describe(event)}"
+        )
+    hidden = len(run.events) - len(shown)
+    if hidden:
+        lines.append(
+            paint.dim(
+                f"  ({_plural(hidden, 'step')} that changed nothing hidden; --all shows them)"
+            )
+        )
+    return lines
+
+
+def render_run(run: RunFiles, *, colour: bool = False, all_steps: bool = False) -> str:
+    """One run for a person: the verdict, where its files are, and its timeline."""
+    paint = _Paint(colour)
+    head = _verdict_lines(run, paint) if run.record is not None else _no_record_lines(run, paint)
+    parts = [head + _files_lines(run, paint)]
+    timeline = _timeline_lines(run, paint, all_steps=all_steps)
+    if timeline:
+        parts.append(timeline)
+    return "\n\n".join("\n".join(part) for part in parts) + "\n"
+
+
+def run_as_json(run: RunFiles) -> str:
+    """One run for scripts: ``{"record": ..., "events": [...]}`` plus where they came from.
+
+    ``record`` is ``null`` when there is none; ``warnings`` lists what could
+    not be read (also printed on stderr by the CLI).
+    """
+    document = {
+        "record": run.record,
+        "events": run.events,
+        "record_path": None if run.record_path is None else os.fsdecode(run.record_path),
+        "events_path": None if run.log_path is None else os.fsdecode(run.log_path),
+        "warnings": [*([run.record_note] if run.record_note else []), *run.warnings],
+    }
+    return json.dumps(document, indent=2) + "\n"
