@@ -26,17 +26,9 @@ from tether._version import __version__
 from tether.outcome import Reason
 
 if TYPE_CHECKING:
-    from tether.api import (
-        CommandFailed,
-        Outcome,
-        Tether,
-        TimeoutExpired,
-        launch,
-        launch_async,
-        run,
-        run_async,
-    )
+    from tether.api import Tether, launch, launch_async, run, run_async
     from tether.launcher import LaunchError
+    from tether.results import CommandFailed, Outcome, TimeoutExpired
 
 __all__ = [
     "CommandFailed",
@@ -54,11 +46,11 @@ __all__ = [
 
 #: Public names loaded on first use, and the module each comes from.
 _LAZY = {
-    "CommandFailed": "tether.api",
+    "CommandFailed": "tether.results",
     "LaunchError": "tether.launcher",
-    "Outcome": "tether.api",
+    "Outcome": "tether.results",
     "Tether": "tether.api",
-    "TimeoutExpired": "tether.api",
+    "TimeoutExpired": "tether.results",
     "launch": "tether.api",
     "launch_async": "tether.api",
     "run": "tether.api",

@@ -37,11 +37,22 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
+from tether.arguments import (
+    DEFAULT_GRACE,
+    Duration,
+    RecordOption,
+    Stdio,
+    command_words,
+    environment_copy,
+    record_path_for,
+    seconds_of,
+    stdio_descriptors,
+)
 from tether.launcher import (
     LaunchError,
     Spawned,
@@ -53,6 +64,7 @@ from tether.launcher import (
 )
 from tether.outcome import TETHER_FAILED, Reason
 from tether.protocol import CANCEL, FINISHED, KILL_NOW, STARTED
+from tether.results import CommandFailed, Outcome, TimeoutExpired
 from tether.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -72,105 +84,6 @@ __all__ = [
     "run",
     "run_async",
 ]
-
-#: A duration: seconds (``int`` or ``float``), a :class:`~datetime.timedelta`,
-#: or a string as the CLI takes it (``"30"``, ``"30s"``, ``"5m"``, ``"1.5h"``).
-Duration = float | str | timedelta
-#: Where the record goes: ``None`` (or ``True``) for a new file in the default
-#: directory, a path for that file, ``False`` for no record at all.
-RecordOption = str | os.PathLike[str] | bool | None
-#: A standard stream for the command: ``None`` (the caller's own), a file
-#: descriptor, a file object, or :data:`subprocess.DEVNULL`; for ``stderr``
-#: also :data:`subprocess.STDOUT`.
-Stdio = int | IO[Any] | None
-
-#: The default grace between the gentle signal and SIGKILL, as for ``tether run``.
-DEFAULT_GRACE: Final = 10.0
-
-# subprocess's constants, by value, so that this module need not import it.
-_PIPE: Final = -1
-_STDOUT: Final = -2
-_DEVNULL: Final = -3
-
-
-class TimeoutExpired(TimeoutError):
-    """:meth:`Tether.wait` gave up waiting; the command is still running.
-
-    This is about *waiting*, not about the command's deadline: a command
-    stopped at its deadline is an :class:`Outcome` with reason
-    ``DEADLINE_EXCEEDED``, not an exception.
-    """
-
-    def __init__(self, tether: Tether, timeout: float) -> None:
-        super().__init__(f"{tether!r} was still running after waiting {timeout:g} seconds")
-        self.tether = tether
-        self.timeout = timeout
-
-
-class CommandFailed(Exception):
-    """Raised by ``run(..., check=True)`` and :meth:`Outcome.check` when the run did not succeed."""
-
-    def __init__(self, outcome: Outcome) -> None:
-        name = outcome.label or "the command"
-        super().__init__(
-            f"{name} ended with reason {outcome.reason.value}, exit status {outcome.exit_status}"
-            + (f": {outcome.message}" if outcome.message else "")
-        )
-        self.outcome = outcome
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """How one run ended: what the supervisor reported, plus where its record is.
-
-    ``exit_status`` is the status ``tether run`` would exit with (the
-    command's own, 128+N for signal N, 124 deadline, 125 tether failed, 126/127
-    cannot execute / not found, 130 cancelled or caller lost); ``returncode``
-    is the command's own, the :mod:`subprocess` way (negative for a signal,
-    ``None`` if it never ran or its end is unknown). The times come from the
-    supervisor (from the record when the status line does not carry them) and
-    are ``None`` when neither is available (``record=False``).
-    """
-
-    reason: Reason
-    exit_status: int
-    returncode: int | None
-    escalated_to_sigkill: bool
-    record_path: Path | None
-    message: str | None = None
-    label: str | None = None
-    pid: int | None = None
-    supervisor_pid: int | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    elapsed_seconds: float | None = None
-    #: The command line, kept out of the repr: it may hold credentials.
-    argv: tuple[str, ...] = field(default=(), repr=False)
-
-    @property
-    def ok(self) -> bool:
-        """Whether the command completed with status 0 and its record (if any) was written."""
-        return self.exit_status == 0
-
-    def check(self) -> Outcome:
-        """Return this outcome if :attr:`ok`; raise :class:`CommandFailed` otherwise."""
-        if not self.ok:
-            raise CommandFailed(self)
-        return self
-
-    def read_record(self) -> dict[str, object]:
-        """Return the full JSON record of the run.
-
-        Raises :class:`ValueError` if the run kept no record (``record=False``)
-        and :class:`tether.record.RecordError` (an :class:`OSError`) if it
-        cannot be read.
-        """
-        if self.record_path is None:
-            raise ValueError("this run kept no record (it was launched with record=False)")
-        from tether.recordfile import read_record
-
-        return read_record(self.record_path)
-
 
 # -- the handle ---------------------------------------------------------------
 
@@ -612,109 +525,6 @@ def _moment(value: object) -> datetime | None:
         return None
 
 
-# -- preparing a launch -------------------------------------------------------
-
-
-def _duration(value: object, *, name: str) -> float:
-    """``value`` as seconds; ``ValueError`` naming ``name`` if it is no duration."""
-    if isinstance(value, str):
-        from tether.durations import parse_duration
-
-        return parse_duration(value, flag=name)
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(
-            f"{name} must be a number of seconds, a timedelta or a string like '5m', not {value!r}"
-        )
-    try:
-        seconds = float(value)
-    except OverflowError:
-        raise ValueError(f"{name}: invalid duration {value!r} (too large)") from None
-    if math.isnan(seconds) or math.isinf(seconds):
-        raise ValueError(f"{name}: invalid duration {value!r} (must be a finite number)")
-    if seconds < 0:
-        raise ValueError(f"{name}: invalid duration {value!r} (must not be negative)")
-    return seconds
-
-
-def _argv(argv: Sequence[str | os.PathLike[str]]) -> tuple[str, ...]:
-    if isinstance(argv, str | bytes):
-        raise TypeError(
-            f"argv must be a list of strings, not one string: write [{argv!r}] "
-            "or split the command line with shlex.split()"
-        )
-    words = tuple(os.fspath(word) for word in argv)
-    for word in words:
-        if not isinstance(word, str):
-            raise TypeError(f"argv must hold strings (or paths), not {word!r}")
-    if not words:
-        raise ValueError("argv is empty: there is no command to run")
-    return words
-
-
-def _environment(env: Mapping[str, str] | None) -> dict[str, str] | None:
-    if env is None:
-        return None
-    copied = dict(env)
-    for key, value in copied.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"env must map strings to strings, not {key!r} to {type(value)}")
-    return copied
-
-
-def _record(record: RecordOption) -> str | None:
-    """The absolute record path, checked as the CLI checks it, or ``None`` for no record."""
-    if record is False:
-        return None
-    if record is None or record is True:
-        from tether.paths import new_record_path
-
-        path = new_record_path()
-    else:
-        path = Path(os.fspath(record))
-    from tether.recordfile import RecordError, check_record_path
-
-    try:
-        check_record_path(path)
-    except RecordError as error:
-        raise LaunchError(str(error), errno=error.errno, exit_status=TETHER_FAILED) from None
-    return str(path.absolute())
-
-
-def _stdio(stdin: Stdio, stdout: Stdio, stderr: Stdio) -> tuple[list[int | None], list[int]]:
-    """The three descriptors for the command (``None``: the caller's), and any opened here."""
-    opened: list[int] = []
-
-    def resolve(stream: Stdio, name: str) -> int | None:
-        if stream is None:
-            return None
-        if isinstance(stream, int):
-            if stream == _DEVNULL:
-                opened.append(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
-                return opened[-1]
-            if stream < 0:
-                raise ValueError(
-                    f"{name}: tether does not capture output (no PIPE or STDOUT here); "
-                    "pass a file, a file descriptor or subprocess.DEVNULL"
-                )
-            return stream
-        return stream.fileno()
-
-    try:
-        fds = [resolve(stdin, "stdin"), resolve(stdout, "stdout")]
-        fds.append(
-            (1 if fds[1] is None else fds[1])
-            if isinstance(stderr, int) and stderr == _STDOUT
-            else resolve(stderr, "stderr")
-        )
-    except BaseException:
-        for fd in opened:
-            os.close(fd)
-        raise
-    return fds, opened
-
-
 @dataclass(frozen=True, slots=True)
 class _Request:
     """A launch, checked and ready: the spec and the command's standard streams."""
@@ -740,14 +550,14 @@ class _Request:
     ) -> _Request:
         """Check every argument before anything is started; raise if one is wrong."""
         asked_at = time.monotonic()
-        words = _argv(argv)
-        deadline_seconds = 0.0 if deadline is None else _duration(deadline, name="deadline")
-        grace_seconds = _duration(grace, name="grace")
+        words = command_words(argv)
+        deadline_seconds = 0.0 if deadline is None else seconds_of(deadline, name="deadline")
+        grace_seconds = seconds_of(grace, name="grace")
         if label is not None and not isinstance(label, str):
             raise TypeError(f"label must be a string or None, not {label!r}")
-        environment = _environment(env)
+        environment = environment_copy(env)
         directory = None if cwd is None else os.fspath(cwd)
-        record_path = _record(record)
+        record_path = record_path_for(record)
         spec = RunSpec(
             argv=words,
             deadline_seconds=deadline_seconds,
@@ -758,7 +568,7 @@ class _Request:
             cwd=directory,
             env=environment,
         )
-        stdio, opened = _stdio(stdin, stdout, stderr)
+        stdio, opened = stdio_descriptors(stdin, stdout, stderr)
         return cls(spec=spec, stdio=stdio, opened=opened)
 
     def spawn(self) -> tuple[Tether, Spawned]:

@@ -1,0 +1,103 @@
+"""How a run ended, as the Python API reports it: :class:`Outcome`, and two exceptions.
+
+:class:`Outcome` is frozen and typed: the reason as an enum, the exit status
+``tether run`` would exit with, the command's own return code the
+:mod:`subprocess` way, and where the full record is. Waiting that gives up
+(:class:`TimeoutExpired`) and a run that did not succeed under
+``check=True`` (:class:`CommandFailed`) are exceptions; a command stopped at
+its deadline is not, it is an outcome.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tether.outcome import Reason
+
+if TYPE_CHECKING:
+    from datetime import datetime
+    from pathlib import Path
+
+    from tether.api import Tether
+
+__all__ = ["CommandFailed", "Outcome", "TimeoutExpired"]
+
+
+class TimeoutExpired(TimeoutError):
+    """:meth:`Tether.wait` gave up waiting; the command is still running.
+
+    This is about *waiting*, not about the command's deadline: a command
+    stopped at its deadline is an :class:`Outcome` with reason
+    ``DEADLINE_EXCEEDED``, not an exception.
+    """
+
+    def __init__(self, tether: Tether, timeout: float) -> None:
+        super().__init__(f"{tether!r} was still running after waiting {timeout:g} seconds")
+        self.tether = tether
+        self.timeout = timeout
+
+
+class CommandFailed(Exception):
+    """Raised by ``run(..., check=True)`` and :meth:`Outcome.check` when the run did not succeed."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        name = outcome.label or "the command"
+        super().__init__(
+            f"{name} ended with reason {outcome.reason.value}, exit status {outcome.exit_status}"
+            + (f": {outcome.message}" if outcome.message else "")
+        )
+        self.outcome = outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one run ended: what the supervisor reported, plus where its record is.
+
+    ``exit_status`` is the status ``tether run`` would exit with (the
+    command's own, 128+N for signal N, 124 deadline, 125 tether failed, 126/127
+    cannot execute / not found, 130 cancelled or caller lost); ``returncode``
+    is the command's own, the :mod:`subprocess` way (negative for a signal,
+    ``None`` if it never ran or its end is unknown). The times come from the
+    supervisor (from the record when the status line does not carry them) and
+    are ``None`` when neither is available (``record=False``).
+    """
+
+    reason: Reason
+    exit_status: int
+    returncode: int | None
+    escalated_to_sigkill: bool
+    record_path: Path | None
+    message: str | None = None
+    label: str | None = None
+    pid: int | None = None
+    supervisor_pid: int | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    elapsed_seconds: float | None = None
+    #: The command line, kept out of the repr: it may hold credentials.
+    argv: tuple[str, ...] = field(default=(), repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the command completed with status 0 and its record (if any) was written."""
+        return self.exit_status == 0
+
+    def check(self) -> Outcome:
+        """Return this outcome if :attr:`ok`; raise :class:`CommandFailed` otherwise."""
+        if not self.ok:
+            raise CommandFailed(self)
+        return self
+
+    def read_record(self) -> dict[str, object]:
+        """Return the full JSON record of the run.
+
+        Raises :class:`ValueError` if the run kept no record (``record=False``)
+        and :class:`tether.recordfile.RecordError` (an :class:`OSError`) if it
+        cannot be read.
+        """
+        if self.record_path is None:
+            raise ValueError("this run kept no record (it was launched with record=False)")
+        from tether.recordfile import read_record
+
+        return read_record(self.record_path)
