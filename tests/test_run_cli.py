@@ -310,3 +310,22 @@ def test_a_refused_command_line_leaves_a_launch_failed_record(
     message = data["tether_error"]
     assert isinstance(message, str)
     assert message in result.stderr
+
+
+@pytest.mark.parametrize("closed", [0, 1, 2])
+def test_a_closed_standard_stream_becomes_dev_null_for_the_command(
+    tmp_path: Path, closed: int
+) -> None:
+    # A new pipe would take the closed stream's number; tether must not mistake it for stdio.
+    record = tmp_path / "r.json"
+    streams: dict[str, object] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL}
+    result = subprocess.run(
+        [
+            "sh", "-c", f'exec {closed}>&- "$@"', "sh",
+            *tether_argv("run", "--record", str(record), "--", "sh", "-c", "cat; echo out; exit 3"),
+        ],
+        timeout=BOUND,
+        **streams,  # type: ignore[call-overload]
+    )  # fmt: skip
+    assert result.returncode == 3
+    assert read_json(record)["reason"] == "completed"

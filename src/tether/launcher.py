@@ -22,6 +22,8 @@ have arrived without ever blocking.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
 import subprocess
 import sys
@@ -253,6 +255,40 @@ def _fd_of(stream: int | IO[bytes] | IO[str] | None, default: int) -> int:
     return stream.fileno()
 
 
+def _above_stdio(fd: int) -> int:
+    """``fd`` moved to a number above 2 (close-on-exec), so no child's stdio setup clobbers it.
+
+    A descriptor passed to the supervisor keeps its number there, and numbers
+    0 to 2 are the supervisor's own ``/dev/null`` stdio. They are free here
+    only when the caller runs with a standard stream closed.
+    """
+    if fd > 2:
+        return fd
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    return moved
+
+
+def _pipe() -> tuple[int, int]:
+    read_end, write_end = os.pipe()
+    return _above_stdio(read_end), _above_stdio(write_end)
+
+
+def _command_stream(stream: int | IO[bytes] | IO[str] | None, default: int) -> int:
+    """A copy of the stream the command gets; ``/dev/null`` for one the caller has closed.
+
+    ``timeout(1)`` hands a closed stream on closed; a detached supervisor
+    cannot, because its own 0, 1 and 2 are ``/dev/null``. ``/dev/null`` is
+    the nearest: reads see end of file, writes vanish.
+    """
+    try:
+        return _above_stdio(os.dup(_fd_of(stream, default)))
+    except OSError as error:
+        if error.errno != errno.EBADF:
+            raise
+    return _above_stdio(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
+
+
 @dataclass
 class Spawned:
     """A supervisor spawned but not heard from yet: the caller's ends of its pipes.
@@ -281,12 +317,14 @@ def spawn_supervisor(
     Blocks only for the spawn itself (a ``vfork`` and an ``exec``, about a
     millisecond), as :func:`asyncio.create_subprocess_exec` does.
     """
-    lifeline_r, lifeline_w = os.pipe()
+    # The command's stdio first: with a standard stream closed, a new pipe
+    # would take its number, and be taken for it.
+    stdio = [_command_stream(s, n) for s, n in ((stdin, 0), (stdout, 1), (stderr, 2))]
+    lifeline_r, lifeline_w = _pipe()
     with _lifelines_lock:
         _open_lifelines.add(lifeline_w)
-    status_r, status_w = os.pipe()
-    spec_r, spec_w = os.pipe()
-    stdio = [os.dup(_fd_of(s, n)) for s, n in ((stdin, 0), (stdout, 1), (stderr, 2))]
+    status_r, status_w = _pipe()
+    spec_r, spec_w = _pipe()
     passed = (lifeline_r, status_w, spec_r, *stdio)
     fds = dict(
         zip(("lifeline", "status", "spec", "stdin", "stdout", "stderr"), passed, strict=True)
