@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
 
+from tether._linux import UnsupportedPlatform, require_linux
+from tether.outcome import TETHER_FAILED
 from tether.protocol import CANCEL, FINISHED, KILL_NOW, STARTED, decode
 from tether.spec import RunSpec
 
@@ -317,6 +319,10 @@ def spawn_supervisor(
     Blocks only for the spawn itself (a ``vfork`` and an ``exec``, about a
     millisecond), as :func:`asyncio.create_subprocess_exec` does.
     """
+    try:
+        require_linux()
+    except UnsupportedPlatform as error:
+        raise LaunchError(str(error), exit_status=TETHER_FAILED) from None
     # The command's stdio first: with a standard stream closed, a new pipe
     # would take its number, and be taken for it.
     stdio = [_command_stream(s, n) for s, n in ((stdin, 0), (stdout, 1), (stderr, 2))]

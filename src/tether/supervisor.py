@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import tether
+from tether._linux import UnsupportedPlatform, require_linux
 from tether.outcome import TETHER_FAILED
 
 # On the path to the command's launch: no ``typing`` at run time.
@@ -124,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     # Run as a program, the worker asked when this process started (as early
     # as the package could read a clock); called from Python, it asks now.
     asked_at = tether._LOADED_AT if argv is None else time.monotonic()
+    try:
+        require_linux()
+    except UnsupportedPlatform as error:
+        _fail(str(error))
     args = list(sys.argv[1:] if argv is None else argv)
     split = args.index("--") if "--" in args else len(args)
     options, command = args[:split], args[split + 1 :]
