@@ -12,11 +12,12 @@ module ``__getattr__`` below, so ``import tether`` does not even pay for
 
 from time import monotonic as _monotonic
 
-#: When this package was first imported. A command line (``tether run``,
-#: ``tether timeout``) counts its deadline from here, the earliest moment the
-#: package can read a clock, rather than after its own imports: the caller
-#: asked when it started ``tether``, and the deadline must not grow by the
-#: time Python takes to load the command-line parser.
+#: When this package was first imported. The programs (``tether``, ``python -m
+#: tether.supervisor``) count their deadline from here, the earliest moment
+#: the package can read a clock, rather than after their own imports: the
+#: caller asked when it started them, and the deadline must not grow by the
+#: time Python takes to load a command-line parser. (The Python API counts
+#: from the call to ``launch``.)
 _LOADED_AT = _monotonic()
 
 # ``typing`` costs milliseconds at run time; type checkers know this idiom.

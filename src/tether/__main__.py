@@ -1,5 +1,5 @@
 """``python -m tether``: the same as the ``tether`` command."""
 
-from tether.cli import main
+from tether.cli import console_main
 
-raise SystemExit(main())
+raise SystemExit(console_main())

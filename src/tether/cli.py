@@ -382,11 +382,23 @@ def _ls(args: argparse.Namespace) -> int:
     return _print_out(render_table(rows, directory=directory, colour=use_colour(sys.stdout)))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``tether`` command; return its exit status."""
-    # From a command line, the caller asked when this process started; called
-    # from Python (tests, a wrapper), it asks now.
-    asked_at = tether._LOADED_AT if argv is None else time.monotonic()
+def console_main() -> int:
+    """The ``tether`` program: its deadline counts from when this process started.
+
+    As early as the package could read a clock (``tether._LOADED_AT``): the
+    person or script asked when they started ``tether``, and the deadline
+    must not grow by the time Python takes to load the command-line parser.
+    """
+    return main(asked_at=tether._LOADED_AT)
+
+
+def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int:
+    """Run the ``tether`` command line ``argv`` (default: ``sys.argv``); return its status.
+
+    A deadline counts from ``asked_at`` (monotonic seconds; default: now).
+    """
+    if asked_at is None:
+        asked_at = time.monotonic()
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["run"]:
         return _run(args[1:], asked_at)

@@ -120,11 +120,15 @@ def _refuse(message: str, parsed: argparse.Namespace, record: str, asked_at: flo
     _fail(message)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Supervise one command in the foreground; return the status to exit with."""
-    # Run as a program, the worker asked when this process started (as early
-    # as the package could read a clock); called from Python, it asks now.
-    asked_at = tether._LOADED_AT if argv is None else time.monotonic()
+def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int:
+    """Supervise one command in the foreground; return the status to exit with.
+
+    The deadline counts from ``asked_at`` (monotonic seconds; default: now).
+    Run as a program, that is when the process started, as early as the
+    package could read a clock (``tether._LOADED_AT``).
+    """
+    if asked_at is None:
+        asked_at = time.monotonic()
     try:
         require_linux()
     except UnsupportedPlatform as error:
@@ -189,4 +193,4 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":  # pragma: no cover - exercised as a subprocess
     from tether.detach import exit_now
 
-    exit_now(main())
+    exit_now(main(asked_at=tether._LOADED_AT))
