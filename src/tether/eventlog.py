@@ -22,8 +22,9 @@ monotonic clock, which is what deadlines are measured on; an explicit
 runs before the time stamp is added: a clock reading cannot carry a secret, and
 scrubbing a short literal secret out of it could only corrupt it.
 
-:class:`NullEventLog` does nothing, for runs that keep no files; both satisfy
-:class:`EventSink`, which is all the supervisor's loop depends on.
+:class:`EventLog` satisfies :class:`tether.loop.EventSink`, which is all the
+supervisor's loop depends on; for a run that keeps no files the loop uses
+:class:`tether.loop.NullEventLog`, so that it need not import ``structlog``.
 """
 
 from __future__ import annotations
@@ -34,27 +35,17 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Protocol, Self, TextIO
+from typing import Final, Self, TextIO
 
 import structlog
 from structlog.typing import EventDict, FilteringBoundLogger
 
 from tether.redaction import Redactor
 
-__all__ = ["EventLog", "EventSink", "NullEventLog"]
+__all__ = ["EventLog"]
 
 _FILE_MODE: Final = 0o600
 _OPEN_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class EventSink(Protocol):
-    """What the supervisor's loop needs from an event log."""
-
-    def emit(self, event: str, **fields: object) -> None:
-        """Write one event with its fields."""
-
-    def close(self) -> None:
-        """Write nothing more; safe to call twice."""
 
 
 def _stamp(logger: object, method_name: str, event_dict: EventDict) -> EventDict:
@@ -112,27 +103,6 @@ class EventLog:
     def close(self) -> None:
         """Close the file; safe to call twice."""
         self._file.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class NullEventLog:
-    """An event log that writes nothing, for runs that keep no files."""
-
-    def emit(self, event: str, **fields: object) -> None:
-        """Do nothing."""
-
-    def close(self) -> None:
-        """Do nothing."""
 
     def __enter__(self) -> Self:
         return self

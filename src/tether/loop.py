@@ -59,26 +59,30 @@ if TYPE_CHECKING:
     from tether.redaction import Redactor
     from tether.spec import RunSpec
 
-__all__ = ["EventSink", "supervise"]
+__all__ = ["EventSink", "NullEventLog", "supervise"]
 
 #: The longest single wait in ``select()``, in seconds (see :func:`_wait_bound`).
 _LONGEST_WAIT: Final = 86400.0
 
 
 class EventSink(Protocol):
-    """Where the loop tells its story (the event log, or nowhere)."""
+    """Where the loop tells its story: :class:`tether.eventlog.EventLog`, or nowhere."""
 
-    def emit(self, event: str, **fields: object) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class _Silent:
     def emit(self, event: str, **fields: object) -> None:
-        pass
+        """Write one event with its fields."""
 
     def close(self) -> None:
-        pass
+        """Write nothing more; safe to call twice."""
+
+
+class NullEventLog:
+    """The story told to nobody, for runs that keep no files (and so load no ``structlog``)."""
+
+    def emit(self, event: str, **fields: object) -> None:
+        """Do nothing."""
+
+    def close(self) -> None:
+        """Do nothing."""
 
 
 class _Run:
@@ -462,7 +466,7 @@ def supervise(
         launched,
         lifeline=lifeline,
         status=status,
-        log=log or _Silent(),
+        log=log or NullEventLog(),
         on_message=on_message,
     )
     return run.run(run.first_event(launched))
