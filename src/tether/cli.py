@@ -30,7 +30,6 @@ import signal
 import sys
 import time
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Final, NoReturn
 
 import tether
@@ -100,42 +99,6 @@ def _run_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _Requests:
-    """Turns signals to ``tether run`` into requests on the lifeline."""
-
-    def __init__(self) -> None:
-        self.handle: object = None
-        self.pending: list[bytes] = []
-        self.interrupts = 0
-        for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(number, self._on_signal)
-
-    def _on_signal(self, number: int, _frame: FrameType | None) -> None:
-        from tether.protocol import CANCEL, KILL_NOW
-
-        if number == signal.SIGINT:
-            self.interrupts += 1
-        self._send(KILL_NOW if self.interrupts >= 2 else CANCEL)
-
-    def _send(self, byte: bytes) -> None:
-        from tether.launcher import SupervisorHandle
-
-        if isinstance(self.handle, SupervisorHandle):
-            self.handle.request(byte)
-        else:
-            self.pending.append(byte)
-
-    def attach(self, handle: object) -> None:
-        """Start sending to ``handle``, including what arrived during the launch."""
-        from tether.launcher import SupervisorHandle
-
-        assert isinstance(handle, SupervisorHandle)
-        self.handle = handle
-        for byte in self.pending:
-            handle.request(byte)
-        self.pending.clear()
-
-
 def _run_spec(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
     """Read ``tether run``'s command line into a spec (and ``--verbose``), or refuse it."""
     from tether.spec import RunSpec
@@ -196,9 +159,10 @@ def _run_spec(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
 
 def _run(argv: list[str], asked_at: float) -> int:
     spec, verbose = _run_spec(argv, asked_at)
+    from tether.interrupts import LifelineRequests
     from tether.launcher import LaunchError, start_supervisor
 
-    requests = _Requests()
+    requests = LifelineRequests(second_interrupt_kills=True)
     try:
         handle = start_supervisor(spec)
     except LaunchError as error:

@@ -228,9 +228,9 @@ def main(argv: list[str], *, asked_at: float | None = None) -> int:
         asked_at = time.monotonic()
     options, duration, command = _parse(argv)
 
-    from tether.launcher import LaunchError, SupervisorHandle, start_supervisor
+    from tether.interrupts import LifelineRequests
+    from tether.launcher import LaunchError, start_supervisor
     from tether.paths import new_record_path
-    from tether.protocol import CANCEL
     from tether.spec import RunSpec
 
     record: Path | None = None
@@ -252,26 +252,13 @@ def main(argv: list[str], *, asked_at: float | None = None) -> int:
         record_path=None if record is None else str(record.absolute()),
         stop_signal=options.stop_signal,
     )
-    # A signal to tether timeout stops the command; one that arrives during the
-    # launch is kept and sent as soon as there is a lifeline to send it on.
-    started: list[SupervisorHandle] = []
-    cancelled: list[int] = []
-
-    def on_signal(number: int, _frame: object) -> None:
-        cancelled.append(number)
-        for handle in started:
-            handle.request(CANCEL)
-
-    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(number, on_signal)
+    requests = LifelineRequests(second_interrupt_kills=False)
     try:
         handle = start_supervisor(spec)
     except LaunchError as error:
         print(f"timeout: {error}", file=sys.stderr, flush=True)
         return TETHER_FAILED
-    started.append(handle)
-    if cancelled:
-        handle.request(CANCEL)
+    requests.attach(handle)
 
     name = command[0].rsplit("/", 1)[-1]
     while handle.finished is None:

@@ -1,0 +1,51 @@
+"""Signals to a command-line caller, turned into requests on the lifeline.
+
+``tether run`` and ``tether timeout`` are callers: Ctrl-C, SIGTERM and SIGHUP
+sent to them must stop the command, not just them. The handler does nothing
+but write one byte to the lifeline (``os.write`` is safe in a handler), so the
+supervisor does the stopping. A signal that arrives while the supervisor is
+still being started is kept and sent as soon as there is a lifeline to send it
+on. ``tether run`` treats a second Ctrl-C as "kill now"; ``tether timeout``,
+like GNU ``timeout``, keeps asking for the same graceful stop.
+
+Caller side: standard library only.
+"""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+
+from tether.launcher import SupervisorHandle
+from tether.protocol import CANCEL, KILL_NOW
+
+__all__ = ["LifelineRequests"]
+
+
+class LifelineRequests:
+    """Installs handlers for SIGINT, SIGTERM and SIGHUP that send requests to one run."""
+
+    def __init__(self, *, second_interrupt_kills: bool) -> None:
+        self._second_interrupt_kills = second_interrupt_kills
+        self._handle: SupervisorHandle | None = None
+        self._pending: list[bytes] = []
+        self._interrupts = 0
+        for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(number, self._on_signal)
+
+    def _on_signal(self, number: int, _frame: FrameType | None) -> None:
+        if number == signal.SIGINT:
+            self._interrupts += 1
+        kill = self._second_interrupt_kills and self._interrupts >= 2
+        byte = KILL_NOW if kill else CANCEL
+        if self._handle is None:
+            self._pending.append(byte)
+        else:
+            self._handle.request(byte)
+
+    def attach(self, handle: SupervisorHandle) -> None:
+        """Start sending to ``handle``, including what arrived during the launch."""
+        self._handle = handle
+        for byte in self._pending:
+            handle.request(byte)
+        self._pending.clear()
