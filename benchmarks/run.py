@@ -102,7 +102,7 @@ def _raise_fd_limit() -> None:
 
 
 def _default_workdir() -> Path:
-    from tether.paths import default_records_dir
+    from tether.shared.paths import default_records_dir
 
     base = default_records_dir().parent
     base.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -1,6 +1,6 @@
 """The cgroup rung: finding the hierarchy, a run's own cgroup, and every way back to the sweep.
 
-The unit half drives :mod:`tether._linux.cgroup` directly with real
+The unit half drives :mod:`tether.linux.cgroup` directly with real
 processes. The other half checks the promise that matters when no cgroup can
 be had: under ``TETHER_CONTAINMENT=auto`` the run falls back to the sweep
 silently and still stops everything; under ``cgroup`` it refuses to start
@@ -31,8 +31,8 @@ from conftest import (
     wait_gone,
 )
 from test_containment import cgroup_problem, skip_without_cgroup
-from tether._linux.cgroup import RunCgroup, cgroup_of, own_cgroup, remove_stale
-from tether.spawn import Command, LaunchFailure, start_command
+from tether.linux.cgroup import RunCgroup, cgroup_of, own_cgroup, remove_stale
+from tether.supervisor.command import Command, LaunchFailure, start_command
 
 
 @pytest.fixture(autouse=True)

@@ -41,9 +41,9 @@ from conftest import (
     validate_record,
     wait_gone,
 )
-from tether._linux import proctree
-from tether._linux.cgroup import CgroupUnavailable, RunCgroup, cgroup_of, own_cgroup
-from tether._linux.prctl import set_child_subreaper
+from tether.linux import proctree
+from tether.linux.cgroup import CgroupUnavailable, RunCgroup, cgroup_of, own_cgroup
+from tether.linux.prctl import set_child_subreaper
 
 MODES = ("sweep", "cgroup")
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.durations import DurationError, format_duration, parse_duration
+from tether.core.durations import DurationError, format_duration, parse_duration
 
 FLAG = "--deadline"
 

@@ -17,10 +17,10 @@ import pytest
 import structlog
 from structlog.typing import EventDict
 
-from tether.eventlog import EventLog
-from tether.loop import EventSink, NullEventLog
-from tether.paths import events_path_for
-from tether.redaction import REDACTED, Redactor, secret_values_from
+from tether.supervisor.event_log import EventLog
+from tether.supervisor.loop import EventSink, NullEventLog
+from tether.shared.paths import events_path_for
+from tether.core.redaction import REDACTED, Redactor, secret_values_from
 
 SECRET_ENV = {"SERVICE_TOKEN": "env-secret-0451"}
 SECRET_ARGV = ["deploy", "--password", "argv-secret-1138"]
@@ -110,8 +110,8 @@ def test_a_sigkilled_writer_leaves_its_lines(log_path: Path) -> None:
         f"""
         import os, signal
         from pathlib import Path
-        from tether.eventlog import EventLog
-        from tether.redaction import Redactor
+        from tether.supervisor.event_log import EventLog
+        from tether.core.redaction import Redactor
         log = EventLog.open(Path({str(log_path)!r}), Redactor())
         log.emit("launched", pid=1)
         log.emit("about_to_die")

@@ -15,8 +15,8 @@ from typing import Literal
 
 import pytest
 
-from tether.effects import Effect, Exit, SignalTree, Verdict, WriteRecord
-from tether.events import (
+from tether.core.effects import Effect, Exit, SignalTree, Verdict, WriteRecord
+from tether.core.events import (
     CallerLost,
     CancelRequested,
     CommandExited,
@@ -27,8 +27,8 @@ from tether.events import (
     Tick,
     TreeEmptied,
 )
-from tether.machine import DEFAULT_SETTLE_SECONDS, IllegalEvent, Phase, RunMachine
-from tether.outcome import Reason
+from tether.core.machine import DEFAULT_SETTLE_SECONDS, IllegalEvent, Phase, RunMachine
+from tether.core.reasons import Reason
 
 TERM: list[Effect] = [SignalTree("SIGTERM"), SignalTree("SIGCONT")]
 KILL: list[Effect] = [SignalTree("SIGKILL")]

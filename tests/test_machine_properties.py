@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.effects import Effect, Exit, SignalTree, Verdict, WriteRecord
-from tether.events import (
+from tether.core.effects import Effect, Exit, SignalTree, Verdict, WriteRecord
+from tether.core.events import (
     CallerLost,
     CancelRequested,
     CommandExited,
@@ -37,8 +37,8 @@ from tether.events import (
     Tick,
     TreeEmptied,
 )
-from tether.machine import IllegalEvent, Phase, RunMachine
-from tether.outcome import Reason, status_of
+from tether.core.machine import IllegalEvent, Phase, RunMachine
+from tether.core.reasons import Reason, status_of
 
 SETTINGS = settings(max_examples=300, deadline=None)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from tether.effects import Exit, SignalTree, WriteRecord
-from tether.events import CommandExited, Launched, Tick
-from tether.machine import Phase, RunMachine
+from tether.core.effects import Exit, SignalTree, WriteRecord
+from tether.core.events import CommandExited, Launched, Tick
+from tether.core.machine import Phase, RunMachine
 
 
 def test_the_stop_signal_replaces_sigterm() -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import tether
-from tether import cli, supervisor
+from tether.cli import main as cli
+from tether.cli import seed as supervisor
 
 
 @pytest.fixture

@@ -20,9 +20,9 @@ import pytest
 
 from conftest import SEED_FIELDS
 from tether import __version__
-from tether.effects import Verdict
-from tether.outcome import Reason
-from tether.record import (
+from tether.core.effects import Verdict
+from tether.core.reasons import Reason
+from tether.shared.record_document import (
     CONTAINMENTS,
     RECORD_SCHEMA_VERSION,
     RecordError,
@@ -578,7 +578,7 @@ def test_read_refuses_a_huge_file(tmp_path: Path) -> None:
 
 def test_importing_the_record_layer_stays_cheap() -> None:
     code = (
-        "import sys, tether.record; "
+        "import sys, tether.shared.record_document; "
         "heavy = sorted(m for m in sys.modules "
         "if m.split('.')[0] in ('structlog', 'transitions') or m == 'importlib.resources'); "
         "print(heavy)"

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-import tether.redaction
-from tether.redaction import (
+import tether.core.redaction
+from tether.core.redaction import (
     MIN_SECRET_LENGTH,
     REDACTED,
     SECRET_KEY_WORDS,
@@ -289,7 +289,7 @@ def test_processor_interface_returns_a_new_redacted_dict() -> None:
 
 
 def test_module_is_pure() -> None:
-    tree = ast.parse(Path(tether.redaction.__file__).read_text())
+    tree = ast.parse(Path(tether.core.redaction.__file__).read_text())
     imported: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

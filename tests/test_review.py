@@ -556,7 +556,7 @@ def test_a_reader_that_goes_away_is_not_an_error(tmp_path: Path) -> None:
 def test_review_never_loads_the_supervisors_modules(runs: dict[str, Path]) -> None:
     probe = (
         "import contextlib, io, sys\n"
-        "from tether.cli import main\n"
+        "from tether.cli.main import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    main(['show', sys.argv[1]]); main(['ls', sys.argv[2]])\n"
         "print(sorted(m for m in ('transitions', 'structlog') if m in sys.modules))\n"

@@ -24,12 +24,12 @@ _LOADED_AT = _monotonic()
 TYPE_CHECKING = False
 
 from tether._version import __version__
-from tether.outcome import Reason
+from tether.core.reasons import Reason
 
 if TYPE_CHECKING:
-    from tether.api import Tether, launch, launch_async, run, run_async
-    from tether.launcher import LaunchError
-    from tether.results import CommandFailed, Outcome, TimeoutExpired
+    from tether.api.handle import Tether, launch, launch_async, run, run_async
+    from tether.caller.start import LaunchError
+    from tether.api.outcome import CommandFailed, Outcome, TimeoutExpired
 
 __all__ = [
     "CommandFailed",
@@ -47,15 +47,15 @@ __all__ = [
 
 #: Public names loaded on first use, and the module each comes from.
 _LAZY = {
-    "CommandFailed": "tether.results",
-    "LaunchError": "tether.launcher",
-    "Outcome": "tether.results",
-    "Tether": "tether.api",
-    "TimeoutExpired": "tether.results",
-    "launch": "tether.api",
-    "launch_async": "tether.api",
-    "run": "tether.api",
-    "run_async": "tether.api",
+    "CommandFailed": "tether.api.outcome",
+    "LaunchError": "tether.caller.start",
+    "Outcome": "tether.api.outcome",
+    "Tether": "tether.api.handle",
+    "TimeoutExpired": "tether.api.outcome",
+    "launch": "tether.api.handle",
+    "launch_async": "tether.api.handle",
+    "run": "tether.api.handle",
+    "run_async": "tether.api.handle",
 }
 
 

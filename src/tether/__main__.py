@@ -1,5 +1,5 @@
 """``python -m tether``: the same as the ``tether`` command."""
 
-from tether.cli import console_main
+from tether.cli.main import console_main
 
 raise SystemExit(console_main())

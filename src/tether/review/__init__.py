@@ -22,13 +22,13 @@ Colour is decided by :func:`use_colour` alone: only on a terminal, never when
 
 This module is on the caller's side of tether: it loads neither ``structlog``
 nor ``transitions`` (the ``.events.jsonl`` naming rule comes from
-:mod:`tether.paths`, shared with the supervisor), and it does no printing; the
+:mod:`tether.shared.paths`, shared with the supervisor), and it does no printing; the
 CLI decides what goes to stdout and stderr and with which exit status.
 """
 
 from __future__ import annotations
 
-from tether.paths import EVENTS_SUFFIX, events_path_for
+from tether.shared.paths import EVENTS_SUFFIX, events_path_for
 from tether.review._text import (
     ReviewError,
     use_colour,

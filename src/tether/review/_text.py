@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, TextIO
 
-from tether.durations import format_duration
+from tether.core.durations import format_duration
 
 _REASON_WORDS: Final[Mapping[str, str]] = {
     "completed": "the command exited on its own",

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from tether.paths import EVENTS_SUFFIX, events_path_for
-from tether.recordfile import RecordError, read_record
+from tether.shared.paths import EVENTS_SUFFIX, events_path_for
+from tether.shared.record_file import RecordError, read_record
 from tether.review._text import (
     ReviewError,
     _path_text,

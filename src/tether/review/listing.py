@@ -16,10 +16,10 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Final
 
-from tether.durations import DurationError, parse_duration
-from tether.outcome import Reason
-from tether.paths import EVENTS_SUFFIX
-from tether.recordfile import RecordError, read_record
+from tether.core.durations import DurationError, parse_duration
+from tether.core.reasons import Reason
+from tether.shared.paths import EVENTS_SUFFIX
+from tether.shared.record_file import RecordError, read_record
 from tether.review._text import (
     ReviewError,
     _int,

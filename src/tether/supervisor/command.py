@@ -15,7 +15,7 @@ command's leader, not its descendants, and only when the supervisor is
 SIGKILLed; everything else is the supervisor's job.
 
 Where a writable cgroup v2 hierarchy allows it, the command also gets a cgroup
-of its own (:mod:`tether._linux.cgroup`), which it joins itself in the same
+of its own (:mod:`tether.linux.cgroup`), which it joins itself in the same
 ``preexec_fn``, before exec, so that nothing it starts is ever born outside
 it. The environment variable ``TETHER_CONTAINMENT`` chooses: ``auto`` (the
 default) uses a cgroup where one can be made and the sweep otherwise,
@@ -37,8 +37,8 @@ import os
 import signal
 import subprocess
 
-from tether._linux.cgroup import CgroupUnavailable, RunCgroup
-from tether._linux.prctl import set_parent_death_signal
+from tether.linux.cgroup import CgroupUnavailable, RunCgroup
+from tether.linux.prctl import set_parent_death_signal
 
 # Run before the command starts: no ``typing`` or ``dataclasses`` at run time.
 TYPE_CHECKING = False

@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tether.outcome import Reason
+from tether.core.reasons import Reason
 
 if TYPE_CHECKING:
     from datetime import datetime
     from pathlib import Path
 
-    from tether.api import Tether
+    from tether.api.handle import Tether
 
 __all__ = ["CommandFailed", "Outcome", "TimeoutExpired"]
 
@@ -93,11 +93,11 @@ class Outcome:
         """Return the full JSON record of the run.
 
         Raises :class:`ValueError` if the run kept no record (``record=False``)
-        and :class:`tether.recordfile.RecordError` (an :class:`OSError`) if it
+        and :class:`tether.shared.record_file.RecordError` (an :class:`OSError`) if it
         cannot be read.
         """
         if self.record_path is None:
             raise ValueError("this run kept no record (it was launched with record=False)")
-        from tether.recordfile import read_record
+        from tether.shared.record_file import read_record
 
         return read_record(self.record_path)

@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Final, NoReturn
 
 import tether
 from tether._version import __version__
-from tether.outcome import TETHER_FAILED, Reason
-from tether.paths import default_records_dir, new_record_path
+from tether.core.reasons import TETHER_FAILED, Reason
+from tether.shared.paths import default_records_dir, new_record_path
 
 if TYPE_CHECKING:
-    from tether.spec import RunSpec
+    from tether.core.spec import RunSpec
 
 __all__ = ["default_records_dir", "main"]
 
@@ -101,7 +101,7 @@ def _run_parser() -> argparse.ArgumentParser:
 
 def _run_spec(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
     """Read ``tether run``'s command line into a spec (and ``--verbose``), or refuse it."""
-    from tether.spec import RunSpec
+    from tether.core.spec import RunSpec
 
     split = argv.index("--") if "--" in argv else len(argv)
     args, extra = _run_parser().parse_known_args(argv[:split])
@@ -109,7 +109,7 @@ def _run_spec(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
 
     record: Path | None = None
     if not args.no_record:
-        from tether.recordfile import RecordError, check_record_path
+        from tether.shared.record_file import RecordError, check_record_path
 
         record = Path(args.record) if args.record else new_record_path()
         try:
@@ -120,7 +120,7 @@ def _run_spec(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
     def refuse(message: str) -> NoReturn:
         """Bad input: one line, status 125, and a ``launch_failed`` record where one can go."""
         if record is not None:
-            from tether.fallback import write_refusal_record
+            from tether.caller.fallback import write_refusal_record
 
             write_refusal_record(
                 record,
@@ -139,7 +139,7 @@ def _run_spec(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
     if not command:
         refuse(f"no command after -- (usage: {_USAGE_RUN})")
 
-    from tether.durations import DurationError, parse_duration
+    from tether.core.durations import DurationError, parse_duration
 
     try:
         deadline = parse_duration(args.deadline, flag="--deadline")
@@ -159,8 +159,8 @@ def _run_spec(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
 
 def _run(argv: list[str], asked_at: float) -> int:
     spec, verbose = _run_spec(argv, asked_at)
-    from tether.interrupts import LifelineRequests
-    from tether.launcher import LaunchError, start_supervisor
+    from tether.caller.interrupts import LifelineRequests
+    from tether.caller.start import LaunchError, start_supervisor
 
     requests = LifelineRequests(second_interrupt_kills=True)
     try:
@@ -170,7 +170,7 @@ def _run(argv: list[str], asked_at: float) -> int:
     requests.attach(handle)
     finished = handle.wait_finished()
     if finished is None:
-        from tether.fallback import LOST_MESSAGE, after_supervisor_lost
+        from tether.caller.fallback import LOST_MESSAGE, after_supervisor_lost
 
         written = after_supervisor_lost(spec, handle.started)
         where = f" (record: {written})" if written is not None else ""
@@ -245,7 +245,7 @@ def _add_ls_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _duration_or_none(text: str) -> float | None:
-    from tether.durations import DurationError, parse_duration
+    from tether.core.durations import DurationError, parse_duration
 
     try:
         return parse_duration(text, flag="")
@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
     if args[:1] == ["run"]:
         return _run(args[1:], asked_at)
     if args[:1] == ["timeout"]:
-        from tether.gnu_timeout import main as timeout_main
+        from tether.cli.timeout import main as timeout_main
 
         return timeout_main(args[1:], asked_at=asked_at)
     parsed = _main_parser().parse_args(args)

@@ -4,7 +4,7 @@ This module runs inside *your* process (the CLI, or a Python program using
 the API), so it is held to two rules. It imports the standard library only,
 and cheaply: neither ``transitions`` nor ``structlog`` is loaded on this side.
 And it never forks the caller: a fresh interpreter is spawned instead
-(see :mod:`tether.detach`), because the caller may have threads.
+(see :mod:`tether.supervisor.detach`), because the caller may have threads.
 
 The lifeline's write end lives only here. It is close-on-exec, so no program
 the caller runs inherits it, and it is closed in any child the caller *forks*
@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
 
-from tether._linux import UnsupportedPlatform, require_linux
-from tether.outcome import TETHER_FAILED
-from tether.protocol import CANCEL, FINISHED, KILL_NOW, STARTED, decode
-from tether.spec import RunSpec
+from tether.linux import UnsupportedPlatform, require_linux
+from tether.core.reasons import TETHER_FAILED
+from tether.shared.protocol import CANCEL, FINISHED, KILL_NOW, STARTED, decode
+from tether.core.spec import RunSpec
 
 __all__ = [
     "LaunchError",
@@ -52,11 +52,11 @@ __all__ = [
 
 #: The directory that holds the ``tether`` package, put first on the
 #: supervisor's ``sys.path`` so it runs this very copy of tether.
-_PACKAGE_ROOT: Final = str(Path(__file__).resolve().parent.parent)
+_PACKAGE_ROOT: Final = str(Path(__file__).resolve().parents[2])
 
 _BOOTSTRAP: Final = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from tether.detach import main; raise SystemExit(main(int(sys.argv[2])))"
+    "from tether.supervisor.detach import main; raise SystemExit(main(int(sys.argv[2])))"
 )
 
 _open_lifelines: set[int] = set()

@@ -22,9 +22,9 @@ monotonic clock, which is what deadlines are measured on; an explicit
 runs before the time stamp is added: a clock reading cannot carry a secret, and
 scrubbing a short literal secret out of it could only corrupt it.
 
-:class:`EventLog` satisfies :class:`tether.loop.EventSink`, which is all the
+:class:`EventLog` satisfies :class:`tether.supervisor.loop.EventSink`, which is all the
 supervisor's loop depends on; for a run that keeps no files the loop uses
-:class:`tether.loop.NullEventLog`, so that it need not import ``structlog``.
+:class:`tether.supervisor.loop.NullEventLog`, so that it need not import ``structlog``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Final, Self, TextIO
 import structlog
 from structlog.typing import EventDict, FilteringBoundLogger
 
-from tether.redaction import Redactor
+from tether.core.redaction import Redactor
 
 __all__ = ["EventLog"]
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import signal
 from types import FrameType
 
-from tether.launcher import SupervisorHandle
-from tether.protocol import CANCEL, KILL_NOW
+from tether.caller.start import SupervisorHandle
+from tether.shared.protocol import CANCEL, KILL_NOW
 
 __all__ = ["LifelineRequests"]
 

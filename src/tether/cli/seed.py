@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 
 import tether
-from tether._linux import UnsupportedPlatform, require_linux
-from tether.outcome import TETHER_FAILED
+from tether.linux import UnsupportedPlatform, require_linux
+from tether.core.reasons import TETHER_FAILED
 
 # On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
@@ -77,8 +77,8 @@ def _fail(message: str) -> NoReturn:
 
 
 def _seconds(value: str, flag: str) -> float:
-    """``value`` as seconds, or :class:`~tether.durations.DurationError` naming ``flag``."""
-    from tether.durations import parse_duration
+    """``value`` as seconds, or :class:`~tether.core.durations.DurationError` naming ``flag``."""
+    from tether.core.durations import parse_duration
 
     return parse_duration(value, flag=flag)
 
@@ -99,8 +99,8 @@ def _parent_fd_problem(fd: int) -> str | None:
 
 def _refuse(message: str, parsed: argparse.Namespace, record: str, asked_at: float) -> NoReturn:
     """Bad input: a ``launch_failed`` record at ``record`` (the worker looks there), then fail."""
-    from tether.durations import DurationError
-    from tether.fallback import write_refusal_record
+    from tether.core.durations import DurationError
+    from tether.caller.fallback import write_refusal_record
 
     def readable(value: str, flag: str) -> float | None:
         try:
@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
     options, command = args[:split], args[split + 1 :]
     parsed, extra = _parser().parse_known_args(options)
 
-    from tether.durations import DurationError
-    from tether.recordfile import RecordError, check_record_path
+    from tether.core.durations import DurationError
+    from tether.shared.record_file import RecordError, check_record_path
 
     record = os.path.abspath(parsed.record)
     try:
@@ -161,8 +161,8 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
     if problem is not None:
         _refuse(problem, parsed, record, asked_at)
 
-    from tether.launching import launch
-    from tether.protocol import StatusWriter
+    from tether.supervisor.launch import launch
+    from tether.shared.protocol import StatusWriter
 
     status = StatusWriter(None)
     launched = launch(
@@ -176,8 +176,8 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
         status=status,
     )
 
-    from tether.loop import supervise
-    from tether.spec import RunSpec
+    from tether.supervisor.loop import supervise
+    from tether.core.spec import RunSpec
 
     spec = RunSpec(
         argv=tuple(command),
@@ -189,8 +189,3 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
     )
     return supervise(spec, launched, lifeline=parsed.parent_fd, status=status)
 
-
-if __name__ == "__main__":  # pragma: no cover - exercised as a subprocess
-    from tether.detach import exit_now
-
-    exit_now(main(asked_at=tether._LOADED_AT))

@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Final
 
 from transitions import Machine
 
-from tether.effects import Effect, Exit, SignalName, SignalTree, Verdict, WriteRecord
-from tether.events import (
+from tether.core.effects import Effect, Exit, SignalName, SignalTree, Verdict, WriteRecord
+from tether.core.events import (
     CallerLost,
     CancelRequested,
     CommandExited,
@@ -51,7 +51,7 @@ from tether.events import (
     Tick,
     TreeEmptied,
 )
-from tether.outcome import (
+from tether.core.reasons import (
     CANNOT_EXECUTE,
     DEADLINE_EXCEEDED,
     NOT_FOUND,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tether.outcome import Reason
+from tether.core.reasons import Reason
 
 __all__ = ["Effect", "Exit", "SignalName", "SignalTree", "Verdict", "WriteRecord"]
 

@@ -1,7 +1,7 @@
 """The private JSON record a run leaves behind: how the document is built.
 
 *Two halves.* :func:`build_document` turns the core's
-:class:`~tether.effects.Verdict` and the adapter's :class:`RunFacts` (pids,
+:class:`~tether.core.effects.Verdict` and the adapter's :class:`RunFacts` (pids,
 signals, rusage: what only the adapter knows) into the document, keeping every
 field of the seed supervisor's record with the same name and meaning so that
 existing readers keep working. :func:`build_caller_document` is the
@@ -10,7 +10,7 @@ or when a command line was refused before anything started. The JSON
 Schema in ``tether/schema/record.v1.json`` documents every field for operators.
 
 The file it lives in (checked before the run, written atomically and
-privately, read back) is :mod:`tether.recordfile`'s; its names are repeated
+privately, read back) is :mod:`tether.shared.record_file`'s; its names are repeated
 here for the readers of records. Neither module imports ``structlog`` or
 ``transitions``: the caller's side imports them and must stay cheap.
 """
@@ -25,9 +25,9 @@ from datetime import UTC, datetime
 from typing import Final
 
 from tether._version import __version__
-from tether.effects import Verdict
-from tether.outcome import TETHER_FAILED, Reason
-from tether.recordfile import (
+from tether.core.effects import Verdict
+from tether.core.reasons import TETHER_FAILED, Reason
+from tether.shared.record_file import (
     RECORD_DIRECTORY_MODE,
     RECORD_FILE_MODE,
     RECORD_SCHEMA_VERSION,

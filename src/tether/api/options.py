@@ -16,8 +16,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any, Final
 
-from tether.launcher import LaunchError
-from tether.outcome import TETHER_FAILED
+from tether.caller.start import LaunchError
+from tether.core.reasons import TETHER_FAILED
 
 __all__ = [
     "DEFAULT_GRACE",
@@ -54,7 +54,7 @@ _DEVNULL: Final = -3
 def seconds_of(value: object, *, name: str) -> float:
     """``value`` as seconds; ``ValueError`` naming ``name`` if it is no duration."""
     if isinstance(value, str):
-        from tether.durations import parse_duration
+        from tether.core.durations import parse_duration
 
         return parse_duration(value, flag=name)
     if isinstance(value, timedelta):
@@ -104,12 +104,12 @@ def record_path_for(record: RecordOption) -> str | None:
     if record is False:
         return None
     if record is None or record is True:
-        from tether.paths import new_record_path
+        from tether.shared.paths import new_record_path
 
         path = new_record_path()
     else:
         path = Path(os.fspath(record))
-    from tether.recordfile import RecordError, check_record_path
+    from tether.shared.record_file import RecordError, check_record_path
 
     try:
         check_record_path(path)

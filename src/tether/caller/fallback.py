@@ -39,10 +39,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from tether.launcher import Started
-from tether.outcome import Reason
-from tether.record import RecordError, build_caller_document, write_record
-from tether.spec import RunSpec
+from tether.caller.start import Started
+from tether.core.reasons import Reason
+from tether.shared.record_document import RecordError, build_caller_document, write_record
+from tether.core.spec import RunSpec
 
 __all__ = [
     "LOST_MESSAGE",

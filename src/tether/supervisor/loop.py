@@ -14,7 +14,7 @@ deadline as its timeout:
 There is no polling: a supervisor watching a quiet command sleeps in the
 kernel until something happens or the deadline comes. Whatever wakes it is
 translated into events stamped with one ``time.monotonic()`` reading, fed to
-:class:`~tether.machine.RunMachine`, and the effects it returns are carried
+:class:`~tether.core.machine.RunMachine`, and the effects it returns are carried
 out in order.
 
 The command is launched *before* the core is built, because building it
@@ -36,8 +36,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Final, Protocol
 
-from tether.effects import Effect, Exit, SignalTree, Verdict, WriteRecord
-from tether.events import (
+from tether.core.effects import Effect, Exit, SignalTree, Verdict, WriteRecord
+from tether.core.events import (
     CallerLost,
     CancelRequested,
     CommandExited,
@@ -48,16 +48,16 @@ from tether.events import (
     Tick,
     TreeEmptied,
 )
-from tether.outcome import TETHER_FAILED
-from tether.protocol import CANCEL, FINISHED, KILL_NOW, StatusWriter
+from tether.core.reasons import TETHER_FAILED
+from tether.shared.protocol import CANCEL, FINISHED, KILL_NOW, StatusWriter
 
 if TYPE_CHECKING:
-    from tether.containment import ProcessTree
-    from tether.launching import Launch
-    from tether.machine import RunMachine
-    from tether.record import SignalSent
-    from tether.redaction import Redactor
-    from tether.spec import RunSpec
+    from tether.supervisor.containment import ProcessTree
+    from tether.supervisor.launch import Launch
+    from tether.core.machine import RunMachine
+    from tether.shared.record_document import SignalSent
+    from tether.core.redaction import Redactor
+    from tether.core.spec import RunSpec
 
 __all__ = ["EventSink", "NullEventLog", "supervise"]
 
@@ -66,7 +66,7 @@ _LONGEST_WAIT: Final = 86400.0
 
 
 class EventSink(Protocol):
-    """Where the loop tells its story: :class:`tether.eventlog.EventLog`, or nowhere."""
+    """Where the loop tells its story: :class:`tether.supervisor.event_log.EventLog`, or nowhere."""
 
     def emit(self, event: str, **fields: object) -> None:
         """Write one event with its fields."""
@@ -98,7 +98,7 @@ class _Run:
         log: EventSink,
         on_message: Callable[[str], None],
     ) -> None:
-        from tether.containment import ProcessTree
+        from tether.supervisor.containment import ProcessTree
 
         self.spec = spec
         self.lifeline = lifeline
@@ -150,9 +150,9 @@ class _Run:
             return
         from pathlib import Path
 
-        from tether.eventlog import EventLog
-        from tether.paths import events_path_for
-        from tether.redaction import Redactor, secret_values_from
+        from tether.supervisor.event_log import EventLog
+        from tether.shared.paths import events_path_for
+        from tether.core.redaction import Redactor, secret_values_from
 
         environ = os.environ if self.spec.env is None else self.spec.env
         self.redactor = Redactor(secret_values_from(environ, self.spec.argv))
@@ -198,7 +198,7 @@ class _Run:
         """Feed events until the run is recorded; return the exit status."""
         import logging
 
-        from tether.machine import RunMachine
+        from tether.core.machine import RunMachine
 
         # transitions logs every step through stdlib logging; this process is
         # tether's own, and its story goes to the event log instead.
@@ -329,7 +329,7 @@ class _Run:
     def _signal(self, effect: SignalTree, now: float) -> None:
         tree = self.tree
         assert tree is not None
-        from tether.record import SignalSent
+        from tether.shared.record_document import SignalSent
 
         number = getattr(signal, effect.signal)
         # Stamped with the time the core decided at (microseconds before the
@@ -347,7 +347,7 @@ class _Run:
         import socket
         from pathlib import Path
 
-        from tether.record import RecordError, RunFacts, build_document, write_record
+        from tether.shared.record_document import RecordError, RunFacts, build_document, write_record
 
         self.finished_at = datetime.now(UTC)
         tree = self.tree
@@ -457,7 +457,7 @@ def supervise(
     log: EventSink | None = None,
     on_message: Callable[[str], None] = _print_to_stderr,
 ) -> int:
-    """Watch the command :func:`tether.launching.launch` started until it is recorded.
+    """Watch the command :func:`tether.supervisor.launch.launch` started until it is recorded.
 
     Returns the exit status for the run.
     """

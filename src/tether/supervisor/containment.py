@@ -13,7 +13,7 @@ misses (``docs/containment.md`` says which test shows each claim):
    and the process is then checked to still hang below the supervisor (its
    parent is the supervisor or a process the walk found) before anything is
    sent.
-3. **The cgroup**, where one could be made (:mod:`tether._linux.cgroup`). The
+3. **The cgroup**, where one could be made (:mod:`tether.linux.cgroup`). The
    command started inside it, so everything it started is in it whatever it
    did to its group, session or parent. Its ``cgroup.procs`` adds whatever the
    walk did not see, and the final SIGKILL is ``cgroup.kill``, which the
@@ -55,9 +55,9 @@ import signal
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from tether._linux import proctree
-from tether._linux.cgroup import RunCgroup
-from tether.record import ResourceUsage
+from tether.linux import proctree
+from tether.linux.cgroup import RunCgroup
+from tether.shared.record_document import ResourceUsage
 
 __all__ = ["ProcessTree"]
 

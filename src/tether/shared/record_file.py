@@ -36,7 +36,7 @@ replacing a device node with a record, as root, is not a favour to anyone.
 
 
 Reading and writing the file is kept apart from building the document
-(:mod:`tether.record`) so that checking a record path before a run, which
+(:mod:`tether.shared.record_document`) so that checking a record path before a run, which
 every door does before it starts the command, costs little: this module
 imports neither ``dataclasses`` nor ``typing`` at run time, nor the core.
 """

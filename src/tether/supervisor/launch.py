@@ -12,12 +12,12 @@ needs (``os``, ``signal``, ``subprocess``, ``ctypes``): no ``dataclasses``, no
    waits in the pipe, level-triggered, for the loop.
 2. **Subreaper.** The supervisor becomes the reaper of its orphaned
    descendants before there are any.
-3. **The command**, through :func:`tether.spawn.start_command`.
+3. **The command**, through :func:`tether.supervisor.command.start_command`.
 4. **``started``** goes to the caller at once, and the caller's stdio, which
    only the command needs, is let go of.
 
 Everything else (the core, the event log, the record) is built afterwards by
-:mod:`tether.loop`, from the :class:`Launch` returned here.
+:mod:`tether.supervisor.loop`, from the :class:`Launch` returned here.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ import os
 import signal
 import time
 
-from tether._linux.prctl import set_child_subreaper
-from tether.protocol import STARTED, StatusWriter
-from tether.spawn import Command, LaunchFailure, start_command
+from tether.linux.prctl import set_child_subreaper
+from tether.shared.protocol import STARTED, StatusWriter
+from tether.supervisor.command import Command, LaunchFailure, start_command
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ Programs that run many long commands (evaluation runners, job workers) want
 :mod:`subprocess`'s shape — start, wait, stop, a result object — with the
 CLI's guarantee: the command cannot outlive the program, however the program
 dies. So this module is a thin client of the same machinery as ``tether
-run``: :mod:`tether.launcher` spawns a detached supervisor (the caller is
+run``: :mod:`tether.caller.start` spawns a detached supervisor (the caller is
 never forked, because it may have threads), the caller keeps the lifeline's
 write end, and the supervisor reports on the status pipe.
 
@@ -42,7 +42,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.arguments import (
+from tether.api.options import (
     DEFAULT_GRACE,
     Duration,
     RecordOption,
@@ -53,7 +53,7 @@ from tether.arguments import (
     seconds_of,
     stdio_descriptors,
 )
-from tether.launcher import (
+from tether.caller.start import (
     LaunchError,
     Spawned,
     Started,
@@ -62,10 +62,10 @@ from tether.launcher import (
     send_spec,
     spawn_supervisor,
 )
-from tether.outcome import TETHER_FAILED, Reason
-from tether.protocol import CANCEL, FINISHED, KILL_NOW, STARTED
-from tether.results import CommandFailed, Outcome, TimeoutExpired
-from tether.spec import RunSpec
+from tether.core.reasons import TETHER_FAILED, Reason
+from tether.shared.protocol import CANCEL, FINISHED, KILL_NOW, STARTED
+from tether.api.outcome import CommandFailed, Outcome, TimeoutExpired
+from tether.core.spec import RunSpec
 
 if TYPE_CHECKING:
     import asyncio
@@ -439,7 +439,7 @@ class Tether:
 
     def _lost(self) -> Outcome:
         """The status pipe ended without ``finished``: stop the group, write the fallback record."""
-        from tether.fallback import LOST_MESSAGE, after_supervisor_lost
+        from tether.caller.fallback import LOST_MESSAGE, after_supervisor_lost
 
         written = after_supervisor_lost(self._spec, self._started)
         expected = self.record_path

@@ -27,7 +27,7 @@ import json
 import os
 import sys
 
-from tether.outcome import TETHER_FAILED
+from tether.core.reasons import TETHER_FAILED
 
 # On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
@@ -82,8 +82,8 @@ def main(spec_fd: int) -> int:
 
     # The launcher built and checked the spec before sending it; the command
     # starts from its raw fields, before the spec's own class is even loaded.
-    from tether.launching import launch
-    from tether.protocol import StatusWriter
+    from tether.supervisor.launch import launch
+    from tether.shared.protocol import StatusWriter
 
     status = StatusWriter(fds["status"])
     caller_stdio = (fds["stdin"], fds["stdout"], fds["stderr"])
@@ -99,8 +99,8 @@ def main(spec_fd: int) -> int:
         close_after_launch=caller_stdio,
     )
 
-    from tether.loop import supervise
-    from tether.spec import RunSpec
+    from tether.supervisor.loop import supervise
+    from tether.core.spec import RunSpec
 
     exit_now(
         supervise(

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Final, NoReturn
 
 from tether._version import __version__
-from tether.outcome import DEADLINE_EXCEEDED, TETHER_FAILED, status_of
+from tether.core.reasons import DEADLINE_EXCEEDED, TETHER_FAILED, status_of
 
 __all__ = ["main"]
 
@@ -87,7 +87,7 @@ def _usage_error(message: str | None) -> NoReturn:
 
 
 def _duration(text: str) -> float:
-    from tether.durations import DurationError, parse_duration
+    from tether.core.durations import DurationError, parse_duration
 
     try:
         return parse_duration(text, flag="DURATION")
@@ -228,14 +228,14 @@ def main(argv: list[str], *, asked_at: float | None = None) -> int:
         asked_at = time.monotonic()
     options, duration, command = _parse(argv)
 
-    from tether.interrupts import LifelineRequests
-    from tether.launcher import LaunchError, start_supervisor
-    from tether.paths import new_record_path
-    from tether.spec import RunSpec
+    from tether.caller.interrupts import LifelineRequests
+    from tether.caller.start import LaunchError, start_supervisor
+    from tether.shared.paths import new_record_path
+    from tether.core.spec import RunSpec
 
     record: Path | None = None
     if not options.no_record:
-        from tether.recordfile import RecordError, check_record_path
+        from tether.shared.record_file import RecordError, check_record_path
 
         record = Path(options.record) if options.record else new_record_path()
         try:
