@@ -33,9 +33,8 @@ import sys
 import time
 from pathlib import Path
 
-import tether
-from tether.linux import UnsupportedPlatform, require_linux
 from tether.core.reasons import TETHER_FAILED
+from tether.linux import UnsupportedPlatform, require_linux
 
 # On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
@@ -99,8 +98,8 @@ def _parent_fd_problem(fd: int) -> str | None:
 
 def _refuse(message: str, parsed: argparse.Namespace, record: str, asked_at: float) -> NoReturn:
     """Bad input: a ``launch_failed`` record at ``record`` (the worker looks there), then fail."""
-    from tether.core.durations import DurationError
     from tether.caller.fallback import write_refusal_record
+    from tether.core.durations import DurationError
 
     def readable(value: str, flag: str) -> float | None:
         try:
@@ -161,8 +160,8 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
     if problem is not None:
         _refuse(problem, parsed, record, asked_at)
 
-    from tether.supervisor.launch import launch
     from tether.shared.protocol import StatusWriter
+    from tether.supervisor.launch import launch
 
     status = StatusWriter(None)
     launched = launch(
@@ -176,8 +175,8 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
         status=status,
     )
 
-    from tether.supervisor.loop import supervise
     from tether.core.spec import RunSpec
+    from tether.supervisor.loop import supervise
 
     spec = RunSpec(
         argv=tuple(command),
@@ -188,4 +187,3 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
         label=parsed.variant,
     )
     return supervise(spec, launched, lifeline=parsed.parent_fd, status=status)
-

@@ -230,8 +230,8 @@ def main(argv: list[str], *, asked_at: float | None = None) -> int:
 
     from tether.caller.interrupts import LifelineRequests
     from tether.caller.start import LaunchError, start_supervisor
-    from tether.shared.paths import new_record_path
     from tether.core.spec import RunSpec
+    from tether.shared.paths import new_record_path
 
     record: Path | None = None
     if not options.no_record:

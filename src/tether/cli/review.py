@@ -1,0 +1,137 @@
+"""``tether show`` and ``tether ls``: what operators read after the fact.
+
+They only read files; their loading and rendering live in :mod:`tether.review`.
+Their output goes to stdout, their complaints (a file skipped, a log line cut
+short) to stderr, one line each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from tether.cli.messages import UsageParser, fail, print_out, warn
+from tether.core.reasons import Reason
+from tether.shared.paths import default_records_dir
+
+__all__ = ["add_ls_parser", "add_show_parser", "ls", "show"]
+
+
+def add_show_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
+    show = sub.add_parser(
+        "show",
+        help="tell the story of one run (tether show --help)",
+        description="Show one run for a person: the verdict (why it ended, exit status, how it "
+        "was stopped, resources) and the timeline of its event log in seconds since the launch. "
+        "Give the record (.json) or its event log (.events.jsonl); either finds the other.",
+        epilog="Colour only on a terminal, and never when NO_COLOR is set. Exit status: 0 shown "
+        "(even if the record or the log is missing, or the log's last line is cut short: the "
+        "gaps are named on stderr), 125 nothing to show (not a tether record or event log, "
+        "unreadable, missing).",
+    )
+    show.add_argument("path", metavar="RECORD_OR_LOG", help="a record or an event log")
+    show.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"record": ..., "events": [...]} as one JSON document, for scripts',
+    )
+    show.add_argument(
+        "-a", "--all", action="store_true", help="also show the core's steps that changed nothing"
+    )
+
+
+def add_ls_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
+    ls = sub.add_parser(
+        "ls",
+        help="list the runs in a records directory (tether ls --help)",
+        description="List the runs recorded in DIR, newest first: when each started (local "
+        "time), its label, why it ended, its exit status, how long it took, whether SIGKILL was "
+        "needed, and the record's file name (for tether show).",
+        epilog="Files that are not tether records are skipped, each named on stderr. Exit "
+        "status: 0 listed (even nothing), 125 bad option or DIR unreadable.",
+    )
+    ls.add_argument(
+        "directory",
+        nargs="?",
+        metavar="DIR",
+        help="where the records are (default: $XDG_STATE_HOME/tether/runs, where tether run "
+        "writes them)",
+    )
+    ls.add_argument(
+        "--reason",
+        action="append",
+        default=[],
+        metavar="R",
+        help="only runs that ended for this reason (repeat it, or R1,R2): "
+        + ", ".join(reason.value for reason in Reason),
+    )
+    ls.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only runs started within the last WHEN (30m, 12h, 7d) or since an ISO date/time "
+        "(2024-05-01, 2024-05-01T12:00; local time unless it has an offset)",
+    )
+    ls.add_argument(
+        "--label", metavar="PATTERN", help="only runs whose label matches (shell pattern: eval-*)"
+    )
+    ls.add_argument("--json", action="store_true", help="print a JSON array of the records")
+
+
+def show(args: argparse.Namespace) -> int:
+    from tether.review import ReviewError, load_run, render_run, run_as_json, use_colour
+
+    try:
+        run = load_run(Path(args.path))
+    except ReviewError as error:
+        fail(str(error))
+    for message in ([run.record_note] if run.record_note else []) + run.warnings:
+        warn(message)
+    if args.json:
+        return print_out(run_as_json(run))
+    return print_out(render_run(run, colour=use_colour(sys.stdout), all_steps=args.all))
+
+
+def ls(args: argparse.Namespace) -> int:
+    from tether.review import (
+        Filters,
+        ReviewError,
+        parse_reasons,
+        parse_since,
+        render_table,
+        rows_as_json,
+        scan,
+        select,
+        use_colour,
+    )
+
+    try:
+        filters = Filters(
+            reasons=parse_reasons(args.reason),
+            since=None if args.since is None else parse_since(args.since),
+            label=args.label,
+        )
+    except ReviewError as error:
+        fail(str(error))
+    directory = Path(args.directory) if args.directory else default_records_dir()
+    if not args.directory and not os.path.lexists(directory):
+        warn(f"no runs recorded yet ({directory} does not exist)")
+        return print_out("[]\n") if args.json else 0
+    if os.path.lexists(directory) and not os.path.isdir(directory):
+        fail(f"{directory}: not a directory (tether show FILE shows one run)")
+    try:
+        listing = scan(directory)
+    except ReviewError as error:
+        fail(str(error))
+    for problem in listing.skipped:
+        warn(f"skipped {problem}")
+    for log in listing.orphan_logs:
+        warn(f"{log}: an event log without its record (tether show it to see what happened)")
+    rows = select(listing.records, filters)
+    if args.json:
+        return print_out(rows_as_json(rows))
+    if not rows:
+        warn(f"no runs {'match' if listing.records else 'are recorded'} in {directory}")
+        return 0
+    return print_out(render_table(rows, directory=directory, colour=use_colour(sys.stdout)))
