@@ -32,7 +32,7 @@ from conftest import (
 )
 from test_containment import cgroup_problem, skip_without_cgroup
 from tether.linux.cgroup import RunCgroup, cgroup_of, own_cgroup, remove_stale
-from tether.supervisor.command import Command, LaunchFailure, start_command
+from tether.supervisor.command import Command, CommandNotStarted, start_command
 
 
 @pytest.fixture(autouse=True)
@@ -160,7 +160,7 @@ def test_a_failed_join_refuses_to_start_under_cgroup(
 ) -> None:
     monkeypatch.setenv("TETHER_CONTAINMENT", "cgroup")
     marker = tmp_path / "started"
-    with pytest.raises(LaunchFailure) as failure:
+    with pytest.raises(CommandNotStarted) as failure:
         start(["touch", str(marker)])
     assert failure.value.stage == "setup"
     assert "could not join its cgroup" in failure.value.message

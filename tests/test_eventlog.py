@@ -17,10 +17,10 @@ import pytest
 import structlog
 from structlog.typing import EventDict
 
+from tether.core.redaction import REDACTED, Redactor, secret_values_from
+from tether.shared.paths import events_path_for
 from tether.supervisor.event_log import EventLog
 from tether.supervisor.loop import EventSink, NullEventLog
-from tether.shared.paths import events_path_for
-from tether.core.redaction import REDACTED, Redactor, secret_values_from
 
 SECRET_ENV = {"SERVICE_TOKEN": "env-secret-0451"}
 SECRET_ARGV = ["deploy", "--password", "argv-secret-1138"]

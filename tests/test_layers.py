@@ -251,9 +251,7 @@ def test_the_checker_sees_every_kind_of_import(tmp_path: Path) -> None:
 
 def test_the_rules_would_catch_a_breach() -> None:
     """The floors are found, and the closure follows imports into other modules."""
-    assert {"tether.core.machine", "tether.caller.start", "tether.supervisor.loop"} <= set(
-        FLOORED
-    )
+    assert {"tether.core.machine", "tether.caller.start", "tether.supervisor.loop"} <= set(FLOORED)
     assert floor_of("tether.supervisor.__main__") is None
     assert floor_of("tether") is None
     assert "supervisor" not in ALLOWED["caller"]

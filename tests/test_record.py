@@ -18,25 +18,30 @@ from typing import Any
 import jsonschema
 import pytest
 
-from conftest import SEED_FIELDS
+from conftest import SEED_FIELDS, read_json
 from tether import __version__
 from tether.core.effects import Verdict
 from tether.core.reasons import Reason
+from tether.core.redaction import Redactor
+from tether.core.spec import RunSpec
 from tether.shared.record_document import (
     CONTAINMENTS,
-    RECORD_SCHEMA_VERSION,
-    RecordError,
     ResourceUsage,
     RunFacts,
     SignalSent,
-    build_caller_document,
     build_document,
+    build_lost_document,
+    record_keys,
+)
+from tether.shared.record_file import (
+    RECORD_SCHEMA_VERSION,
+    RecordError,
     check_record_path,
     ensure_private_directory,
     read_record,
     record_schema,
-    write_record,
 )
+from tether.shared.record_file import write_record as write_redacted_record
 
 STARTED_AT = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
 FINISHED_AT = STARTED_AT + timedelta(seconds=12.5)
@@ -62,13 +67,29 @@ def validate(document: dict[str, object]) -> None:
     jsonschema.Draft202012Validator(record_schema()).validate(document)
 
 
-def facts(**changes: Any) -> RunFacts:
+def write_record(path: Path, document: dict[str, object]) -> None:
+    write_redacted_record(path, document, redactor=Redactor(own_keys=record_keys()))
+
+
+def spec(**changes: Any) -> RunSpec:
     values: dict[str, Any] = {
+        "argv": ("sleep", "60"),
         "label": "variant-a",
-        "started_at": STARTED_AT,
-        "started_monotonic": 1000.0,
         "deadline_seconds": 30.0,
         "grace_seconds": 5.0,
+        "asked_at": 1000.0,
+    }
+    values.update(changes)
+    return RunSpec(**values)
+
+
+def facts(**changes: Any) -> RunFacts:
+    values: dict[str, Any] = {
+        "spec": spec(),
+        "started_at": STARTED_AT,
+        "started_monotonic": 1000.0,
+        "finished_at": FINISHED_AT,
+        "returncode": -9,
         "supervisor_pid": 4242,
         "command_pid": 4243,
         "command_pgid": 4243,
@@ -112,7 +133,7 @@ def launch_failed_verdict(errno: int | None, message: str | None) -> Verdict:
 
 
 def a_document() -> dict[str, object]:
-    return build_document(deadline_verdict(), facts(), finished_at=FINISHED_AT)
+    return build_document(deadline_verdict(), facts())
 
 
 # -- the schema -----------------------------------------------------------------
@@ -212,7 +233,7 @@ def test_completed_run_without_stop_has_no_shutdown() -> None:
         finished_at=1000.5,
     )
     document = build_document(
-        verdict, facts(signals=(), rusage=None, label=None), finished_at=FINISHED_AT
+        verdict, facts(signals=(), rusage=None, spec=spec(label=None), returncode=3)
     )
     validate(document)
     assert document["shutdown_seconds"] is None
@@ -223,13 +244,9 @@ def test_completed_run_without_stop_has_no_shutdown() -> None:
 
 def test_times_are_utc_whatever_zone_they_came_in() -> None:
     elsewhere = STARTED_AT.astimezone(timezone(timedelta(hours=5, minutes=30)))
-    document = build_document(
-        deadline_verdict(), facts(started_at=elsewhere), finished_at=FINISHED_AT
-    )
+    document = build_document(deadline_verdict(), facts(started_at=elsewhere))
     assert document["started_at"] == "2024-05-01T12:00:00.123456+00:00"
-    naive = build_document(
-        deadline_verdict(), facts(), finished_at=FINISHED_AT.replace(tzinfo=None)
-    )
+    naive = build_document(deadline_verdict(), facts(finished_at=FINISHED_AT.replace(tzinfo=None)))
     assert naive["finished_at"] == "2024-05-01T12:00:12.623456+00:00"
 
 
@@ -237,8 +254,7 @@ def test_launch_error_names_the_errno() -> None:
     verdict = launch_failed_verdict(2, "No such file or directory")
     document = build_document(
         verdict,
-        facts(command_pid=None, command_pgid=None, signals=(), rusage=None),
-        finished_at=FINISHED_AT,
+        facts(command_pid=None, command_pgid=None, signals=(), rusage=None, returncode=None),
     )
     validate(document)
     assert document["launch_error"] == {
@@ -252,7 +268,7 @@ def test_launch_error_names_the_errno() -> None:
 
 def test_launch_error_without_errno() -> None:
     document = build_document(
-        launch_failed_verdict(None, "the command is empty"), facts(), finished_at=FINISHED_AT
+        launch_failed_verdict(None, "the command is empty"), facts(returncode=None)
     )
     validate(document)
     assert document["launch_error"] == {
@@ -273,20 +289,18 @@ def test_no_argv_or_environment_in_the_record(
     monkeypatch.setenv("TETHER_TEST_API_TOKEN", "s3cr3t-token-value")
     verdict = launch_failed_verdict(13, "[Errno 13] Permission denied: '/opt/s3cr3t-argv-word/run'")
     path = tmp_path / "run.json"
-    write_record(path, build_document(verdict, facts(), finished_at=FINISHED_AT))
+    write_record(path, build_document(verdict, facts()))
     text = path.read_text()
     assert "s3cr3t" not in text
     assert json.loads(text)["launch_error"]["message"] == "Permission denied"
 
 
 def test_supervisor_lost_document_validates() -> None:
-    document = build_caller_document(
-        label="variant-b",
+    document = build_lost_document(
+        spec(label="variant-b", deadline_seconds=None),
         started_at=STARTED_AT,
         finished_at=FINISHED_AT,
         elapsed_seconds=12.50049,
-        deadline_seconds=0.0,
-        grace_seconds=5.0,
         supervisor_pid=999,
         command_pid=1000,
         command_pgid=1000,
@@ -304,19 +318,44 @@ def test_supervisor_lost_document_validates() -> None:
 
 
 def test_supervisor_lost_document_with_little_known() -> None:
-    document = build_caller_document(
-        label=None,
+    document = build_lost_document(
+        spec(label=None, grace_seconds=float("inf")),
         started_at=STARTED_AT,
         finished_at=FINISHED_AT,
         elapsed_seconds=0.01,
-        deadline_seconds=10.0,
-        grace_seconds=1.0,
         supervisor_pid=None,
+        command_pid=None,
+        command_pgid=None,
         message="lost",
     )
     validate(document)
     assert document["hostname"] == os.uname().nodename
     assert document["eval_pid"] is None
+    assert document["grace_seconds"] is None  # never escalate
+    assert document["deadline_seconds"] == 30.0
+
+
+def test_the_record_keys_are_read_from_the_schema() -> None:
+    """Redaction keeps these as they are; none of them may look like a secret's key."""
+    keys = record_keys()
+    assert set(SEED_FIELDS) <= keys
+    assert {"signal", "at_seconds", "user_seconds", "errno_name"} <= keys
+    from tether.core.redaction import is_secret_key
+
+    assert not any(is_secret_key(key) for key in keys)
+
+
+def test_a_secret_spelling_a_field_name_does_not_break_the_record(tmp_path: Path) -> None:
+    path = tmp_path / "run.json"
+    write_redacted_record(
+        path,
+        a_document(),
+        redactor=Redactor(["signals", "hostname", "build-7"], own_keys=record_keys()),
+    )
+    record = read_json(path)
+    validate(record)
+    assert record["hostname"] == "[redacted]"
+    assert record["signals"] == a_document()["signals"]
 
 
 # -- writing --------------------------------------------------------------------
@@ -371,7 +410,7 @@ def test_an_existing_record_is_replaced_and_made_private(tmp_path: Path) -> None
 def test_unserialisable_document_leaves_nothing(tmp_path: Path) -> None:
     path = tmp_path / "run.json"
     with pytest.raises(RecordError, match="not serialisable as JSON") as caught:
-        write_record(path, {"schema_version": RECORD_SCHEMA_VERSION, "bad": object()})
+        write_record(path, {"schema_version": RECORD_SCHEMA_VERSION, "bad": float("inf")})
     assert str(tmp_path) in str(caught.value)
     assert os.listdir(tmp_path) == []
 

@@ -16,7 +16,6 @@ from tether.core.redaction import (
     MIN_SECRET_LENGTH,
     REDACTED,
     SECRET_KEY_WORDS,
-    TETHER_FIELDS,
     Redactor,
     is_secret_key,
     secret_values_from,
@@ -79,11 +78,29 @@ def test_every_secret_word_counts() -> None:
         assert is_secret_key(f"x_{word.upper()}_y")
 
 
-def test_tether_fields_are_never_secret_keys() -> None:
-    assert not any(is_secret_key(name) for name in TETHER_FIELDS)
-    redactor = Redactor(["hunter2hunter2"])
-    record = {name: f"value of {name}" for name in TETHER_FIELDS}
-    assert redactor.redact(record) == record
+def test_own_keys_keep_their_text_whatever_the_secrets() -> None:
+    """A document's own field names are never scrubbed, even when a secret spells one."""
+    redactor = Redactor(["signal", "hunter2hunter2"], own_keys=frozenset({"signal", "pid"}))
+    document = {"signal": "SIGTERM", "pid": 1, "nested": [{"signal": "x hunter2hunter2"}]}
+    assert redactor.redact(document) == {
+        "signal": "SIGTERM",
+        "pid": 1,
+        "nested": [{"signal": f"x {REDACTED}"}],
+    }
+    # Without being declared its own, a key that is a literal secret is scrubbed.
+    assert Redactor(["signal"]).redact({"signal": 1}) == {REDACTED: 1}
+
+
+def test_the_event_log_keeps_the_keys_of_its_lines() -> None:
+    """As a structlog processor, a line's own keys are kept; the key rule still applies."""
+    redactor = Redactor(["state_before"])
+    line = {"event": "step", "state_before": "watching", "token": "x", "more": {"state_before": 1}}
+    assert redactor(None, "msg", line) == {
+        "event": "step",
+        "state_before": "watching",
+        "token": REDACTED,
+        "more": {REDACTED: 1},
+    }
 
 
 def test_values_under_secret_keys_are_redacted_at_any_depth() -> None:

@@ -27,9 +27,10 @@ from tether._version import __version__
 from tether.core.reasons import Reason
 
 if TYPE_CHECKING:
-    from tether.api.handle import Tether, launch, launch_async, run, run_async
-    from tether.caller.start import LaunchError
+    from tether.api.functions import launch, launch_async, run, run_async
+    from tether.api.handle import Tether
     from tether.api.outcome import CommandFailed, Outcome, TimeoutExpired
+    from tether.caller.start import LaunchError
 
 __all__ = [
     "CommandFailed",
@@ -52,10 +53,10 @@ _LAZY = {
     "Outcome": "tether.api.outcome",
     "Tether": "tether.api.handle",
     "TimeoutExpired": "tether.api.outcome",
-    "launch": "tether.api.handle",
-    "launch_async": "tether.api.handle",
-    "run": "tether.api.handle",
-    "run_async": "tether.api.handle",
+    "launch": "tether.api.functions",
+    "launch_async": "tether.api.functions",
+    "run": "tether.api.functions",
+    "run_async": "tether.api.functions",
 }
 
 

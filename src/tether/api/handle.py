@@ -1,20 +1,14 @@
-"""The Python API: ``launch``, ``run``, their ``async`` twins, ``Tether`` and ``Outcome``.
-
-Programs that run many long commands (evaluation runners, job workers) want
-:mod:`subprocess`'s shape — start, wait, stop, a result object — with the
-CLI's guarantee: the command cannot outlive the program, however the program
-dies. So this module is a thin client of the same machinery as ``tether
-run``: :mod:`tether.caller.start` spawns a detached supervisor (the caller is
-never forked, because it may have threads), the caller keeps the lifeline's
-write end, and the supervisor reports on the status pipe.
+"""The handle of one running command: :class:`Tether`.
 
 **One reader, many waiters.** Several threads, and several asyncio tasks, may
 wait for the same command. The status pipe has exactly one reader at a time
 (the *reader role*, taken under a lock); everyone else sleeps on a condition
 variable (threads) or a future (tasks) and is woken whenever the reader learns
-something. A waiter whose time runs out hands the role on. Reads are
-non-blocking; a thread waits for the pipe in ``poll()``, a task through its
-loop's ``add_reader``: no polling, no helper threads.
+something. A waiter whose time runs out hands the role on. Reads go through
+the one status client (:class:`~tether.caller.status.StatusClient`), which
+never blocks; a thread waits for the pipe in ``poll()``, a task through its
+loop's ``add_reader``: no polling, no helper threads. A lost supervisor is the
+client's to handle, as for every door.
 
 **Cancellation stops the command.** Leaving a ``with`` block, an interrupted
 ``wait()`` and a cancelled ``wait_async()`` all ask the supervisor for a
@@ -24,7 +18,7 @@ cancelled task, like a killed program, leaves nothing running.
 
 **Nothing global is touched in the caller.** No signal handlers, no logging
 configuration, neither ``transitions`` nor ``structlog``; :mod:`asyncio` is
-imported only by the ``async`` functions.
+imported only by the ``async`` methods.
 """
 
 from __future__ import annotations
@@ -36,60 +30,25 @@ import select
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from tether.api.options import (
-    DEFAULT_GRACE,
-    Duration,
-    RecordOption,
-    Stdio,
-    command_words,
-    environment_copy,
-    record_path_for,
-    seconds_of,
-    stdio_descriptors,
-)
-from tether.caller.start import (
-    LaunchError,
-    Spawned,
-    Started,
-    StatusReader,
-    release_lifeline,
-    send_spec,
-    spawn_supervisor,
-)
-from tether.core.reasons import TETHER_FAILED, Reason
-from tether.shared.protocol import CANCEL, FINISHED, KILL_NOW, STARTED
-from tether.api.outcome import CommandFailed, Outcome, TimeoutExpired
-from tether.core.spec import RunSpec
+from tether.api.outcome import Outcome, TimeoutExpired
+from tether.caller.start import LaunchError, Spawn
+from tether.core.durations import DurationError, duration_seconds
+from tether.core.reasons import Reason
+from tether.shared.protocol import Finished, Started
 
 if TYPE_CHECKING:
     import asyncio
     from types import TracebackType
 
-__all__ = [
-    "CommandFailed",
-    "Duration",
-    "Outcome",
-    "RecordOption",
-    "Stdio",
-    "Tether",
-    "TimeoutExpired",
-    "launch",
-    "launch_async",
-    "run",
-    "run_async",
-]
-
-# -- the handle ---------------------------------------------------------------
+__all__ = ["Tether"]
 
 
 class Tether:
-    """One running command, bound to this process; made by :func:`launch`.
+    """One running command, bound to this process; made by :func:`tether.launch`.
 
     Thread-safe: any number of threads may :meth:`wait` at once, and tasks
     may :meth:`wait_async` alongside them. Dropping the handle of a running
@@ -98,36 +57,36 @@ class Tether:
     stopped when this process exits.
     """
 
-    def __init__(self, spec: RunSpec, spawned: Spawned) -> None:
-        self._spec = spec
+    def __init__(self, spawn: Spawn) -> None:
+        self._spec = spec = spawn.spec
         self._name = os.path.basename(spec.argv[0]) or spec.argv[0]
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._reading = False
         self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-        self._lifeline: int | None = spawned.lifeline
-        # A full lifeline (a stopped supervisor) must never block cancel().
-        os.set_blocking(spawned.lifeline, False)
-        self._status: StatusReader | None = StatusReader(spawned.status)
-        self._supervisor_pid: int | None = None
-        self._pid: int | None = None
+        self._lifeline = spawn.lifeline
+        self._status = spawn.status
         self._started: Started | None = None
+        self._finished: Finished | None = None
         self._outcome: Outcome | None = None
-        self._launch_errno: int | None = None
 
     # -- what callers see --------------------------------------------------
 
     @property
     def pid(self) -> int:
         """The command's pid (also its process group id)."""
-        assert self._pid is not None
-        return self._pid
+        started = self._started
+        assert started is not None
+        assert started.pid is not None
+        return started.pid
 
     @property
     def supervisor_pid(self) -> int:
         """The pid of the detached supervisor watching the command."""
-        assert self._supervisor_pid is not None
-        return self._supervisor_pid
+        started = self._started
+        assert started is not None
+        assert started.supervisor_pid is not None
+        return started.supervisor_pid
 
     @property
     def record_path(self) -> Path | None:
@@ -137,7 +96,7 @@ class Tether:
 
     @property
     def label(self) -> str | None:
-        """The run's label, as given to :func:`launch`."""
+        """The run's label, as given to :func:`tether.launch`."""
         return self._spec.label
 
     @property
@@ -160,20 +119,22 @@ class Tether:
 
     def __repr__(self) -> str:
         label = f" label={self._spec.label!r}" if self._spec.label else ""
-        outcome = self._outcome
+        started, outcome = self._started, self._outcome
+        pids = (
+            f"pid={started.pid} supervisor_pid={started.supervisor_pid}"
+            if started is not None
+            else "pid=None supervisor_pid=None"
+        )
         state = (
             "running"
             if outcome is None
             else f"{outcome.reason.value}, exit status {outcome.exit_status}"
         )
-        return (
-            f"<Tether {self._name!r}{label} pid={self._pid} "
-            f"supervisor_pid={self._supervisor_pid} {state}>"
-        )
+        return f"<Tether {self._name!r}{label} {pids} {state}>"
 
     def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
         # The default argument keeps ``warn`` reachable during interpreter shutdown.
-        if self._outcome is None and self._pid is not None:
+        if getattr(self, "_outcome", True) is None and self._started is not None:
             _warn(f"{self!r} was dropped while running", ResourceWarning, source=self)
 
     # -- requests ----------------------------------------------------------
@@ -184,25 +145,20 @@ class Tether:
         Returns at once; :meth:`wait` for the outcome (reason ``CANCELLED``).
         Harmless once the run is over.
         """
-        self._request(CANCEL)
+        self._lifeline.cancel()
 
     def kill(self) -> None:
         """Ask for SIGKILL to the whole tree now. Returns at once; harmless once the run is over."""
-        self._request(KILL_NOW)
-
-    def _request(self, byte: bytes) -> None:
-        with self._lock:  # so the lifeline cannot be closed (and its number reused) meanwhile
-            if self._lifeline is not None:
-                with contextlib.suppress(OSError):
-                    os.write(self._lifeline, byte)
+        self._lifeline.kill()
 
     # -- waiting, blocking -------------------------------------------------
 
-    def wait(self, timeout: float | None = None) -> Outcome:
+    def wait(self, timeout: float | str | None = None) -> Outcome:
         """Block until the run is over; return its :class:`Outcome`.
 
-        With ``timeout`` (seconds), raise :class:`TimeoutExpired` if it is not
-        over by then; the command keeps running. ``timeout=0`` only looks.
+        With ``timeout`` (seconds, or a duration string such as ``"5s"``),
+        raise :class:`TimeoutExpired` if it is not over by then; the command
+        keeps running. ``timeout=0`` only looks.
         """
         seconds = None if timeout is None else _wait_timeout(timeout)
         if not self._wait_blocking(self._is_over, seconds):
@@ -252,9 +208,6 @@ class Tether:
             self._release()
 
     def _read_blocking(self, ready: Callable[[], bool], end: float | None) -> bool:
-        assert self._status is not None
-        poller = select.poll()  # not select(): a busy caller may hold descriptors above 1024
-        poller.register(self._status.fd, select.POLLIN)
         while True:
             self._pump()
             if ready():
@@ -262,7 +215,12 @@ class Tether:
             remaining = _remaining(end)
             if remaining == 0:
                 return False
-            poller.poll(None if remaining is None else math.ceil(remaining * 1000))
+            fd = self._status.fd
+            if fd is not None:
+                # poll(), not select(): a busy caller may hold descriptors above 1024.
+                poller = select.poll()
+                poller.register(fd, select.POLLIN)
+                poller.poll(None if remaining is None else math.ceil(remaining * 1000))
 
     # -- waiting, asyncio --------------------------------------------------
 
@@ -336,10 +294,9 @@ class Tether:
                     self._async_waiters.remove((loop, woken))
 
     async def _read_async(self, loop: asyncio.AbstractEventLoop, ready: Callable[[], bool]) -> None:
-        status = self._status
-        assert status is not None
         self._pump()
-        if ready():
+        fd = self._status.fd
+        if ready() or fd is None:
             return
         done: asyncio.Future[None] = loop.create_future()
 
@@ -353,54 +310,41 @@ class Tether:
             if ready() and not done.done():
                 done.set_result(None)
 
-        loop.add_reader(status.fd, on_readable)
+        loop.add_reader(fd, on_readable)
         try:
             await done
         finally:
-            loop.remove_reader(status.fd)
+            loop.remove_reader(fd)
 
     # -- the reader role ---------------------------------------------------
 
     def _is_launched(self) -> bool:
-        return self._pid is not None or self._outcome is not None
+        return self._started is not None or self._outcome is not None
 
     def _is_over(self) -> bool:
         return self._outcome is not None
 
     def _pump(self) -> None:
         """Read what has arrived on the status pipe (only the reader role's holder calls this)."""
-        status = self._status
-        if status is None:
+        messages = self._status.read_available()
+        if not messages:
             return
-        messages = status.read_available()
-        outcome: Outcome | None = None
-        for message in messages:
-            event = message.get("event")
-            if event == STARTED:
-                with self._lock:
-                    self._started = Started.from_message(message)
-                    self._supervisor_pid = self._started.supervisor_pid
-                    self._pid = self._started.pid
-            elif event == FINISHED and outcome is None:
-                outcome = self._finished(message)
-        if outcome is None and status.at_eof:
-            outcome = self._lost()
-        if outcome is not None:
-            with self._lock:
-                self._outcome = outcome
-                if self._lifeline is not None:
-                    release_lifeline(self._lifeline)
-                    self._lifeline = None
-        if messages or outcome is not None:
-            self._notify()
+        finished = self._status.finished
+        with self._lock:
+            self._started = self._status.started
+            if finished is not None and self._outcome is None:
+                self._finished = finished
+                self._outcome = Outcome.from_finished(finished, self._spec, self._started)
+        if finished is not None:
+            self._lifeline.release()
+        self._notify()
 
     def _release(self) -> None:
         """Give up the reader role; close the status pipe if the run is over."""
         with self._lock:
             self._reading = False
-            if self._outcome is not None and self._status is not None:
+            if self._outcome is not None:
                 self._status.close()
-                self._status = None
         self._notify()
 
     def _notify(self) -> None:
@@ -412,69 +356,19 @@ class Tether:
             with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits there
                 loop.call_soon_threadsafe(_resolve, future)
 
-    def _finished(self, message: dict[str, object]) -> Outcome:
-        record = message.get("record")
-        record_path = Path(record) if isinstance(record, str) else None
-        if message.get("reason") == Reason.LAUNCH_FAILED.value:
-            self._launch_errno = _int(message.get("errno"))
-        started_at, finished_at, elapsed = _times(message)
-        reason = message.get("reason")
-        exit_status = message.get("exit_status")
-        text = message.get("message")
-        return Outcome(
-            reason=Reason(reason) if isinstance(reason, str) else Reason.SUPERVISOR_LOST,
-            exit_status=exit_status if isinstance(exit_status, int) else TETHER_FAILED,
-            returncode=_int(message.get("returncode")),
-            escalated_to_sigkill=message.get("escalated_to_sigkill") is True,
-            record_path=record_path,
-            message=text if isinstance(text, str) and text else None,
-            label=self._spec.label,
-            pid=self._pid,
-            supervisor_pid=self._supervisor_pid,
-            started_at=started_at,
-            finished_at=finished_at,
-            elapsed_seconds=elapsed,
-            argv=self._spec.argv,
-        )
-
-    def _lost(self) -> Outcome:
-        """The status pipe ended without ``finished``: stop the group, write the fallback record."""
-        from tether.caller.fallback import LOST_MESSAGE, after_supervisor_lost
-
-        written = after_supervisor_lost(self._spec, self._started)
-        expected = self.record_path
-        record_path = written or (expected if expected and os.path.lexists(expected) else None)
-        elapsed = time.monotonic() - self._spec.asked_at
-        finished_at = datetime.now(UTC)
-        started_at = finished_at - timedelta(seconds=elapsed)
-        return Outcome(
-            reason=Reason.SUPERVISOR_LOST,
-            exit_status=TETHER_FAILED,
-            returncode=None,
-            escalated_to_sigkill=False,
-            record_path=record_path,
-            message=LOST_MESSAGE,
-            label=self._spec.label,
-            pid=self._pid,
-            supervisor_pid=self._supervisor_pid,
-            started_at=started_at,
-            finished_at=finished_at,
-            elapsed_seconds=elapsed,
-            argv=self._spec.argv,
-        )
-
     # -- the end of a launch -----------------------------------------------
 
     def _launched_or_raise(self) -> Tether:
         """Return self if the command started; raise :class:`LaunchError` if it never did."""
-        if self._pid is not None:
+        if self._started is not None:
             return self
-        outcome = self._outcome
+        finished, outcome = self._finished, self._outcome
+        assert finished is not None
         assert outcome is not None
         if outcome.reason is Reason.LAUNCH_FAILED:
             raise LaunchError(
                 outcome.message or f"cannot run {self._name!r}",
-                errno=self._launch_errno,
+                errno=finished.errno,
                 exit_status=outcome.exit_status,
                 record_path=outcome.record_path,
             )
@@ -494,300 +388,13 @@ def _remaining(end: float | None) -> float | None:
     return None if end is None else max(0.0, end - time.monotonic())
 
 
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _wait_timeout(timeout: float) -> float:
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        raise TypeError(f"timeout must be a number of seconds or None, not {timeout!r}")
-    if not timeout >= 0 or math.isinf(timeout):
-        raise ValueError(f"timeout must be a finite number of seconds >= 0, not {timeout!r}")
-    return float(timeout)
-
-
-def _times(message: Mapping[str, object]) -> tuple[datetime | None, datetime | None, float | None]:
-    """The run's start, end and length, as the supervisor's ``finished`` line gives them."""
-    elapsed = message.get("elapsed_seconds")
-    return (
-        _moment(message.get("started_at")),
-        _moment(message.get("finished_at")),
-        float(elapsed) if isinstance(elapsed, int | float) else None,
-    )
-
-
-def _moment(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
+def _wait_timeout(timeout: object) -> float:
     try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class _Request:
-    """A launch, checked and ready: the spec and the command's standard streams."""
-
-    spec: RunSpec
-    stdio: list[int | None]
-    opened: list[int]
-
-    @classmethod
-    def build(
-        cls,
-        argv: Sequence[str | os.PathLike[str]],
-        *,
-        deadline: Duration | None,
-        grace: Duration,
-        record: RecordOption,
-        label: str | None,
-        cwd: str | os.PathLike[str] | None,
-        env: Mapping[str, str] | None,
-        stdin: Stdio,
-        stdout: Stdio,
-        stderr: Stdio,
-    ) -> _Request:
-        """Check every argument before anything is started; raise if one is wrong."""
-        asked_at = time.monotonic()
-        words = command_words(argv)
-        deadline_seconds = 0.0 if deadline is None else seconds_of(deadline, name="deadline")
-        grace_seconds = seconds_of(grace, name="grace")
-        if label is not None and not isinstance(label, str):
-            raise TypeError(f"label must be a string or None, not {label!r}")
-        environment = environment_copy(env)
-        directory = None if cwd is None else os.fspath(cwd)
-        record_path = record_path_for(record)
-        spec = RunSpec(
-            argv=words,
-            deadline_seconds=deadline_seconds,
-            grace_seconds=grace_seconds,
-            asked_at=asked_at,
-            record_path=record_path,
-            label=label,
-            cwd=directory,
-            env=environment,
-        )
-        stdio, opened = stdio_descriptors(stdin, stdout, stderr)
-        return cls(spec=spec, stdio=stdio, opened=opened)
-
-    def spawn(self) -> tuple[Tether, Spawned]:
-        """Spawn the supervisor; return the handle (not launched yet) and the spawn."""
-        try:
-            stdin, stdout, stderr = self.stdio
-            spawned = spawn_supervisor(self.spec, stdin=stdin, stdout=stdout, stderr=stderr)
-        finally:
-            for fd in self.opened:  # the supervisor has its own copies now
-                os.close(fd)
-        return Tether(self.spec, spawned), spawned
-
-
-# -- the public functions -----------------------------------------------------
-
-
-def launch(
-    argv: Sequence[str | os.PathLike[str]],
-    *,
-    deadline: Duration | None = None,
-    grace: Duration = DEFAULT_GRACE,
-    record: RecordOption = None,
-    label: str | None = None,
-    cwd: str | os.PathLike[str] | None = None,
-    env: Mapping[str, str] | None = None,
-    stdin: Stdio = None,
-    stdout: Stdio = None,
-    stderr: Stdio = None,
-) -> Tether:
-    """Start ``argv`` under a tether; return once it is running.
-
-    The command is stopped, with its whole process tree, when ``deadline``
-    passes (``None`` or ``0``: never), when you :meth:`~Tether.cancel` or
-    :meth:`~Tether.kill` it, or when this process dies, however it dies.
-    Stopping means SIGTERM, then SIGKILL after ``grace``. Durations are
-    seconds, :class:`~datetime.timedelta` or CLI strings (``"5m"``).
-
-    Raises :class:`ValueError` or :class:`TypeError` for a bad argument and
-    :class:`LaunchError` (with ``errno``) if the command cannot be started;
-    in both cases nothing is left running. See ``docs/api.md``.
-    """
-    request = _Request.build(
-        argv,
-        deadline=deadline,
-        grace=grace,
-        record=record,
-        label=label,
-        cwd=cwd,
-        env=env,
-        stdin=stdin,
-        stdout=stdout,
-        stderr=stderr,
-    )
-    tether, spawned = request.spawn()
-    try:
-        try:
-            send_spec(spawned)
-            tether._wait_blocking(tether._is_launched, None)
-        except BaseException:
-            tether._stop_blocking()
-            raise
-    finally:
-        spawned.intermediate.wait()
-    return tether._launched_or_raise()
-
-
-def run(
-    argv: Sequence[str | os.PathLike[str]],
-    *,
-    deadline: Duration | None = None,
-    grace: Duration = DEFAULT_GRACE,
-    record: RecordOption = None,
-    label: str | None = None,
-    cwd: str | os.PathLike[str] | None = None,
-    env: Mapping[str, str] | None = None,
-    stdin: Stdio = None,
-    stdout: Stdio = None,
-    stderr: Stdio = None,
-    check: bool = False,
-) -> Outcome:
-    """Run ``argv`` to its end under a tether; return the :class:`Outcome` (``subprocess.run``).
-
-    Takes :func:`launch`'s arguments. With ``check=True``, raise
-    :class:`CommandFailed` unless the outcome is :attr:`~Outcome.ok`. An
-    exception while waiting (Ctrl-C) cancels the command before it propagates.
-    """
-    with launch(
-        argv,
-        deadline=deadline,
-        grace=grace,
-        record=record,
-        label=label,
-        cwd=cwd,
-        env=env,
-        stdin=stdin,
-        stdout=stdout,
-        stderr=stderr,
-    ) as tether:
-        outcome = tether.wait()
-    return outcome.check() if check else outcome
-
-
-async def launch_async(
-    argv: Sequence[str | os.PathLike[str]],
-    *,
-    deadline: Duration | None = None,
-    grace: Duration = DEFAULT_GRACE,
-    record: RecordOption = None,
-    label: str | None = None,
-    cwd: str | os.PathLike[str] | None = None,
-    env: Mapping[str, str] | None = None,
-    stdin: Stdio = None,
-    stdout: Stdio = None,
-    stderr: Stdio = None,
-) -> Tether:
-    """:func:`launch`, for asyncio: the wait for the supervisor goes through the event loop.
-
-    Only the spawn itself (a ``vfork`` and ``exec``, well under a millisecond)
-    runs on the loop, as in :func:`asyncio.create_subprocess_exec`; the spec is
-    written and the status pipe read with ``add_writer``/``add_reader``. If the
-    task is cancelled meanwhile, the command is cancelled and waited for before
-    ``CancelledError`` propagates, as in :meth:`Tether.wait_async`.
-    """
-    import asyncio
-
-    request = _Request.build(
-        argv,
-        deadline=deadline,
-        grace=grace,
-        record=record,
-        label=label,
-        cwd=cwd,
-        env=env,
-        stdin=stdin,
-        stdout=stdout,
-        stderr=stderr,
-    )
-    loop = asyncio.get_running_loop()
-    tether, spawned = request.spawn()
-    try:
-        try:
-            await _send_spec_async(loop, spawned)
-            await tether._wait_async(tether._is_launched)
-        except asyncio.CancelledError:
-            await tether._stop_async()
-            raise
-    finally:
-        await _reap_async(loop, spawned.intermediate)
-    return tether._launched_or_raise()
-
-
-async def run_async(
-    argv: Sequence[str | os.PathLike[str]],
-    *,
-    deadline: Duration | None = None,
-    grace: Duration = DEFAULT_GRACE,
-    record: RecordOption = None,
-    label: str | None = None,
-    cwd: str | os.PathLike[str] | None = None,
-    env: Mapping[str, str] | None = None,
-    stdin: Stdio = None,
-    stdout: Stdio = None,
-    stderr: Stdio = None,
-    check: bool = False,
-) -> Outcome:
-    """:func:`run`, for asyncio; cancelling the task cancels the command (see ``wait_async``)."""
-    tether = await launch_async(
-        argv,
-        deadline=deadline,
-        grace=grace,
-        record=record,
-        label=label,
-        cwd=cwd,
-        env=env,
-        stdin=stdin,
-        stdout=stdout,
-        stderr=stderr,
-    )
-    outcome = await tether.wait_async()
-    return outcome.check() if check else outcome
-
-
-async def _send_spec_async(loop: asyncio.AbstractEventLoop, spawned: Spawned) -> None:
-    """Write the spec without blocking the loop (it fits the pipe at once unless it is huge)."""
-    fd, data = spawned.spec_fd, memoryview(spawned.spec_data)
-    os.set_blocking(fd, False)
-    try:
-        while data:
-            try:
-                data = data[os.write(fd, data) :]
-            except BlockingIOError:
-                writable: asyncio.Future[None] = loop.create_future()
-                loop.add_writer(fd, _resolve, writable)
-                try:
-                    await writable
-                finally:
-                    loop.remove_writer(fd)
-    except OSError:
-        pass  # the supervisor died before reading: seen as a status pipe without "started"
-    finally:
-        os.close(fd)
-
-
-async def _reap_async(loop: asyncio.AbstractEventLoop, intermediate: Any) -> None:
-    """Reap the intermediate (gone within milliseconds of the spawn) through a pidfd."""
-    if intermediate.poll() is not None:
-        return
-    try:
-        pidfd = os.pidfd_open(intermediate.pid)
-    except OSError:
-        intermediate.wait()
-        return
-    try:
-        exited: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(pidfd, _resolve, exited)
-        try:
-            await exited
-        finally:
-            loop.remove_reader(pidfd)
-    finally:
-        os.close(pidfd)
-    intermediate.wait()
+        seconds = duration_seconds(timeout, flag="timeout")
+    except TypeError:
+        raise TypeError(
+            f"timeout must be a number of seconds, a duration string or None, not {timeout!r}"
+        ) from None
+    except DurationError as error:
+        raise ValueError(str(error)) from None
+    return seconds

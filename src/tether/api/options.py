@@ -1,35 +1,32 @@
-"""Checking what ``tether.launch`` is given, before anything is started.
+"""What ``tether.launch`` takes, declared once, and checked before anything is started.
 
-Every argument is checked in the caller, with an error that names it: a NaN,
-negative or infinite duration, a string where a list of words was meant, an
-environment that is not strings, a record path that cannot be written, a
-``PIPE`` tether cannot honour. Nothing is started until all of them pass, so
-a bad call leaves nothing behind.
+:class:`LaunchOptions` lists every keyword the four functions (``launch``,
+``run``, ``launch_async``, ``run_async``) accept, with its type; the functions
+take them as ``**options: Unpack[LaunchOptions]``, so the list exists once and
+type checkers still see each keyword. :func:`request_of` turns them into the
+request (through :func:`tether.caller.request.build_request`, the builder
+every door shares, which holds the defaults) and the command's standard
+streams. Every argument is checked with an error that names it, and nothing
+is started until all of them pass, so a bad call leaves nothing behind.
 """
 
 from __future__ import annotations
 
-import math
+import io
 import os
+import stat
+import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Any, Final, TypedDict
 
+from tether.caller.request import RequestError, build_request
 from tether.caller.start import LaunchError
 from tether.core.reasons import TETHER_FAILED
+from tether.core.spec import RunSpec
+from tether.shared.record_file import RecordError
 
-__all__ = [
-    "DEFAULT_GRACE",
-    "Duration",
-    "RecordOption",
-    "Stdio",
-    "command_words",
-    "environment_copy",
-    "record_path_for",
-    "seconds_of",
-    "stdio_descriptors",
-]
+__all__ = ["Duration", "LaunchOptions", "RecordOption", "Stdio", "request_of"]
 
 #: A duration: seconds (``int`` or ``float``), a :class:`~datetime.timedelta`,
 #: or a string as the CLI takes it (``"30"``, ``"30s"``, ``"5m"``, ``"1.5h"``).
@@ -42,80 +39,67 @@ RecordOption = str | os.PathLike[str] | bool | None
 #: also :data:`subprocess.STDOUT`.
 Stdio = int | IO[Any] | None
 
-#: The default grace between the gentle signal and SIGKILL, as for ``tether run``.
-DEFAULT_GRACE: Final = 10.0
-
 # subprocess's constants, by value, so that this module need not import it.
 _PIPE: Final = -1
 _STDOUT: Final = -2
 _DEVNULL: Final = -3
 
 
-def seconds_of(value: object, *, name: str) -> float:
-    """``value`` as seconds; ``ValueError`` naming ``name`` if it is no duration."""
-    if isinstance(value, str):
-        from tether.core.durations import parse_duration
+class LaunchOptions(TypedDict, total=False):
+    """The keywords of :func:`tether.launch` and its three siblings (all optional).
 
-        return parse_duration(value, flag=name)
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(
-            f"{name} must be a number of seconds, a timedelta or a string like '5m', not {value!r}"
-        )
+    ``deadline``: stop the command this long after the call (``None`` or ``0``:
+    never). ``grace``: how long SIGTERM gets before SIGKILL (default 10 s;
+    ``None``: never escalate). ``record``: where the record goes. ``label``:
+    a name for the run, kept in the record. ``cwd``, ``env``: the command's
+    working directory and environment (default: this process's).
+    ``stdin``, ``stdout``, ``stderr``: its standard streams (default: this
+    process's).
+    """
+
+    deadline: Duration | None
+    grace: Duration | None
+    record: RecordOption
+    label: str | None
+    cwd: str | os.PathLike[str] | None
+    env: Mapping[str, str] | None
+    stdin: Stdio
+    stdout: Stdio
+    stderr: Stdio
+
+
+_KNOWN: Final = frozenset(LaunchOptions.__annotations__)
+#: The options that make the request; the rest are the command's standard streams.
+_REQUEST: Final = _KNOWN - {"stdin", "stdout", "stderr"}
+
+
+def request_of(
+    function: str, argv: Sequence[str | os.PathLike[str]], options: LaunchOptions
+) -> tuple[RunSpec, list[int | None], list[int]]:
+    """Check ``options`` for a call of ``function``; return the request and the stdio.
+
+    Returns the spec, the command's three descriptors (``None``: the caller's
+    own) and the descriptors opened here, which the caller closes once the
+    supervisor has its copies. Raises :class:`TypeError` or
+    :class:`ValueError` for a bad argument and :class:`LaunchError` (125) for
+    a record that cannot be written.
+    """
+    asked_at = time.monotonic()
+    unknown = sorted(set(options) - _KNOWN)
+    if unknown:
+        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
+    arguments: dict[str, Any] = dict(options)
+    request = {key: arguments[key] for key in _REQUEST if key in arguments}
     try:
-        seconds = float(value)
-    except OverflowError:
-        raise ValueError(f"{name}: invalid duration {value!r} (too large)") from None
-    if math.isnan(seconds) or math.isinf(seconds):
-        raise ValueError(f"{name}: invalid duration {value!r} (must be a finite number)")
-    if seconds < 0:
-        raise ValueError(f"{name}: invalid duration {value!r} (must not be negative)")
-    return seconds
-
-
-def command_words(argv: Sequence[str | os.PathLike[str]]) -> tuple[str, ...]:
-    if isinstance(argv, str | bytes):
-        raise TypeError(
-            f"argv must be a list of strings, not one string: write [{argv!r}] "
-            "or split the command line with shlex.split()"
-        )
-    words = tuple(os.fspath(word) for word in argv)
-    for word in words:
-        if not isinstance(word, str):
-            raise TypeError(f"argv must hold strings (or paths), not {word!r}")
-    if not words:
-        raise ValueError("argv is empty: there is no command to run")
-    return words
-
-
-def environment_copy(env: Mapping[str, str] | None) -> dict[str, str] | None:
-    if env is None:
-        return None
-    copied = dict(env)
-    for key, value in copied.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"env must map strings to strings, not {key!r} to {type(value)}")
-    return copied
-
-
-def record_path_for(record: RecordOption) -> str | None:
-    """The absolute record path, checked as the CLI checks it, or ``None`` for no record."""
-    if record is False:
-        return None
-    if record is None or record is True:
-        from tether.shared.paths import new_record_path
-
-        path = new_record_path()
-    else:
-        path = Path(os.fspath(record))
-    from tether.shared.record_file import RecordError, check_record_path
-
-    try:
-        check_record_path(path)
+        spec = build_request(argv, asked_at=asked_at, **request)
+    except RequestError as error:
+        raise ValueError(str(error)) from None
     except RecordError as error:
         raise LaunchError(str(error), errno=error.errno, exit_status=TETHER_FAILED) from None
-    return str(path.absolute())
+    stdio, opened = stdio_descriptors(
+        arguments.get("stdin"), arguments.get("stdout"), arguments.get("stderr")
+    )
+    return spec, stdio, opened
 
 
 def stdio_descriptors(
@@ -127,17 +111,18 @@ def stdio_descriptors(
     def resolve(stream: Stdio, name: str) -> int | None:
         if stream is None:
             return None
-        if isinstance(stream, int):
-            if stream == _DEVNULL:
-                opened.append(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
-                return opened[-1]
-            if stream < 0:
-                raise ValueError(
-                    f"{name}: tether does not capture output (no PIPE or STDOUT here); "
-                    "pass a file, a file descriptor or subprocess.DEVNULL"
-                )
-            return stream
-        return stream.fileno()
+        if isinstance(stream, bool) or not isinstance(stream, int):
+            return _descriptor_of(stream, name)
+        if stream == _DEVNULL:
+            opened.append(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
+            return opened[-1]
+        if stream < 0:
+            raise ValueError(
+                f"{name}: tether does not capture output (no PIPE or STDOUT here); "
+                "pass a file, a file descriptor or subprocess.DEVNULL"
+            )
+        _check_open(stream, name)
+        return stream
 
     try:
         fds = [resolve(stdin, "stdin"), resolve(stdout, "stdout")]
@@ -151,3 +136,28 @@ def stdio_descriptors(
             os.close(fd)
         raise
     return fds, opened
+
+
+def _descriptor_of(stream: object, name: str) -> int:
+    """The descriptor behind a file object, or a :class:`TypeError` that says what to pass."""
+    fileno = getattr(stream, "fileno", None)
+    try:
+        fd = fileno() if callable(fileno) else None
+    except (OSError, ValueError, io.UnsupportedOperation):
+        fd = None
+    if not isinstance(fd, int) or isinstance(fd, bool):
+        raise TypeError(
+            f"{name}: {stream!r} has no file descriptor (an in-memory stream?); pass a real "
+            "file, a file descriptor or subprocess.DEVNULL"
+        )
+    _check_open(fd, name)
+    return fd
+
+
+def _check_open(fd: int, name: str) -> None:
+    try:
+        mode = os.fstat(fd).st_mode
+    except (OSError, OverflowError):
+        raise ValueError(f"{name}: {fd} is not an open file descriptor") from None
+    if stat.S_ISDIR(mode):
+        raise ValueError(f"{name}: descriptor {fd} is a directory")

@@ -11,15 +11,16 @@ its deadline is not, it is an outcome.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tether.core.reasons import Reason
 
 if TYPE_CHECKING:
-    from datetime import datetime
-    from pathlib import Path
-
     from tether.api.handle import Tether
+    from tether.core.spec import RunSpec
+    from tether.shared.protocol import Finished, Started
 
 __all__ = ["CommandFailed", "Outcome", "TimeoutExpired"]
 
@@ -58,9 +59,11 @@ class Outcome:
     command's own, 128+N for signal N, 124 deadline, 125 tether failed, 126/127
     cannot execute / not found, 130 cancelled or caller lost); ``returncode``
     is the command's own, the :mod:`subprocess` way (negative for a signal,
-    ``None`` if it never ran or its end is unknown). The times come from the
-    supervisor (from the record when the status line does not carry them) and
-    are ``None`` when neither is available (``record=False``).
+    ``None`` if it never ran or its end is unknown). The times are the
+    supervisor's (the caller's own when the supervisor was lost); ``None`` only
+    when a time could not be read. ``record_path`` is ``None`` when no record
+    was kept: none was asked for (``record=False``), or it could not be
+    written, which ``message`` then says.
     """
 
     reason: Reason
@@ -77,6 +80,29 @@ class Outcome:
     elapsed_seconds: float | None = None
     #: The command line, kept out of the repr: it may hold credentials.
     argv: tuple[str, ...] = field(default=(), repr=False)
+
+    @classmethod
+    def from_finished(cls, finished: Finished, spec: RunSpec, started: Started | None) -> Outcome:
+        """The outcome the ``finished`` message (the supervisor's, or the caller's own) tells."""
+        try:
+            reason = Reason(finished.reason)
+        except ValueError:
+            reason = Reason.SUPERVISOR_LOST
+        return cls(
+            reason=reason,
+            exit_status=finished.exit_status,
+            returncode=finished.returncode,
+            escalated_to_sigkill=finished.escalated_to_sigkill,
+            record_path=None if finished.record is None else Path(finished.record),
+            message=finished.message,
+            label=spec.label,
+            pid=None if started is None else started.pid,
+            supervisor_pid=None if started is None else started.supervisor_pid,
+            started_at=_moment(finished.started_at),
+            finished_at=_moment(finished.finished_at),
+            elapsed_seconds=finished.elapsed_seconds,
+            argv=spec.argv,
+        )
 
     @property
     def ok(self) -> bool:
@@ -101,3 +127,12 @@ class Outcome:
         from tether.shared.record_file import read_record
 
         return read_record(self.record_path)
+
+
+def _moment(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None

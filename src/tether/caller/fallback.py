@@ -1,17 +1,11 @@
-"""What a caller does itself: after a lost supervisor, and for a refused command line.
-
-**A refused command line.** Bad input (a duration that is NaN, a missing
-``--``, an unusable ``--parent-fd``) never starts anything, and never fails
-silently either: besides the one line on stderr, a ``launch_failed`` record is
-written where the record was asked for, if that path is usable. A worker that
-always looks for its record finds one, saying why nothing ran.
-
-**A lost supervisor.**
+"""What a caller does itself when its supervisor is lost.
 
 A supervisor that is SIGKILLed (or OOM-killed) can neither stop the command's
-tree nor write its record. The caller notices, because the status pipe reaches
-end of file with no ``finished`` message, and it is then the only process left
-that knows anything about the run. It does what it still can, in this order:
+tree nor write its record. The caller notices, because the status pipe
+reaches end of file with no ``finished`` message, and it is then the only
+process left that knows anything about the run. Whatever the door (``tether
+run``, ``tether timeout``, the API: they all read the status pipe through
+:mod:`tether.caller.status`), it does what it still can, in this order:
 
 1. Stop what is left of the tree. The command's leader already got its
    parent-death signal, but everything else was re-parented away from the dead
@@ -21,10 +15,14 @@ that knows anything about the run. It does what it still can, in this order:
    process group, but only after finding a live member of it in ``/proc``: a
    group id cannot be reused while any member is alive, and an empty group's
    id may already belong to someone else. Descendants that had left the group
-   are then out of the caller's reach; the docs say so.
+   are then out of the caller's reach; the docs say so. A supervisor lost
+   before it said ``started`` started nothing the caller could know of.
 2. Write what it knows, with ``reason: supervisor_lost``, at the path where
-   the record was expected, so the evidence is never simply missing and an
-   operator finds it where they would look.
+   the record was expected, redacted like every record, so the evidence is
+   never simply missing and an operator finds it where they would look.
+3. Report the run as ended, as a :class:`~tether.shared.protocol.Finished`
+   like the one the supervisor would have sent: every door then reports a
+   lost supervisor the same way (status 125).
 
 Caller side: standard library only.
 """
@@ -36,78 +34,61 @@ import os
 import signal
 import socket
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
-from tether.caller.start import Started
-from tether.core.reasons import Reason
-from tether.shared.record_document import RecordError, build_caller_document, write_record
+from tether.core.reasons import TETHER_FAILED, Reason
 from tether.core.spec import RunSpec
+from tether.shared.clock import wall_clock_at
+from tether.shared.protocol import Finished, Started
 
-__all__ = [
-    "LOST_MESSAGE",
-    "after_supervisor_lost",
-    "write_refusal_record",
-    "write_supervisor_lost_record",
-]
+__all__ = ["LOST_MESSAGE", "after_supervisor_lost"]
 
 LOST_MESSAGE = "the supervisor was lost before it reported how the run ended"
 
 
-def after_supervisor_lost(
-    spec: RunSpec, started: Started | None, *, message: str = LOST_MESSAGE
-) -> Path | None:
-    """Stop what is left of the command's tree, then write the fallback record (its path)."""
+def after_supervisor_lost(spec: RunSpec, started: Started | None) -> Finished:
+    """Stop what is left of the command's tree, write the fallback record, say how it ended."""
     if started is not None:
         _stop_what_is_left(started)
-    return write_supervisor_lost_record(
-        spec,
-        supervisor_pid=None if started is None else started.supervisor_pid,
-        pid=None if started is None else started.pid,
-        pgid=None if started is None else started.pgid,
-        message=message,
+    elapsed = time.monotonic() - spec.asked_at
+    started_at, finished_at = wall_clock_at(spec.asked_at), wall_clock_at(spec.asked_at + elapsed)
+    written = _write_lost_record(
+        spec, started, started_at=started_at, finished_at=finished_at, elapsed=elapsed
+    )
+    return Finished(
+        reason=Reason.SUPERVISOR_LOST.value,
+        exit_status=TETHER_FAILED,
+        record=written,
+        message=LOST_MESSAGE,
+        started_at=started_at.isoformat(),
+        finished_at=finished_at.isoformat(),
+        elapsed_seconds=round(elapsed, 3),
     )
 
 
 def _stop_what_is_left(started: Started) -> None:
+    from tether.linux.cgroup import kill_cgroup
+    from tether.linux.proctree import group_has_members
+
     cgroup = started.cgroup
     expected = f"tether-{started.supervisor_pid}-"
     if cgroup is not None and os.path.basename(cgroup).startswith(expected):
-        with (
-            contextlib.suppress(OSError),
-            open(os.path.join(cgroup, "cgroup.kill"), "wb", buffering=0) as kill,
-        ):
-            kill.write(b"1")
+        kill_cgroup(cgroup)
     pgid = started.pgid
-    if pgid is not None and pgid > 1 and _group_has_members(pgid):
+    if pgid is not None and pgid > 1 and group_has_members(pgid):
         with contextlib.suppress(OSError):
             os.killpg(pgid, signal.SIGKILL)
 
 
-def _group_has_members(pgid: int) -> bool:
-    """Whether any live process is in process group ``pgid`` (read from ``/proc``)."""
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                raw = handle.read()
-        except OSError:
-            continue
-        fields = raw[raw.rindex(b")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] != b"Z":
-            return True
-    return False
-
-
-def write_supervisor_lost_record(
+def _write_lost_record(
     spec: RunSpec,
+    started: Started | None,
     *,
-    supervisor_pid: int | None,
-    pid: int | None,
-    pgid: int | None,
-    message: str = LOST_MESSAGE,
-) -> Path | None:
+    started_at: datetime,
+    finished_at: datetime,
+    elapsed: float,
+) -> str | None:
     """Write the fallback record unless the supervisor's own exists; return its path.
 
     Returns ``None`` when the run has no record path, when the supervisor's
@@ -118,76 +99,23 @@ def write_supervisor_lost_record(
     path = Path(spec.record_path)
     if os.path.lexists(path):
         return None
-    written = _write_caller_record(
-        path,
-        asked_at=spec.asked_at,
-        reason=Reason.SUPERVISOR_LOST,
-        label=spec.label,
-        deadline_seconds=spec.deadline_seconds,
-        grace_seconds=spec.grace_seconds,
-        supervisor_pid=supervisor_pid,
-        command_pid=pid,
-        command_pgid=pgid,
-        message=message,
-    )
-    return path if written else None
+    from tether.shared.record_document import build_lost_document
+    from tether.shared.record_file import RecordError, write_record
+    from tether.shared.secrets import redactor_for
 
-
-def write_refusal_record(
-    path: Path,
-    *,
-    asked_at: float,
-    label: str | None,
-    deadline: float | None,
-    grace: float | None,
-    message: str,
-    supervisor_pid: int | None = None,
-) -> bool:
-    """Write the ``launch_failed`` record of a refused command line; return whether it was."""
-    return _write_caller_record(
-        path,
-        asked_at=asked_at,
-        reason=Reason.LAUNCH_FAILED,
-        label=label,
-        deadline_seconds=deadline,
-        grace_seconds=grace,
-        supervisor_pid=supervisor_pid,
-        message=message,
-    )
-
-
-def _write_caller_record(
-    path: Path,
-    *,
-    asked_at: float,
-    reason: Reason,
-    label: str | None,
-    deadline_seconds: float | None,
-    grace_seconds: float | None,
-    supervisor_pid: int | None,
-    message: str,
-    command_pid: int | None = None,
-    command_pgid: int | None = None,
-) -> bool:
-    """Write a record that only the caller could write, timed from ``asked_at`` to now."""
-    now = time.monotonic()
-    finished_at = datetime.now(UTC)
-    document = build_caller_document(
-        reason=reason,
-        label=label,
-        started_at=finished_at - timedelta(seconds=now - asked_at),
+    document = build_lost_document(
+        spec,
+        started_at=started_at,
         finished_at=finished_at,
-        elapsed_seconds=now - asked_at,
-        deadline_seconds=deadline_seconds,
-        grace_seconds=grace_seconds,
-        supervisor_pid=supervisor_pid,
-        command_pid=command_pid,
-        command_pgid=command_pgid,
-        message=message,
+        elapsed_seconds=elapsed,
+        supervisor_pid=None if started is None else started.supervisor_pid,
+        command_pid=None if started is None else started.pid,
+        command_pgid=None if started is None else started.pgid,
+        message=LOST_MESSAGE,
         hostname=socket.gethostname(),
     )
     try:
-        write_record(path, document)
+        write_record(path, document, redactor=redactor_for(spec, os.environ))
     except RecordError:
-        return False
-    return True
+        return None
+    return spec.record_path

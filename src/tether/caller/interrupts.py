@@ -16,7 +16,7 @@ from __future__ import annotations
 import signal
 from types import FrameType
 
-from tether.caller.start import SupervisorHandle
+from tether.caller.start import Lifeline
 from tether.shared.protocol import CANCEL, KILL_NOW
 
 __all__ = ["LifelineRequests"]
@@ -27,7 +27,7 @@ class LifelineRequests:
 
     def __init__(self, *, second_interrupt_kills: bool) -> None:
         self._second_interrupt_kills = second_interrupt_kills
-        self._handle: SupervisorHandle | None = None
+        self._lifeline: Lifeline | None = None
         self._pending: list[bytes] = []
         self._interrupts = 0
         for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -38,14 +38,14 @@ class LifelineRequests:
             self._interrupts += 1
         kill = self._second_interrupt_kills and self._interrupts >= 2
         byte = KILL_NOW if kill else CANCEL
-        if self._handle is None:
+        if self._lifeline is None:
             self._pending.append(byte)
         else:
-            self._handle.request(byte)
+            self._lifeline.request(byte)
 
-    def attach(self, handle: SupervisorHandle) -> None:
-        """Start sending to ``handle``, including what arrived during the launch."""
-        self._handle = handle
+    def attach(self, lifeline: Lifeline) -> None:
+        """Start sending on ``lifeline``, including what arrived during the launch."""
+        self._lifeline = lifeline
         for byte in self._pending:
-            handle.request(byte)
+            lifeline.request(byte)
         self._pending.clear()

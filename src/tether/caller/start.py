@@ -1,4 +1,4 @@
-"""The caller's side: make the pipes, start a detached supervisor, talk to it.
+"""The caller's side of a launch: make the pipes, start a detached supervisor, hand it the spec.
 
 This module runs inside *your* process (the CLI, or a Python program using
 the API), so it is held to two rules. It imports the standard library only,
@@ -6,17 +6,17 @@ and cheaply: neither ``transitions`` nor ``structlog`` is loaded on this side.
 And it never forks the caller: a fresh interpreter is spawned instead
 (see :mod:`tether.supervisor.detach`), because the caller may have threads.
 
-The lifeline's write end lives only here. It is close-on-exec, so no program
-the caller runs inherits it, and it is closed in any child the caller *forks*
-(``os.register_at_fork``): a forked worker that outlives its parent must not
-keep the parent's commands alive by holding their lifeline open.
+The lifeline's write end lives only here (:class:`Lifeline`). It is
+close-on-exec, so no program the caller runs inherits it, and it is closed in
+any child the caller *forks* (``os.register_at_fork``): a forked worker that
+outlives its parent must not keep the parent's commands alive by holding
+their lifeline open.
 
-Two ways to wait are offered. :func:`start_supervisor` blocks until the
-supervisor reports the launch, which suits the CLI. The Python API needs the
-same steps cut apart, so that an event loop can wait for the status pipe
-instead of a thread: :func:`spawn_supervisor` only spawns, :func:`send_spec`
-hands the spec over, and :class:`StatusReader` reads whatever status lines
-have arrived without ever blocking.
+The steps are cut apart so that an event loop can take them without
+blocking: :func:`spawn_supervisor` only spawns (a ``vfork`` and an ``exec``),
+:func:`send_spec` hands the spec over, and the status pipe is read by
+:class:`~tether.caller.status.StatusClient`. :func:`start` takes all the
+steps at once, for the command line.
 """
 
 from __future__ import annotations
@@ -28,26 +28,24 @@ import os
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Final
 
-from tether.linux import UnsupportedPlatform, require_linux
+from tether.caller.status import StatusClient
 from tether.core.reasons import TETHER_FAILED
-from tether.shared.protocol import CANCEL, FINISHED, KILL_NOW, STARTED, decode
 from tether.core.spec import RunSpec
+from tether.linux import UnsupportedPlatform, require_linux
+from tether.shared.protocol import CANCEL, KILL_NOW
 
 __all__ = [
     "LaunchError",
-    "Spawned",
-    "Started",
-    "StatusReader",
-    "SupervisorHandle",
+    "Lifeline",
+    "Spawn",
     "caller_umask",
-    "release_lifeline",
     "send_spec",
     "spawn_supervisor",
-    "start_supervisor",
+    "start",
 ]
 
 #: The directory that holds the ``tether`` package, put first on the
@@ -62,6 +60,8 @@ _BOOTSTRAP: Final = (
 _open_lifelines: set[int] = set()
 _lifelines_lock = threading.Lock()
 
+Stream = int | IO[bytes] | IO[str] | None
+
 
 def _close_lifelines_in_child() -> None:
     for fd in _open_lifelines:
@@ -71,14 +71,6 @@ def _close_lifelines_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_close_lifelines_in_child)
-
-
-def release_lifeline(fd: int) -> None:
-    """Close a lifeline's write end and forget it (the supervisor sees end of file)."""
-    with _lifelines_lock:
-        _open_lifelines.discard(fd)
-    with contextlib.suppress(OSError):
-        os.close(fd)
 
 
 class LaunchError(OSError):
@@ -122,6 +114,48 @@ def _rebuild_launch_error(
     return LaunchError(message, errno=errno, exit_status=exit_status, record_path=record_path)
 
 
+class Lifeline:
+    """The write end of one run's lifeline: requests go out on it, closing it lets go.
+
+    Safe to use from several threads and from a signal handler (the lock is
+    re-entrant, so a handler that interrupts a request cannot deadlock), and
+    never blocking: a request that finds the pipe full (a stopped supervisor)
+    is dropped rather than hang the caller.
+    """
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd: int | None = fd
+        self._lock = threading.RLock()
+        with _lifelines_lock:
+            _open_lifelines.add(fd)
+
+    def request(self, byte: bytes) -> None:
+        """Send a request (:data:`CANCEL`, :data:`KILL_NOW`); harmless once the run is over."""
+        with self._lock:  # so the descriptor cannot be closed (and its number reused) meanwhile
+            if self._fd is not None:
+                with contextlib.suppress(OSError):
+                    os.write(self._fd, byte)
+
+    def cancel(self) -> None:
+        """Ask for a graceful stop: the stop signal, the grace, then SIGKILL."""
+        self.request(CANCEL)
+
+    def kill(self) -> None:
+        """Ask for an immediate SIGKILL of the whole tree."""
+        self.request(KILL_NOW)
+
+    def release(self) -> None:
+        """Close the write end (what a dying caller does); safe to call twice."""
+        with self._lock:
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            with _lifelines_lock:
+                _open_lifelines.discard(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
 def caller_umask() -> int | None:
     """The calling process's umask, read without changing it (``umask()`` would race threads)."""
     try:
@@ -132,129 +166,6 @@ def caller_umask() -> int | None:
     except OSError:
         pass
     return None
-
-
-@dataclass(frozen=True, slots=True)
-class Started:
-    """Who is who once the command runs: what the caller needs if the supervisor is lost.
-
-    ``cgroup`` is the directory of the run's own cgroup when cgroup containment
-    is in use, so that a caller whose supervisor vanished can still end the
-    whole tree with ``cgroup.kill``.
-    """
-
-    supervisor_pid: int | None
-    pid: int | None
-    pgid: int | None
-    cgroup: str | None = None
-
-    @classmethod
-    def from_message(cls, message: dict[str, object]) -> Started:
-        """Read a ``started`` message; fields that are missing or malformed are ``None``."""
-
-        def number(key: str) -> int | None:
-            value = message.get(key)
-            return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-        cgroup = message.get("cgroup")
-        return cls(
-            supervisor_pid=number("supervisor_pid"),
-            pid=number("pid"),
-            pgid=number("pgid"),
-            cgroup=cgroup if isinstance(cgroup, str) else None,
-        )
-
-
-@dataclass
-class SupervisorHandle:
-    """The caller's ends of one run: the lifeline to write, the status pipe to read."""
-
-    lifeline: int | None
-    status: IO[bytes]
-    started: Started | None = None
-    finished: dict[str, object] | None = None
-
-    def request(self, byte: bytes) -> None:
-        """Send a request (cancel or kill now); harmless once the supervisor is gone."""
-        if self.lifeline is not None:
-            with contextlib.suppress(OSError):
-                os.write(self.lifeline, byte)
-
-    def cancel(self) -> None:
-        """Ask for a graceful stop: SIGTERM, the grace, then SIGKILL."""
-        self.request(CANCEL)
-
-    def kill(self) -> None:
-        """Ask for an immediate SIGKILL of the whole tree."""
-        self.request(KILL_NOW)
-
-    def read_message(self) -> dict[str, object] | None:
-        """Block for the next status message; ``None`` at end of file."""
-        line = self.status.readline()
-        if not line:
-            return None
-        message = decode(line)
-        if message.get("event") == STARTED:
-            self.started = Started.from_message(message)
-        elif message.get("event") == FINISHED:
-            self.finished = message
-        return message
-
-    def wait_finished(self) -> dict[str, object] | None:
-        """Block until ``finished`` (returned) or end of file without it (``None``)."""
-        while self.finished is None:
-            if self.read_message() is None:
-                break
-        return self.finished
-
-    def close(self) -> None:
-        """Let go of both pipes. Closing the lifeline is what a dying caller does."""
-        if self.lifeline is not None:
-            release_lifeline(self.lifeline)
-            self.lifeline = None
-        self.status.close()
-
-
-class StatusReader:
-    """The caller's end of the status pipe, read without blocking.
-
-    The descriptor is switched to non-blocking mode, so :meth:`read_available`
-    returns at once with whatever whole lines have arrived; the caller decides
-    how to wait for more (``poll()``, or an event loop's ``add_reader``).
-    """
-
-    def __init__(self, fd: int) -> None:
-        os.set_blocking(fd, False)
-        self.fd = fd
-        self.at_eof = False
-        self._partial = b""
-
-    def read_available(self) -> list[dict[str, object]]:
-        """Return the messages that arrived since the last call; set :attr:`at_eof` at the end."""
-        while not self.at_eof:
-            try:
-                chunk = os.read(self.fd, 65536)
-            except BlockingIOError:
-                break
-            if not chunk:
-                self.at_eof = True
-            self._partial += chunk
-        *lines, self._partial = self._partial.split(b"\n")
-        # A line cut short by the end of the pipe is a supervisor that died mid-write.
-        return [decode(line) for line in lines if line.strip()]
-
-    def close(self) -> None:
-        """Close the descriptor (once the run is over)."""
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
-
-
-def _fd_of(stream: int | IO[bytes] | IO[str] | None, default: int) -> int:
-    if stream is None:
-        return default
-    if isinstance(stream, int):
-        return stream
-    return stream.fileno()
 
 
 def _above_stdio(fd: int) -> int:
@@ -271,28 +182,38 @@ def _above_stdio(fd: int) -> int:
     return moved
 
 
-def _pipe() -> tuple[int, int]:
-    read_end, write_end = os.pipe()
-    return _above_stdio(read_end), _above_stdio(write_end)
-
-
-def _command_stream(stream: int | IO[bytes] | IO[str] | None, default: int) -> int:
+def _command_stream(stream: Stream, default: int) -> int:
     """A copy of the stream the command gets; ``/dev/null`` for one the caller has closed.
 
     ``timeout(1)`` hands a closed stream on closed; a detached supervisor
     cannot, because its own 0, 1 and 2 are ``/dev/null``. ``/dev/null`` is
-    the nearest: reads see end of file, writes vanish.
+    the nearest: reads see end of file, writes vanish. Only the caller's own
+    streams (``None``) get this: a descriptor the API was given explicitly
+    must be open, or the launch is refused.
     """
+    if stream is not None:
+        fd = stream if isinstance(stream, int) else stream.fileno()
+        return _above_stdio(os.dup(fd))
     try:
-        return _above_stdio(os.dup(_fd_of(stream, default)))
+        return _above_stdio(os.dup(default))
     except OSError as error:
         if error.errno != errno.EBADF:
             raise
     return _above_stdio(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
 
 
+def _working_directory() -> int:
+    """The caller's working directory, held open (``O_PATH``) for the command to start in.
+
+    By descriptor, not by name: the directory may have been removed (``timeout``
+    still runs a command there) or renamed since, and a name could by then lead
+    somewhere else.
+    """
+    return _above_stdio(os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+
+
 @dataclass
-class Spawned:
+class Spawn:
     """A supervisor spawned but not heard from yet: the caller's ends of its pipes.
 
     ``spec_fd`` is the write end of the spec pipe, with ``spec_data`` still to
@@ -300,43 +221,57 @@ class Spawned:
     interpreter that forks the supervisor and exits, to be reaped by the caller.
     """
 
-    lifeline: int
-    status: int
+    spec: RunSpec
+    lifeline: Lifeline
+    status: StatusClient
     spec_fd: int
     spec_data: bytes
     intermediate: subprocess.Popen[bytes]
 
 
 def spawn_supervisor(
-    spec: RunSpec,
-    *,
-    stdin: int | IO[bytes] | IO[str] | None = None,
-    stdout: int | IO[bytes] | IO[str] | None = None,
-    stderr: int | IO[bytes] | IO[str] | None = None,
-) -> Spawned:
+    spec: RunSpec, *, stdin: Stream = None, stdout: Stream = None, stderr: Stream = None
+) -> Spawn:
     """Spawn the interpreter that becomes ``spec``'s supervisor; do not wait for it.
 
     Blocks only for the spawn itself (a ``vfork`` and an ``exec``, about a
-    millisecond), as :func:`asyncio.create_subprocess_exec` does.
+    millisecond), as :func:`asyncio.create_subprocess_exec` does. Raises
+    :class:`LaunchError` (and leaves no descriptor behind) if it cannot.
     """
     try:
         require_linux()
     except UnsupportedPlatform as error:
         raise LaunchError(str(error), exit_status=TETHER_FAILED) from None
-    # The command's stdio first: with a standard stream closed, a new pipe
-    # would take its number, and be taken for it.
-    stdio = [_command_stream(s, n) for s, n in ((stdin, 0), (stdout, 1), (stderr, 2))]
-    lifeline_r, lifeline_w = _pipe()
-    with _lifelines_lock:
-        _open_lifelines.add(lifeline_w)
-    status_r, status_w = _pipe()
-    spec_r, spec_w = _pipe()
-    passed = (lifeline_r, status_w, spec_r, *stdio)
-    fds = dict(
-        zip(("lifeline", "status", "spec", "stdin", "stdout", "stderr"), passed, strict=True)
+    opened: list[int] = []
+    try:
+        cwd = _absolute(spec.cwd)
+        # The command's stdio first: with a standard stream closed, a new pipe
+        # would take its number, and be taken for it.
+        for stream, default in ((stdin, 0), (stdout, 1), (stderr, 2)):
+            opened.append(_command_stream(stream, default))
+        if spec.cwd is None:
+            opened.append(_working_directory())
+        for _ in range(3):  # lifeline, status, spec
+            read_end, write_end = os.pipe()
+            opened += [_above_stdio(read_end), _above_stdio(write_end)]
+    except OSError as error:
+        _close_all(opened)
+        raise LaunchError(
+            f"cannot start the supervisor: {error.strerror or error}",
+            errno=error.errno,
+            exit_status=TETHER_FAILED,
+        ) from None
+    *stdio, lifeline_r, lifeline_w, status_r, status_w, spec_r, spec_w = opened
+    roles = {"stdin": stdio[0], "stdout": stdio[1], "stderr": stdio[2]}
+    if spec.cwd is None:
+        roles["cwd"] = stdio[3]
+    passed = (*roles.values(), lifeline_r, status_w, spec_r)
+    complete = replace(
+        spec,
+        cwd=cwd,
+        umask=caller_umask() if spec.umask is None else spec.umask,
+        fds={**roles, "lifeline": lifeline_r, "status": status_w},
     )
-    del fds["spec"]
-    spec = _complete(spec, fds)
     try:
         intermediate = subprocess.Popen(
             [sys.executable, "-P", "-c", _BOOTSTRAP, _PACKAGE_ROOT, str(spec_r)],
@@ -347,65 +282,65 @@ def spawn_supervisor(
             start_new_session=True,
         )
     except OSError as error:
-        for fd in (*passed, spec_w, status_r):
-            os.close(fd)
-        release_lifeline(lifeline_w)
-        raise LaunchError(f"cannot start the supervisor: {error}", errno=error.errno) from None
-    for fd in passed:
-        os.close(fd)
-    return Spawned(
-        lifeline=lifeline_w,
-        status=status_r,
+        _close_all(opened)
+        raise LaunchError(
+            f"cannot start the supervisor: {error.strerror or error}",
+            errno=error.errno,
+            exit_status=TETHER_FAILED,
+        ) from None
+    _close_all(passed)
+    return Spawn(
+        spec=complete,
+        lifeline=Lifeline(lifeline_w),
+        status=StatusClient(complete, status_r),
         spec_fd=spec_w,
-        spec_data=spec.to_json(),
+        spec_data=complete.to_json(),
         intermediate=intermediate,
     )
 
 
-def send_spec(spawned: Spawned) -> None:
+def _close_all(fds: tuple[int, ...] | list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def send_spec(spawn: Spawn) -> None:
     """Write the spec and close its pipe, blocking if the pipe is full.
 
     A supervisor that died before reading is not an error here: the caller
     sees it as a status pipe that ends without ``started``.
     """
     try:
-        with os.fdopen(spawned.spec_fd, "wb") as spec_pipe:
-            spec_pipe.write(spawned.spec_data)
+        with os.fdopen(spawn.spec_fd, "wb") as spec_pipe:
+            spec_pipe.write(spawn.spec_data)
     except OSError:
         pass
 
 
-def start_supervisor(
-    spec: RunSpec,
-    *,
-    stdin: int | IO[bytes] | IO[str] | None = None,
-    stdout: int | IO[bytes] | IO[str] | None = None,
-    stderr: int | IO[bytes] | IO[str] | None = None,
-) -> SupervisorHandle:
-    """Start a detached supervisor for ``spec``; return once it reported the launch.
+def start(
+    spec: RunSpec, *, stdin: Stream = None, stdout: Stream = None, stderr: Stream = None
+) -> Spawn:
+    """Start a detached supervisor for ``spec`` and hand it the spec; for the command line.
 
-    The command gets the caller's stdin, stdout and stderr unless others are
-    given. After this returns, ``handle.finished`` is set already if the
-    command could not be started (``reason: launch_failed``).
+    Returns once the intermediate interpreter has gone; read how the run goes
+    from ``spawn.status``.
     """
-    spawned = spawn_supervisor(spec, stdin=stdin, stdout=stdout, stderr=stderr)
-    handle = SupervisorHandle(lifeline=spawned.lifeline, status=os.fdopen(spawned.status, "rb"))
-    send_spec(spawned)
-    first = handle.read_message()
-    spawned.intermediate.wait()
-    if first is None or first.get("event") not in (STARTED, FINISHED):
-        handle.close()
-        raise LaunchError("the supervisor exited before starting the command")
-    return handle
+    spawn = spawn_supervisor(spec, stdin=stdin, stdout=stdout, stderr=stderr)
+    send_spec(spawn)
+    spawn.intermediate.wait()
+    return spawn
 
 
-def _complete(spec: RunSpec, fds: dict[str, int]) -> RunSpec:
-    """Fill in what the detached supervisor cannot know: the caller's cwd, umask and fds."""
-    from dataclasses import replace
+def _absolute(cwd: str | None) -> str | None:
+    """The command's working directory as an absolute path; the caller's own if ``None``.
 
-    return replace(
-        spec,
-        cwd=os.path.abspath(spec.cwd) if spec.cwd is not None else os.getcwd(),
-        umask=caller_umask() if spec.umask is None else spec.umask,
-        fds=fds,
-    )
+    The caller's own may have been removed: it is then ``None`` here, and the
+    command starts in it all the same, through its descriptor.
+    """
+    if cwd is not None:
+        return os.path.abspath(cwd)
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        return None

@@ -16,20 +16,23 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, Final, NoReturn
+from typing import Final, NoReturn
 
 from tether.cli.messages import UsageParser, fail
-from tether.core.reasons import TETHER_FAILED
-from tether.shared.paths import new_record_path
+from tether.core.durations import format_duration
+from tether.core.reasons import Reason
+from tether.core.spec import DEFAULT_GRACE_SECONDS
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from tether.caller.status import StatusClient
     from tether.core.spec import RunSpec
+    from tether.shared.protocol import Finished
 
-__all__ = ["run"]
+__all__ = ["run", "wait_finished"]
 
-_DEFAULT_GRACE: Final = "10s"
 _USAGE_RUN: Final = "tether run [OPTIONS] -- CMD [ARG]..."
+_FLAGS: Final = {"deadline": "--deadline", "grace": "--grace"}
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -46,15 +49,14 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--deadline",
-        default="0",
         metavar="DUR",
         help="stop CMD after this long, counted from now (default: 0, no deadline)",
     )
     parser.add_argument(
         "--grace",
-        default=_DEFAULT_GRACE,
         metavar="DUR",
-        help=f"time between SIGTERM and SIGKILL when stopping (default: {_DEFAULT_GRACE})",
+        help="time between SIGTERM and SIGKILL when stopping "
+        f"(default: {format_duration(DEFAULT_GRACE_SECONDS)})",
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
@@ -72,95 +74,71 @@ def _run_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _run_spec(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
-    """Read ``tether run``'s command line into a spec (and ``--verbose``), or refuse it."""
-    from tether.core.spec import RunSpec
+def _usage(message: str) -> NoReturn:
+    fail(f"{message} (usage: {_USAGE_RUN})")
 
+
+def _request(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
+    """Read ``tether run``'s command line into a request (and ``--verbose``), or refuse it.
+
+    A refusal is one line and status 125, and leaves nothing behind: no
+    command, no record.
+    """
     split = argv.index("--") if "--" in argv else len(argv)
     args, extra = _run_parser().parse_known_args(argv[:split])
-    command = argv[split + 1 :]
-
-    record: Path | None = None
-    if not args.no_record:
-        from tether.shared.record_file import RecordError, check_record_path
-
-        record = Path(args.record) if args.record else new_record_path()
-        try:
-            check_record_path(record)
-        except RecordError as error:
-            fail(str(error))
-
-    def refuse(message: str) -> NoReturn:
-        """Bad input: one line, status 125, and a ``launch_failed`` record where one can go."""
-        if record is not None:
-            from tether.caller.fallback import write_refusal_record
-
-            write_refusal_record(
-                record,
-                asked_at=asked_at,
-                label=args.name,
-                deadline=_duration_or_none(args.deadline),
-                grace=_duration_or_none(args.grace),
-                message=message,
-            )
-        fail(message)
-
     if split == len(argv):
-        refuse(f"the command must follow -- (usage: {_USAGE_RUN})")
+        _usage("the command must follow --")
     if extra:
-        refuse(f"unrecognized arguments before --: {' '.join(extra)}")
-    if not command:
-        refuse(f"no command after -- (usage: {_USAGE_RUN})")
+        fail(f"unrecognized arguments before --: {' '.join(extra)}")
 
-    from tether.core.durations import DurationError, parse_duration
+    from tether.caller.request import RequestError, build_request
+    from tether.shared.record_file import RecordError
 
     try:
-        deadline = parse_duration(args.deadline, flag="--deadline")
-        grace = parse_duration(args.grace, flag="--grace")
-    except DurationError as error:
-        refuse(str(error))
-    spec = RunSpec(
-        argv=tuple(command),
-        deadline_seconds=deadline,
-        grace_seconds=grace,
-        asked_at=asked_at,
-        record_path=None if record is None else str(record.absolute()),
-        label=args.name,
-    )
+        spec = build_request(
+            argv[split + 1 :],
+            asked_at=asked_at,
+            deadline=args.deadline,
+            grace=DEFAULT_GRACE_SECONDS if args.grace is None else args.grace,
+            record=False if args.no_record else args.record,
+            label=args.name,
+            flags=_FLAGS,
+        )
+    except RequestError as error:
+        if error.option == "argv":
+            _usage("no command after --")
+        fail(str(error))
+    except RecordError as error:
+        fail(str(error))
     return spec, args.verbose
 
 
-def _duration_or_none(text: str) -> float | None:
-    from tether.core.durations import DurationError, parse_duration
-
-    try:
-        return parse_duration(text, flag="")
-    except DurationError:
-        return None
+def wait_finished(status: StatusClient) -> Finished:
+    """Block until the run is over (the status client handles a lost supervisor)."""
+    while status.finished is None:
+        status.wait()
+    status.close()
+    return status.finished
 
 
 def run(argv: list[str], asked_at: float) -> int:
-    spec, verbose = _run_spec(argv, asked_at)
+    """``tether run ARGS``; return the exit status (the deadline counts from ``asked_at``)."""
+    spec, verbose = _request(argv, asked_at)
     from tether.caller.interrupts import LifelineRequests
-    from tether.caller.start import LaunchError, start_supervisor
+    from tether.caller.start import LaunchError, start
 
     requests = LifelineRequests(second_interrupt_kills=True)
     try:
-        handle = start_supervisor(spec)
+        spawn = start(spec)
     except LaunchError as error:
         fail(str(error))
-    requests.attach(handle)
-    finished = handle.wait_finished()
-    if finished is None:
-        from tether.caller.fallback import LOST_MESSAGE, after_supervisor_lost
-
-        written = after_supervisor_lost(spec, handle.started)
-        where = f" (record: {written})" if written is not None else ""
-        fail(f"{LOST_MESSAGE}{where}")
-    message = finished.get("message")
-    if isinstance(message, str) and message:
-        print(f"tether: {message}", file=sys.stderr, flush=True)
-    if verbose and spec.record_path:
-        print(f"tether: record: {spec.record_path}", file=sys.stderr, flush=True)
-    status = finished.get("exit_status")
-    return status if isinstance(status, int) else TETHER_FAILED
+    requests.attach(spawn.lifeline)
+    finished = wait_finished(spawn.status)
+    spawn.lifeline.release()
+    if finished.message:
+        lost = finished.reason == Reason.SUPERVISOR_LOST
+        where = f" (record: {finished.record})" if lost and finished.record else ""
+        print(f"tether: {finished.message}{where}", file=sys.stderr, flush=True)
+    if verbose and finished.record:
+        print(f"tether: record: {finished.record}", file=sys.stderr, flush=True)
+    return finished.exit_status

@@ -16,10 +16,14 @@ stdin, as under the seed, and shares the supervisor's stdout and stderr.
 Where the seed guessed, this door refuses, before any command is started: a
 missing ``--``, a duration that is negative, NaN or not a number, a
 ``--parent-fd`` that is not an open pipe opened for reading, a record path
-that cannot be written. Each gets one line on stderr and status 125, and,
-unless the record path itself was the problem, a ``launch_failed`` record
-there: the worker looks for its record and finds out why nothing ran. A
-duration of ``0`` means no deadline, as everywhere in tether.
+that cannot be written. Each gets one line on stderr and status 125, and
+leaves nothing behind: no command and no record, as a usage error at every
+door. A duration of ``0`` means no deadline, as everywhere in tether.
+
+One more thing the seed never noticed: a worker that let the *write* end of
+its pipe leak into this process (an inheritable descriptor it forgot to
+close). The supervisor would then hold its own lifeline open, and end of file
+could never come. Such copies are closed before the command starts.
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ import stat
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from tether.core.reasons import TETHER_FAILED
 from tether.linux import UnsupportedPlatform, require_linux
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 _PROG = "python -m tether.supervisor"
+_FLAGS = {"deadline": "--deadline-seconds", "grace": "--grace-seconds"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,19 +79,12 @@ def _fail(message: str) -> NoReturn:
     raise SystemExit(TETHER_FAILED)
 
 
-def _seconds(value: str, flag: str) -> float:
-    """``value`` as seconds, or :class:`~tether.core.durations.DurationError` naming ``flag``."""
-    from tether.core.durations import parse_duration
-
-    return parse_duration(value, flag=flag)
-
-
 def _parent_fd_problem(fd: int) -> str | None:
     """Why ``fd`` cannot be the lifeline's read end, or ``None`` if it can."""
     try:
         mode = os.fstat(fd).st_mode
         flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-    except OSError:
+    except (OSError, OverflowError):
         return f"--parent-fd {fd}: not an open file descriptor"
     if not stat.S_ISFIFO(mode):
         return f"--parent-fd {fd}: not a pipe"
@@ -96,27 +93,30 @@ def _parent_fd_problem(fd: int) -> str | None:
     return None
 
 
-def _refuse(message: str, parsed: argparse.Namespace, record: str, asked_at: float) -> NoReturn:
-    """Bad input: a ``launch_failed`` record at ``record`` (the worker looks there), then fail."""
-    from tether.caller.fallback import write_refusal_record
-    from tether.core.durations import DurationError
+def _close_own_write_ends(lifeline: int) -> list[int]:
+    """Close every write end of the lifeline's pipe that this process holds; return them.
 
-    def readable(value: str, flag: str) -> float | None:
+    A worker that passed both ends of its pipe (an inheritable write end it
+    forgot to close) would otherwise keep the lifeline open for ever: the
+    supervisor itself would be the holder that never lets end of file come,
+    and the command would outlive the worker. Those copies are nobody's but
+    this process's, so closing them takes nothing from the worker.
+    """
+    pipe = os.fstat(lifeline)
+    closed: list[int] = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd == lifeline:
+            continue
         try:
-            return _seconds(value, flag)
-        except DurationError:
-            return None
-
-    write_refusal_record(
-        Path(record),
-        asked_at=asked_at,
-        label=parsed.variant,
-        deadline=readable(parsed.deadline_seconds, "--deadline-seconds"),
-        grace=readable(parsed.grace_seconds, "--grace-seconds"),
-        message=message,
-        supervisor_pid=os.getpid(),
-    )
-    _fail(message)
+            other = os.fstat(fd)
+            writable = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
+        except OSError:
+            continue  # the directory's own descriptor, gone by now
+        if writable and (other.st_dev, other.st_ino) == (pipe.st_dev, pipe.st_ino):
+            os.close(fd)
+            closed.append(fd)
+    return closed
 
 
 def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int:
@@ -136,35 +136,38 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
     split = args.index("--") if "--" in args else len(args)
     options, command = args[:split], args[split + 1 :]
     parsed, extra = _parser().parse_known_args(options)
-
-    from tether.core.durations import DurationError
-    from tether.shared.record_file import RecordError, check_record_path
-
-    record = os.path.abspath(parsed.record)
-    try:
-        check_record_path(Path(record))
-    except RecordError as error:
-        _fail(str(error))
     if split == len(args):
-        _refuse("the command to supervise must follow --", parsed, record, asked_at)
+        _fail("the command to supervise must follow --")
     if extra:
-        _refuse(f"unrecognized arguments before --: {' '.join(extra)}", parsed, record, asked_at)
-    if not command:
-        _refuse("no command after --", parsed, record, asked_at)
-    try:
-        deadline = _seconds(parsed.deadline_seconds, "--deadline-seconds")
-        grace = _seconds(parsed.grace_seconds, "--grace-seconds")
-    except DurationError as error:
-        _refuse(str(error), parsed, record, asked_at)
+        _fail(f"unrecognized arguments before --: {' '.join(extra)}")
     problem = _parent_fd_problem(parsed.parent_fd)
     if problem is not None:
-        _refuse(problem, parsed, record, asked_at)
+        _fail(problem)
+
+    from tether.caller.request import RequestError, build_request
+    from tether.shared.record_file import RecordError
+
+    try:
+        spec = build_request(
+            command,
+            asked_at=asked_at,
+            deadline=parsed.deadline_seconds,
+            grace=parsed.grace_seconds,
+            record=parsed.record,
+            label=parsed.variant,
+            flags=_FLAGS,
+        )
+    except RequestError as error:
+        _fail("no command after --" if error.option == "argv" else str(error))
+    except RecordError as error:
+        _fail(str(error))
+    _close_own_write_ends(parsed.parent_fd)
 
     from tether.shared.protocol import StatusWriter
     from tether.supervisor.launch import launch
 
     status = StatusWriter(None)
-    launched = launch(
+    attempt = launch(
         command,
         cwd=None,
         env=None,
@@ -175,15 +178,6 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
         status=status,
     )
 
-    from tether.core.spec import RunSpec
     from tether.supervisor.loop import supervise
 
-    spec = RunSpec(
-        argv=tuple(command),
-        deadline_seconds=deadline,
-        grace_seconds=grace,
-        asked_at=asked_at,
-        record_path=record,
-        label=parsed.variant,
-    )
-    return supervise(spec, launched, lifeline=parsed.parent_fd, status=status)
+    return supervise(spec, attempt, lifeline=parsed.parent_fd, status=status)

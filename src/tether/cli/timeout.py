@@ -28,11 +28,13 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
-from typing import Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn
 
 from tether._version import __version__
 from tether.core.reasons import DEADLINE_EXCEEDED, TETHER_FAILED, status_of
+
+if TYPE_CHECKING:
+    from tether.shared.protocol import Finished
 
 __all__ = ["main"]
 
@@ -172,28 +174,26 @@ def _getopt_message(error: getopt.GetoptError) -> str:
     return f"unrecognized option '--{option}'"
 
 
-def exit_status(finished: dict[str, object], *, preserve_status: bool, stop_signal: str) -> int:
+def exit_status(finished: Finished, *, preserve_status: bool, stop_signal: str) -> int:
     """Map how the run ended to the status GNU ``timeout`` would have exited with.
 
     A status above 128 that GNU produces by dying of a signal itself (the
     command's own signal, or the KILL it sent to its group) is returned as
     128+N here; :func:`main` then dies of that signal the same way.
     """
-    reason = finished.get("reason")
-    returncode = finished.get("returncode")
-    status = finished.get("exit_status")
-    if reason == "deadline_exceeded":
-        if finished.get("escalated_to_sigkill") or stop_signal == "SIGKILL":
+    returncode = finished.returncode
+    if finished.reason == "deadline_exceeded":
+        if finished.escalated_to_sigkill or stop_signal == "SIGKILL":
             return _KILLED
-        if preserve_status and isinstance(returncode, int):
+        if preserve_status and returncode is not None:
             return status_of(returncode)
         return DEADLINE_EXCEEDED
-    if reason in ("completed", "cancelled", "parent_lost") and isinstance(returncode, int):
+    if finished.reason in ("completed", "cancelled", "parent_lost") and returncode is not None:
         return status_of(returncode)
-    return status if isinstance(status, int) else TETHER_FAILED
+    return finished.exit_status
 
 
-def _die_like_gnu(finished: dict[str, object], status: int) -> None:
+def _die_like_gnu(finished: Finished, status: int) -> None:
     """End this process the way GNU ``timeout`` ends itself, where it does.
 
     GNU ``timeout`` re-raises the signal that killed the command (when it did
@@ -202,11 +202,11 @@ def _die_like_gnu(finished: dict[str, object], status: int) -> None:
     only at ``$?``, must see the same. Core dumps are switched off first, as
     GNU does, so that re-raising SIGSEGV does not dump tether's own core.
     """
-    returncode = finished.get("returncode")
-    timed_out = finished.get("reason") == "deadline_exceeded"
+    returncode = finished.returncode
+    timed_out = finished.reason == "deadline_exceeded"
     if timed_out and status == _KILLED:
         number = signal.SIGKILL
-    elif not timed_out and isinstance(returncode, int) and returncode < 0:
+    elif not timed_out and returncode is not None and returncode < 0:
         number = signal.Signals(-returncode)
     else:
         return
@@ -222,6 +222,10 @@ def _die_like_gnu(finished: dict[str, object], status: int) -> None:
     os.kill(os.getpid(), number)
 
 
+def _say(message: str) -> None:
+    print(f"timeout: {message}", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str], *, asked_at: float | None = None) -> int:
     """``tether timeout ARGS``; return the exit status (the deadline counts from ``asked_at``)."""
     if asked_at is None:
@@ -229,57 +233,46 @@ def main(argv: list[str], *, asked_at: float | None = None) -> int:
     options, duration, command = _parse(argv)
 
     from tether.caller.interrupts import LifelineRequests
-    from tether.caller.start import LaunchError, start_supervisor
-    from tether.core.spec import RunSpec
-    from tether.shared.paths import new_record_path
+    from tether.caller.request import RequestError, build_request
+    from tether.caller.start import LaunchError, start
+    from tether.cli.run import wait_finished
+    from tether.shared.protocol import Signalled
+    from tether.shared.record_file import RecordError
 
-    record: Path | None = None
-    if not options.no_record:
-        from tether.shared.record_file import RecordError, check_record_path
-
-        record = Path(options.record) if options.record else new_record_path()
-        try:
-            check_record_path(record)
-        except RecordError as error:
-            print(f"timeout: {error}", file=sys.stderr, flush=True)
-            return TETHER_FAILED
-
-    spec = RunSpec(
-        argv=tuple(command),
-        deadline_seconds=duration,
-        grace_seconds=options.kill_after or float("inf"),
-        asked_at=asked_at,
-        record_path=None if record is None else str(record.absolute()),
-        stop_signal=options.stop_signal,
-    )
+    try:
+        spec = build_request(
+            command,
+            asked_at=asked_at,
+            deadline=duration,
+            # -k 0 (or no -k) means never escalate, as in GNU timeout.
+            grace=options.kill_after or None,
+            record=False if options.no_record else options.record,
+            stop_signal=options.stop_signal,
+        )
+    except (RequestError, RecordError) as error:
+        _say(str(error))
+        return TETHER_FAILED
     requests = LifelineRequests(second_interrupt_kills=False)
     try:
-        handle = start_supervisor(spec)
+        spawn = start(spec)
     except LaunchError as error:
-        print(f"timeout: {error}", file=sys.stderr, flush=True)
+        _say(str(error))
         return TETHER_FAILED
-    requests.attach(handle)
+    requests.attach(spawn.lifeline)
 
     name = command[0].rsplit("/", 1)[-1]
-    while handle.finished is None:
-        message = handle.read_message()
-        if message is None:
-            print("timeout: the supervisor was lost", file=sys.stderr, flush=True)
-            return TETHER_FAILED
-        if options.verbose and message.get("event") == "signal":
-            sent = str(message.get("signal", "")).removeprefix("SIG")
-            if sent != "CONT":
-                print(
-                    f"timeout: sending signal {sent} to command '{name}'",
-                    file=sys.stderr,
-                    flush=True,
-                )
-    finished = handle.finished
-    if finished.get("reason") == "launch_failed":
-        detail = finished.get("message") or "cannot run the command"
-        print(f"timeout: {detail}", file=sys.stderr, flush=True)
-    status = exit_status(
+    status = spawn.status
+    while status.finished is None:
+        for message in status.wait():
+            if options.verbose and isinstance(message, Signalled) and message.signal != "SIGCONT":
+                sent = message.signal.removeprefix("SIG")
+                _say(f"sending signal {sent} to command '{name}'")
+    finished = wait_finished(status)
+    spawn.lifeline.release()
+    if finished.reason in ("launch_failed", "supervisor_lost"):
+        _say(finished.message or "cannot run the command")
+    status_code = exit_status(
         finished, preserve_status=options.preserve_status, stop_signal=options.stop_signal
     )
-    _die_like_gnu(finished, status)
-    return status
+    _die_like_gnu(finished, status_code)
+    return status_code

@@ -14,13 +14,21 @@ Pure: no clock, no I/O.
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 
 # On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["DurationError", "format_duration", "parse_duration"]
+__all__ = [
+    "DurationError",
+    "duration_seconds",
+    "format_duration",
+    "parse_duration",
+    "seconds_for_json",
+    "seconds_from_json",
+]
 
 _UNIT_SECONDS: Final = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -52,6 +60,46 @@ def parse_duration(text: str, *, flag: str) -> float:
     if math.isinf(seconds):  # a finite number times a unit can still overflow: "1e308d"
         raise DurationError(f"{flag}: invalid duration {text!r} (too large)")
     return seconds
+
+
+def duration_seconds(value: object, *, flag: str) -> float:
+    """Any duration a door accepts, as seconds: a string as the CLI takes it, a number, a
+    :class:`~datetime.timedelta`; :class:`DurationError` naming ``flag`` if it is no duration.
+
+    A value of the wrong type (``True``, a list) raises :class:`TypeError`: that is a
+    mistake in a program, not in what a person typed.
+    """
+    if isinstance(value, str):
+        return parse_duration(value, flag=flag)
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(
+            f"{flag} must be a number of seconds, a timedelta or a string like '5m', not {value!r}"
+        )
+    try:
+        seconds = float(value)
+    except OverflowError:
+        raise DurationError(f"{flag}: invalid duration {value!r} (too large)") from None
+    if math.isnan(seconds) or math.isinf(seconds):
+        raise DurationError(f"{flag}: invalid duration {value!r} (must be a finite number)")
+    if seconds < 0:
+        raise DurationError(f"{flag}: invalid duration {value!r} (must not be negative)")
+    return seconds
+
+
+def seconds_for_json(seconds: float) -> float | None:
+    """A duration as JSON can hold it: ``None`` (``null``) for an endless one.
+
+    JSON has no infinity, and an endless grace ("never escalate") is a real
+    setting (``tether timeout`` without ``-k``); :func:`seconds_from_json` reads it back.
+    """
+    return None if math.isinf(seconds) else seconds
+
+
+def seconds_from_json(value: float | None) -> float:
+    """The duration :func:`seconds_for_json` wrote: ``null`` is endless."""
+    return math.inf if value is None else float(value)
 
 
 def format_duration(seconds: float) -> str:

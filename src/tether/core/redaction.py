@@ -14,8 +14,10 @@ Three rules, applied to every value on its way out:
    substring test, so ``keyboard``, ``monkey`` and ``author`` are redacted
    too: a false positive costs an operator one unreadable field, a false
    negative costs a credential, and substring matching is the only rule simple
-   enough to predict. tether's own field names (:data:`TETHER_FIELDS`) are
-   exempt, so the log and the record keep their shape whatever they contain.
+   enough to predict. Keys are scrubbed like values (rule 2), except a
+   document's *own keys*: the field names its writer chose (the record's, read
+   from its schema; the event log's, the keys of each line), so the files keep
+   their shape whatever they contain.
 2. **Literal values.** :func:`secret_values_from` collects the values of the
    caller's secret-looking environment variables and the argv words that look
    like credentials; :class:`Redactor` replaces each of them wherever it occurs
@@ -52,7 +54,6 @@ __all__ = [
     "MIN_SECRET_LENGTH",
     "REDACTED",
     "SECRET_KEY_WORDS",
-    "TETHER_FIELDS",
     "Redactor",
     "is_secret_key",
     "secret_values_from",
@@ -75,58 +76,6 @@ REDACTED: Final = "[redacted]"
 
 #: Literal values shorter than this are never scrubbed (see rule 2 above).
 MIN_SECRET_LENGTH: Final = 4
-
-#: Field names tether itself writes to the event log and the record. They are
-#: never treated as secret-looking keys and never scrubbed as keys, so the files
-#: keep their schema; their *values* are scrubbed like any other.
-TETHER_FIELDS: Final[frozenset[str]] = frozenset(
-    {
-        # event log
-        "ts",
-        "mono",
-        "event",
-        "level",
-        "state_before",
-        "state_after",
-        "pid",
-        "pids",
-        "pgid",
-        "signal",
-        "signals",
-        "count",
-        "counts",
-        "effect",
-        "effects",
-        "returncode",
-        "exit_code",
-        "errno",
-        "message",
-        "error",
-        "path",
-        "input",
-        "request",
-        "processes",
-        "others_alive",
-        # record
-        "schema_version",
-        "tether_version",
-        "hostname",
-        "variant",
-        "reason",
-        "started_at",
-        "finished_at",
-        "elapsed_seconds",
-        "deadline_seconds",
-        "grace_seconds",
-        "supervisor_pid",
-        "eval_pid",
-        "eval_process_group",
-        "eval_exit_code",
-        "supervisor_exit_code",
-        "escalated_to_sigkill",
-        "shutdown_seconds",
-    }
-)
 
 _MAX_DEPTH: Final = 64
 _MAX_PASSES: Final = 8
@@ -167,11 +116,8 @@ _SHELL_PUNCTUATION: Final = "\"'`;&|()"
 def is_secret_key(name: str) -> bool:
     """Whether a key, variable or flag name looks like it holds a secret.
 
-    Case-insensitive substring match on :data:`SECRET_KEY_WORDS`; tether's own
-    :data:`TETHER_FIELDS` never look secret.
+    Case-insensitive substring match on :data:`SECRET_KEY_WORDS`.
     """
-    if name in TETHER_FIELDS:
-        return False
     lowered = name.lower()
     return any(word in lowered for word in SECRET_KEY_WORDS)
 
@@ -261,22 +207,29 @@ class Redactor:
 
     Built from the literal secret values of a run (usually
     ``Redactor(secret_values_from(environ, argv))``); with no values it still
-    applies the key rule and the credential shapes. It is also a structlog
-    processor, to be placed before the renderer.
+    applies the key rule and the credential shapes. ``own_keys`` are the field
+    names of the documents it redacts (the record's): their text is never
+    scrubbed, wherever they appear, so a secret that happens to spell a field
+    name cannot break the document's shape. It is also a structlog processor,
+    to be placed before the renderer; there, the keys of each line are its own
+    (tether's code chose them), and the keys below them are not.
     """
 
-    __slots__ = ("_pattern",)
+    __slots__ = ("_own_keys", "_pattern")
 
-    def __init__(self, secret_values: Iterable[str] = ()) -> None:
+    def __init__(
+        self, secret_values: Iterable[str] = (), *, own_keys: frozenset[str] = frozenset()
+    ) -> None:
         literals = sorted({value for value in secret_values if value}, key=len, reverse=True)
         alternatives = [*(re.escape(value) for value in literals), _SHAPES]
         self._pattern = re.compile("|".join(alternatives))
+        self._own_keys = own_keys
 
     def __call__(
         self, logger: object, method_name: str, event_dict: MutableMapping[str, Any]
     ) -> dict[str, Any]:
-        """structlog processor: the event dict, redacted."""
-        return self._redact_mapping(event_dict, 0)
+        """structlog processor: the event dict, redacted (its own keys kept as they are)."""
+        return self._redact_mapping(event_dict, 0, own=frozenset(event_dict))
 
     def redact(self, value: object) -> object:
         """``value`` with every secret replaced by :data:`REDACTED`, recursively.
@@ -310,19 +263,17 @@ class Redactor:
             return self._redact_collection(value, depth)
         return self._redact_other(value, depth)
 
-    def _redact_mapping(self, mapping: Mapping[Any, object], depth: int) -> dict[Any, Any]:
+    def _redact_mapping(
+        self, mapping: Mapping[Any, object], depth: int, own: frozenset[str] = frozenset()
+    ) -> dict[Any, Any]:
         redacted: dict[Any, Any] = {}
         for key, item in mapping.items():
             if not isinstance(key, str):
                 redacted[key] = self._redact(item, depth + 1)
-            elif is_secret_key(key):
-                redacted[self._scrub_key(key)] = REDACTED
-            else:
-                redacted[self._scrub_key(key)] = self._redact(item, depth + 1)
+                continue
+            shown = key if key in own or key in self._own_keys else self.scrub(key)
+            redacted[shown] = REDACTED if is_secret_key(key) else self._redact(item, depth + 1)
         return redacted
-
-    def _scrub_key(self, key: str) -> str:
-        return key if key in TETHER_FIELDS else self.scrub(key)
 
     def _redact_collection(
         self, items: list[object] | tuple[object, ...] | set[object] | frozenset[object], depth: int

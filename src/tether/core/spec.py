@@ -10,15 +10,39 @@ the record except the few fields the record names (label, durations).
 from that moment, not from when the supervisor got round to starting the
 command, so a slow launch eats into the deadline instead of extending it.
 
+Two values have one spelling each here, whatever a door calls them: *no
+deadline* is ``None`` (a door's ``0`` becomes ``None`` when the request is
+built, and the record writes the seed's ``0`` back), and *never escalate* is
+an infinite grace (``tether timeout`` without ``-k``), which JSON carries as
+``null`` (:func:`~tether.core.durations.seconds_for_json`).
+
+The request is checked where it is made (:mod:`tether.caller.request`);
+:meth:`RunSpec.from_json` checks it again where it arrives, because a pipe is
+a border between processes and the supervisor trusts nothing that crosses it.
+
 Pure: dataclasses and JSON.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["RunSpec", "SpecError"]
+from tether.core.durations import seconds_for_json, seconds_from_json
+
+# On the supervisor's path to the command's launch: no ``typing`` at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
+
+__all__ = ["DEFAULT_GRACE_SECONDS", "DEFAULT_STOP_SIGNAL", "RunSpec", "SpecError"]
+
+#: How long the stop signal gets before SIGKILL, unless the caller says otherwise.
+DEFAULT_GRACE_SECONDS: Final = 10.0
+
+#: The gentle signal that starts a stop, unless a door asks for another (``timeout -s``).
+DEFAULT_STOP_SIGNAL: Final = "SIGTERM"
 
 
 class SpecError(ValueError):
@@ -27,10 +51,14 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class RunSpec:
-    """One command to run under supervision, and the policy for stopping it."""
+    """One command to run under supervision, and the policy for stopping it.
+
+    ``deadline_seconds`` is ``None`` for no deadline; ``grace_seconds`` is
+    :data:`math.inf` to never escalate to SIGKILL.
+    """
 
     argv: tuple[str, ...]
-    deadline_seconds: float
+    deadline_seconds: float | None
     grace_seconds: float
     asked_at: float
     record_path: str | None = None
@@ -38,36 +66,21 @@ class RunSpec:
     cwd: str | None = None
     env: dict[str, str] | None = None
     umask: int | None = None
-    #: The gentle signal that starts a stop; SIGKILL follows after the grace.
-    stop_signal: str = "SIGTERM"
+    stop_signal: str = DEFAULT_STOP_SIGNAL
     #: Where the caller's file descriptors arrived in the supervisor, by role:
     #: ``lifeline``, ``status``, ``stdin``, ``stdout``, ``stderr``.
     fds: dict[str, int] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        if not self.argv:
-            raise SpecError("no command to run")
-        # Written so that NaN fails too. An infinite grace means "never escalate"
-        # (``tether timeout`` without ``-k``); an infinite deadline is spelled 0.
-        if not 0 <= self.deadline_seconds < float("inf"):
-            raise SpecError(
-                f"deadline_seconds must be a finite number >= 0, not {self.deadline_seconds!r}"
-            )
-        if not self.grace_seconds >= 0:
-            raise SpecError(f"grace_seconds must be a number >= 0, not {self.grace_seconds!r}")
-        if not (self.stop_signal.startswith("SIG") and self.stop_signal[3:].isalnum()):
-            raise SpecError(
-                f"stop_signal must be a signal name like SIGTERM, not {self.stop_signal!r}"
-            )
-
     @property
     def deadline_at(self) -> float | None:
         """The monotonic time the command must be stopped at, ``None`` for no deadline."""
-        return None if self.deadline_seconds == 0 else self.asked_at + self.deadline_seconds
+        return None if self.deadline_seconds is None else self.asked_at + self.deadline_seconds
 
     def to_json(self) -> bytes:
-        """Serialise for the spec pipe."""
-        return json.dumps(asdict(self)).encode()
+        """Serialise for the spec pipe (strict JSON: an endless grace is ``null``)."""
+        data = asdict(self)
+        data["grace_seconds"] = seconds_for_json(self.grace_seconds)
+        return json.dumps(data, allow_nan=False).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> RunSpec:
@@ -75,6 +88,24 @@ class RunSpec:
         try:
             data = json.loads(raw)
             data["argv"] = tuple(data["argv"])
-            return cls(**data)
+            data["grace_seconds"] = seconds_from_json(data["grace_seconds"])
+            spec = cls(**data)
         except (ValueError, TypeError, KeyError) as error:
             raise SpecError(f"not a tether run spec: {error}") from None
+        spec.check()
+        return spec
+
+    def check(self) -> None:
+        """Raise :class:`SpecError` unless this spec describes a run the core can keep."""
+        if not self.argv or not all(isinstance(word, str) for word in self.argv):
+            raise SpecError("no command to run")
+        deadline = self.deadline_seconds
+        # Written so that NaN fails too.
+        if deadline is not None and not 0 < deadline < math.inf:
+            raise SpecError(f"deadline_seconds must be a finite number > 0, not {deadline!r}")
+        if not self.grace_seconds >= 0:
+            raise SpecError(f"grace_seconds must be a number >= 0, not {self.grace_seconds!r}")
+        if not (self.stop_signal.startswith("SIG") and self.stop_signal[3:].isalnum()):
+            raise SpecError(
+                f"stop_signal must be a signal name like SIGTERM, not {self.stop_signal!r}"
+            )

@@ -53,6 +53,7 @@ __all__ = [
     "CgroupUnavailable",
     "RunCgroup",
     "cgroup_of",
+    "kill_cgroup",
     "own_cgroup",
     "remove_stale",
 ]
@@ -248,12 +249,7 @@ class RunCgroup:
 
     def kill(self) -> bool:
         """SIGKILL everything in this cgroup and below it; return whether the kernel took it."""
-        try:
-            with open(os.path.join(self.directory, "cgroup.kill"), "wb", buffering=0) as kill:
-                kill.write(b"1")
-        except OSError:
-            return False
-        return True
+        return kill_cgroup(self.directory)
 
     # -- removing -------------------------------------------------------------
 
@@ -301,6 +297,20 @@ class RunCgroup:
                 os.pread(events, 4096, 0)
         finally:
             os.close(events)
+
+
+def kill_cgroup(directory: str) -> bool:
+    """SIGKILL everything in the cgroup at ``directory`` and below; whether the kernel took it.
+
+    One write of ``1`` to its ``cgroup.kill``: the kernel applies it to every
+    member at once, forks in flight included.
+    """
+    try:
+        with open(os.path.join(directory, "cgroup.kill"), "wb", buffering=0) as kill:
+            kill.write(b"1")
+    except OSError:
+        return False
+    return True
 
 
 def _why(error: OSError) -> str:

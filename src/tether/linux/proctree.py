@@ -16,7 +16,15 @@ import os
 from collections.abc import Iterator
 from typing import NamedTuple
 
-__all__ = ["ProcStat", "children", "descendants", "parent_of", "stat_of", "state_of"]
+__all__ = [
+    "ProcStat",
+    "children",
+    "descendants",
+    "group_has_members",
+    "parent_of",
+    "stat_of",
+    "state_of",
+]
 
 
 def children(pid: int) -> list[int]:
@@ -78,3 +86,17 @@ def parent_of(pid: int) -> int | None:
     """Return the parent pid of ``pid``, ``None`` if gone."""
     stat = stat_of(pid)
     return None if stat is None else stat.parent
+
+
+def group_has_members(pgid: int) -> bool:
+    """Whether any live process (not a zombie) is in process group ``pgid``.
+
+    A group id cannot be reused while any member is alive, so a ``killpg``
+    sent after this said yes reaches that group and no other.
+    """
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            stat = stat_of(int(name))
+            if stat is not None and stat.pgid == pgid and stat.state != "Z":
+                return True
+    return False

@@ -28,7 +28,6 @@ CLI decides what goes to stdout and stderr and with which exit status.
 
 from __future__ import annotations
 
-from tether.shared.paths import EVENTS_SUFFIX, events_path_for
 from tether.review._text import (
     ReviewError,
     use_colour,
@@ -52,6 +51,7 @@ from tether.review.show import (
     render_run,
     run_as_json,
 )
+from tether.shared.paths import EVENTS_SUFFIX, events_path_for
 
 __all__ = [
     "EVENTS_SUFFIX",

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from tether.shared.paths import EVENTS_SUFFIX, events_path_for
-from tether.shared.record_file import RecordError, read_record
 from tether.review._text import (
     ReviewError,
     _path_text,
     _safe,
 )
+from tether.shared.paths import EVENTS_SUFFIX, events_path_for
+from tether.shared.record_file import RecordError, read_record
 
 #: An event log is a few kilobytes; past this much, the rest is not read (and
 #: the operator is told), so that pointing ``show`` at a huge file stays cheap.

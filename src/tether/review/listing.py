@@ -18,8 +18,6 @@ from typing import Final
 
 from tether.core.durations import DurationError, parse_duration
 from tether.core.reasons import Reason
-from tether.shared.paths import EVENTS_SUFFIX
-from tether.shared.record_file import RecordError, read_record
 from tether.review._text import (
     ReviewError,
     _int,
@@ -34,6 +32,8 @@ from tether.review.files import (
     _is_events_name,
     _record_problem,
 )
+from tether.shared.paths import EVENTS_SUFFIX
+from tether.shared.record_file import RecordError, read_record
 
 # -- many runs: ls ----------------------------------------------------------------------
 

@@ -7,11 +7,18 @@ when the last holder exits. One byte on it is a request: :data:`CANCEL` (stop
 gracefully) or :data:`KILL_NOW`. A request on the pipe tells *cancelled* apart
 from *caller lost* without signalling a pid that may have been reused.
 
-**The status pipe** (supervisor to caller). One JSON object per line:
-``started`` (supervisor pid, command pid and group), ``signal`` for each
-signal sent to the tree (name, how many processes), then ``finished``
-(reason, exit status, record path, and a message when there is one to show).
-End of file without ``finished`` means the supervisor itself was lost.
+**The status pipe** (supervisor to caller). One JSON object per line, each a
+message class here: :class:`Started` (supervisor pid, command pid and group,
+the run's cgroup), :class:`Signalled` for each signal sent to the tree, then
+:class:`Finished` (how the run ended). End of file without ``finished`` means
+the supervisor itself was lost. A line that cannot be read is decoded as
+:class:`Garbled`, never as an exception: the pipe's other end may be a dying
+process.
+
+Messages are plain classes with slots rather than dataclasses: the supervisor
+sends ``started`` on its way to the command's launch, where every millisecond
+of import counts. Decoding checks every field's type, so the caller never
+trusts a value it did not check.
 
 Stdlib only, cheap to import: both sides use it.
 """
@@ -21,18 +28,204 @@ from __future__ import annotations
 import json
 import os
 
+from tether.core.reasons import TETHER_FAILED, Reason
+
 # On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["CANCEL", "FINISHED", "KILL_NOW", "STARTED", "StatusWriter", "decode"]
+__all__ = [
+    "CANCEL",
+    "KILL_NOW",
+    "Finished",
+    "Garbled",
+    "Message",
+    "Signalled",
+    "Started",
+    "StatusWriter",
+    "decode",
+]
 
 CANCEL: Final = b"c"
 KILL_NOW: Final = b"k"
 
-STARTED: Final = "started"
-FINISHED: Final = "finished"
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+class Started:
+    """The command runs: who is who, which is what a caller needs if the supervisor is lost.
+
+    ``cgroup`` is the directory of the run's own cgroup when cgroup
+    containment is in use, so that a caller whose supervisor vanished can
+    still end the whole tree with ``cgroup.kill``.
+    """
+
+    __slots__ = ("cgroup", "pgid", "pid", "supervisor_pid")
+    KIND: Final = "started"
+
+    def __init__(
+        self, *, supervisor_pid: int | None, pid: int | None, pgid: int | None, cgroup: str | None
+    ) -> None:
+        self.supervisor_pid = supervisor_pid
+        self.pid = pid
+        self.pgid = pgid
+        self.cgroup = cgroup
+
+    def fields(self) -> dict[str, object]:
+        return {
+            "supervisor_pid": self.supervisor_pid,
+            "pid": self.pid,
+            "pgid": self.pgid,
+            "cgroup": self.cgroup,
+        }
+
+    @classmethod
+    def read(cls, data: dict[str, object]) -> Started:
+        return cls(
+            supervisor_pid=_int(data.get("supervisor_pid")),
+            pid=_int(data.get("pid")),
+            pgid=_int(data.get("pgid")),
+            cgroup=_str(data.get("cgroup")),
+        )
+
+
+class Signalled:
+    """A signal went to the tree (for callers that report it as it happens: ``timeout -v``)."""
+
+    __slots__ = ("processes", "signal")
+    KIND: Final = "signal"
+
+    def __init__(self, *, signal: str, processes: int) -> None:
+        self.signal = signal
+        self.processes = processes
+
+    def fields(self) -> dict[str, object]:
+        return {"signal": self.signal, "processes": self.processes}
+
+    @classmethod
+    def read(cls, data: dict[str, object]) -> Signalled:
+        return cls(
+            signal=_str(data.get("signal")) or "?", processes=_int(data.get("processes")) or 0
+        )
+
+
+class Finished:
+    """How the run ended: the last message a supervisor sends.
+
+    ``reason`` is a record reason's value (``completed``, ``deadline_exceeded``
+    ...), ``exit_status`` the status the door reports, ``returncode`` the
+    command's own (``subprocess`` style), ``record`` where the record was
+    written (``None``: no record was asked for, or it could not be written,
+    which ``message`` then says), ``errno`` why a launch failed. Times are ISO
+    8601 in UTC, as in the record.
+    """
+
+    __slots__ = (
+        "elapsed_seconds",
+        "errno",
+        "escalated_to_sigkill",
+        "exit_status",
+        "finished_at",
+        "message",
+        "reason",
+        "record",
+        "returncode",
+        "started_at",
+    )
+    KIND: Final = "finished"
+
+    def __init__(
+        self,
+        *,
+        reason: str,
+        exit_status: int,
+        returncode: int | None = None,
+        record: str | None = None,
+        message: str | None = None,
+        errno: int | None = None,
+        escalated_to_sigkill: bool = False,
+        started_at: str | None = None,
+        finished_at: str | None = None,
+        elapsed_seconds: float | None = None,
+    ) -> None:
+        self.reason = reason
+        self.exit_status = exit_status
+        self.returncode = returncode
+        self.record = record
+        self.message = message
+        self.errno = errno
+        self.escalated_to_sigkill = escalated_to_sigkill
+        self.started_at = started_at
+        self.finished_at = finished_at
+        self.elapsed_seconds = elapsed_seconds
+
+    def fields(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    @classmethod
+    def read(cls, data: dict[str, object]) -> Finished:
+        status = _int(data.get("exit_status"))
+        return cls(
+            reason=_str(data.get("reason")) or Reason.SUPERVISOR_LOST.value,
+            exit_status=TETHER_FAILED if status is None else status,
+            returncode=_int(data.get("returncode")),
+            record=_str(data.get("record")),
+            message=_str(data.get("message")) or None,
+            errno=_int(data.get("errno")),
+            escalated_to_sigkill=data.get("escalated_to_sigkill") is True,
+            started_at=_str(data.get("started_at")),
+            finished_at=_str(data.get("finished_at")),
+            elapsed_seconds=_number(data.get("elapsed_seconds")),
+        )
+
+
+class Garbled:
+    """A status line that is not a message: a supervisor that died mid-write, or junk."""
+
+    __slots__ = ("text",)
+    KIND: Final = "garbled"
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+Message = Started | Signalled | Finished | Garbled
+
+_READERS: Final = {cls.KIND: cls for cls in (Started, Signalled, Finished)}
+
+
+def encode(message: Started | Signalled | Finished) -> bytes:
+    """One status line for ``message``."""
+    return (json.dumps({"event": message.KIND, **message.fields()}) + "\n").encode()
+
+
+def decode(line: bytes) -> Message:
+    """Read one status line; anything that is not a message is :class:`Garbled`."""
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError):
+        return Garbled(f"unreadable status line {line[:80]!r}")
+    if not isinstance(data, dict):
+        return Garbled(f"unexpected status message {line[:80]!r}")
+    kind = data.get("event")
+    reader = _READERS.get(kind) if isinstance(kind, str) else None
+    if reader is None:
+        return Garbled(f"unknown status message {line[:80]!r}")
+    message: Message = reader.read(data)
+    return message
 
 
 class StatusWriter:
@@ -41,11 +234,11 @@ class StatusWriter:
     def __init__(self, fd: int | None) -> None:
         self._fd: int | None = fd
 
-    def send(self, kind: str, **fields: object) -> None:
+    def send(self, message: Started | Signalled | Finished) -> None:
         """Write one message; once the caller is gone, stop trying."""
         if self._fd is None:
             return
-        data = (json.dumps({"event": kind, **fields}) + "\n").encode()
+        data = encode(message)
         try:
             while data:
                 data = data[os.write(self._fd, data) :]
@@ -57,14 +250,3 @@ class StatusWriter:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)
-
-
-def decode(line: bytes) -> dict[str, object]:
-    """Parse one status line; a malformed line is reported as an ``error`` message."""
-    try:
-        message = json.loads(line)
-    except ValueError:
-        return {"event": "error", "message": f"unreadable status line {line[:80]!r}"}
-    if not isinstance(message, dict):
-        return {"event": "error", "message": f"unexpected status message {message!r}"}
-    return message

@@ -1,61 +1,52 @@
-"""The private JSON record a run leaves behind: how the document is built.
+"""The private JSON record a run leaves behind: the document, built once from what happened.
 
-*Two halves.* :func:`build_document` turns the core's
-:class:`~tether.core.effects.Verdict` and the adapter's :class:`RunFacts` (pids,
-signals, rusage: what only the adapter knows) into the document, keeping every
-field of the seed supervisor's record with the same name and meaning so that
-existing readers keep working. :func:`build_caller_document` is the
-record a caller writes itself: when the supervisor vanished without a word,
-or when a command line was refused before anything started. The JSON
-Schema in ``tether/schema/record.v1.json`` documents every field for operators.
+:func:`build_document` turns the core's :class:`~tether.core.effects.Verdict`
+(why the run ended, its exit status, whether SIGKILL was needed) and the
+supervisor's :class:`RunFacts` (pids, signals, how the command was reaped,
+resource usage: what only the supervisor can know) into the document, keeping
+every field of the seed supervisor's record with the same name and meaning so
+that existing readers keep working. :func:`build_lost_document` is the record a
+caller writes itself when the supervisor vanished without a word. The JSON
+Schema in ``tether/schema/record.v1.json`` documents every field for operators,
+and :func:`record_keys` reads the field names from it, so that redaction keeps
+the record's shape without a hand-kept list.
 
-The file it lives in (checked before the run, written atomically and
-privately, read back) is :mod:`tether.shared.record_file`'s; its names are repeated
-here for the readers of records. Neither module imports ``structlog`` or
-``transitions``: the caller's side imports them and must stay cheap.
+The file the document lives in (checked before the run, written atomically and
+privately, read back) is :mod:`tether.shared.record_file`'s. Neither module
+imports ``structlog`` or ``transitions``: the caller's side uses them and must
+stay cheap.
 """
 
 from __future__ import annotations
 
 import errno as errno_codes
-import math
+import functools
+import json
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Final
 
 from tether._version import __version__
+from tether.core.durations import seconds_for_json
 from tether.core.effects import Verdict
 from tether.core.reasons import TETHER_FAILED, Reason
-from tether.shared.record_file import (
-    RECORD_DIRECTORY_MODE,
-    RECORD_FILE_MODE,
-    RECORD_SCHEMA_VERSION,
-    RecordError,
-    check_record_path,
-    ensure_private_directory,
-    read_record,
-    record_schema,
-    write_record,
-)
+from tether.core.spec import RunSpec
+from tether.shared.record_file import RECORD_SCHEMA_VERSION
 
 __all__ = [
     "CONTAINMENTS",
-    "RECORD_DIRECTORY_MODE",
-    "RECORD_FILE_MODE",
-    "RECORD_SCHEMA_VERSION",
-    "RecordError",
     "ResourceUsage",
     "RunFacts",
     "SignalSent",
-    "build_caller_document",
     "build_document",
-    "check_record_path",
-    "ensure_private_directory",
-    "read_record",
-    "record_schema",
-    "write_record",
+    "build_lost_document",
+    "record_keys",
 ]
+
+#: The schema shipped with the package, beside this floor.
+_SCHEMA_PATH: Final = Path(__file__).resolve().parent.parent / "schema" / "record.v1.json"
 
 #: How a supervisor can contain the command's tree (the record's ``containment``;
 #: a caller's fallback record says ``unknown``).
@@ -88,25 +79,27 @@ class ResourceUsage:
 
 @dataclass(frozen=True, slots=True)
 class RunFacts:
-    """What only the adapter knows about a run; the core's :class:`Verdict` knows the rest.
+    """What only the supervisor knows about a run; the core's :class:`Verdict` knows the rest.
 
-    ``started_at`` is the wall clock (timezone-aware) at the start, for people;
-    ``started_monotonic`` is the same moment on the monotonic clock, for
-    arithmetic. ``deadline_seconds`` is ``0`` when there is no deadline.
-    ``stragglers`` counts processes still running after the command exited on
-    its own, which then had to be stopped. ``containment`` is one of
-    :data:`CONTAINMENTS`. Nothing is validated here: these facts are gathered
-    when the record is due, and a record must not be lost to a check.
+    ``started_at`` and ``finished_at`` are wall-clock times (timezone-aware),
+    for people; ``started_monotonic`` is the start on the monotonic clock, for
+    arithmetic with the verdict's times. ``returncode`` is the command's return
+    code as the supervisor finally reaped it (``subprocess`` style; ``None`` if
+    it never ran or could not be reaped). ``stragglers`` counts processes still
+    running after the command exited on its own, which then had to be stopped.
+    ``containment`` is one of :data:`CONTAINMENTS`. Nothing is validated here:
+    these facts are gathered when the record is due, and a record must not be
+    lost to a check.
     """
 
-    label: str | None
+    spec: RunSpec
     started_at: datetime
     started_monotonic: float
-    deadline_seconds: float
-    grace_seconds: float
+    finished_at: datetime
     supervisor_pid: int
     command_pid: int | None
     command_pgid: int | None
+    returncode: int | None
     hostname: str
     containment: str
     signals: tuple[SignalSent, ...] = ()
@@ -129,11 +122,6 @@ def _iso(moment: datetime) -> str:
 def _seconds(value: float) -> float:
     """Round a duration to the millisecond, as the seed did; never below zero."""
     return round(max(value, 0.0), 3)
-
-
-def _grace(value: float) -> float | None:
-    """The grace as JSON can hold it: ``None`` for "never escalate" (an infinite grace)."""
-    return None if math.isinf(value) else value
 
 
 def _launch_error(verdict: Verdict) -> dict[str, object] | None:
@@ -177,9 +165,12 @@ def _rusage(usage: ResourceUsage | None) -> dict[str, object] | None:
     }
 
 
-def build_document(
-    verdict: Verdict, facts: RunFacts, *, finished_at: datetime
-) -> dict[str, object]:
+def _deadline(spec: RunSpec) -> float:
+    """The deadline as the seed's record says it: ``0`` for none."""
+    return 0 if spec.deadline_seconds is None else spec.deadline_seconds
+
+
+def build_document(verdict: Verdict, facts: RunFacts) -> dict[str, object]:
     """Return the record of a run the supervisor saw to its end.
 
     Every field of the seed's record keeps its name and meaning; see
@@ -189,18 +180,18 @@ def build_document(
     return {
         # The seed's fields, in the seed's order.
         "schema_version": RECORD_SCHEMA_VERSION,
-        "variant": facts.label,
+        "variant": facts.spec.label,
         "reason": verdict.reason.value,
         "started_at": _iso(facts.started_at),
-        "finished_at": _iso(finished_at),
+        "finished_at": _iso(facts.finished_at),
         "elapsed_seconds": _seconds(verdict.finished_at - facts.started_monotonic),
-        "deadline_seconds": facts.deadline_seconds,
-        "grace_seconds": _grace(facts.grace_seconds),
+        "deadline_seconds": _deadline(facts.spec),
+        "grace_seconds": seconds_for_json(facts.spec.grace_seconds),
         "supervisor_pid": facts.supervisor_pid,
         "eval_pid": facts.command_pid,
         "eval_process_group": facts.command_pgid,
         # As subprocess reports it: negative means killed by that signal.
-        "eval_exit_code": verdict.returncode,
+        "eval_exit_code": facts.returncode,
         "supervisor_exit_code": verdict.exit_status,
         "escalated_to_sigkill": verdict.escalated_to_sigkill,
         "shutdown_seconds": None if shutdown is None else _seconds(shutdown),
@@ -218,41 +209,35 @@ def build_document(
     }
 
 
-def build_caller_document(
+def build_lost_document(
+    spec: RunSpec,
     *,
-    reason: Reason = Reason.SUPERVISOR_LOST,
-    label: str | None,
     started_at: datetime,
     finished_at: datetime,
     elapsed_seconds: float,
-    deadline_seconds: float | None,
-    grace_seconds: float | None,
     supervisor_pid: int | None,
-    command_pid: int | None = None,
-    command_pgid: int | None = None,
+    command_pid: int | None,
+    command_pgid: int | None,
     message: str,
     hostname: str | None = None,
 ) -> dict[str, object]:
-    """Return a record written by a caller rather than by a supervisor.
+    """Return the record a caller writes when its supervisor vanished without a word.
 
-    Two cases: a supervisor that vanished without a word (``supervisor_lost``),
-    and a command line refused before anything was started (``launch_failed``:
-    a bad duration, an unusable ``--parent-fd``). Either way the record says
-    only what the caller knows: the exit status is tether's own failure (125),
-    the containment ``unknown``, a duration that could not be read ``null``,
-    and the counts only a supervisor keeps are ``null`` rather than a
-    reassuring ``0``. ``message`` (one line, no argv) says what the caller saw,
-    in ``tether_error``. ``hostname`` defaults to this machine's node name.
+    It says only what the caller knows: the reason is ``supervisor_lost``, the
+    exit status tether's own failure (125), the containment ``unknown``, and
+    the counts only a supervisor keeps are ``null`` rather than a reassuring
+    ``0``. ``message`` (one line, no argv) says what the caller saw, in
+    ``tether_error``. ``hostname`` defaults to this machine's node name.
     """
     return {
         "schema_version": RECORD_SCHEMA_VERSION,
-        "variant": label,
-        "reason": reason.value,
+        "variant": spec.label,
+        "reason": Reason.SUPERVISOR_LOST.value,
         "started_at": _iso(started_at),
         "finished_at": _iso(finished_at),
         "elapsed_seconds": _seconds(elapsed_seconds),
-        "deadline_seconds": deadline_seconds,
-        "grace_seconds": None if grace_seconds is None else _grace(grace_seconds),
+        "deadline_seconds": _deadline(spec),
+        "grace_seconds": seconds_for_json(spec.grace_seconds),
         "supervisor_pid": supervisor_pid,
         "eval_pid": command_pid,
         "eval_process_group": command_pgid,
@@ -271,3 +256,26 @@ def build_caller_document(
         "launch_error": None,
         "tether_error": " ".join(message.split()),
     }
+
+
+@functools.cache
+def record_keys() -> frozenset[str]:
+    """Every field name the record can hold, at any depth, as the shipped schema lists them.
+
+    The record's writers give these to the redactor as the document's own
+    keys: never mistaken for secret-looking keys, never scrubbed as text, so a
+    record keeps its shape whatever secret it had to hide.
+    """
+    schema = json.loads(_SCHEMA_PATH.read_text(encoding="utf-8"))
+    keys: set[str] = set()
+    todo: list[object] = [schema]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            properties = node.get("properties")
+            if isinstance(properties, dict):
+                keys.update(properties)
+            todo += node.values()
+        elif isinstance(node, list):
+            todo += node
+    return frozenset(keys)

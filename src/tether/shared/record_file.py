@@ -58,6 +58,8 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Final
 
+    from tether.core.redaction import Redactor
+
 __all__ = [
     "RECORD_DIRECTORY_MODE",
     "RECORD_FILE_MODE",
@@ -233,7 +235,7 @@ def check_record_path(path: Path) -> None:
 # -- writing ------------------------------------------------------------------
 
 
-def _serialise(path: Path, document: Mapping[str, object]) -> bytes:
+def _serialise(path: Path, document: object) -> bytes:
     """Return ``document`` as the record's bytes: sorted keys, indent 2, a final newline.
 
     ASCII-only (``\\u`` escapes) so that a label with odd bytes in it still makes
@@ -274,15 +276,17 @@ def _write_temp(directory_fd: int, temp: str, data: bytes) -> None:
         os.close(fd)
 
 
-def write_record(path: Path, document: Mapping[str, object]) -> None:
-    """Write ``document`` to ``path`` atomically and privately, creating its directory.
+def write_record(path: Path, document: Mapping[str, object], *, redactor: Redactor) -> None:
+    """Write ``document``, redacted, to ``path`` atomically and privately.
 
-    Raises :class:`RecordError` (and leaves no temporary file) if the document
-    is not JSON, if ``path`` is a directory, a symbolic link or another
-    non-regular file, or if any step fails. An existing regular file at
-    ``path`` is replaced.
+    Every record goes through here, whoever writes it, and ``redactor`` is not
+    optional: no writer can forget the caller's secrets. Creates the record's
+    directory if needed. Raises :class:`RecordError` (and leaves no temporary
+    file) if the document is not JSON, if ``path`` is a directory, a symbolic
+    link or another non-regular file, or if any step fails. An existing
+    regular file at ``path`` is replaced.
     """
-    data = _serialise(path, document)
+    data = _serialise(path, redactor.redact(document))
     directory = path.parent
     ensure_private_directory(directory)
     try:

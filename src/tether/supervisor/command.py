@@ -52,7 +52,7 @@ __all__ = [
     "CONTAINMENT_SETTINGS",
     "CONTAINMENT_VARIABLE",
     "Command",
-    "LaunchFailure",
+    "CommandNotStarted",
     "start_command",
 ]
 
@@ -88,7 +88,7 @@ class Command:
         self.cgroup = cgroup
 
 
-class LaunchFailure(Exception):
+class CommandNotStarted(Exception):
     """The command could not be started."""
 
     def __init__(self, errno: int | None, message: str, stage: Literal["exec", "setup"]) -> None:
@@ -98,11 +98,15 @@ class LaunchFailure(Exception):
         self.stage: Literal["exec", "setup"] = stage
 
 
-def _prepare_child(supervisor: int, cgroup: RunCgroup | None, *, required: bool) -> None:
-    """Run in the child between fork and exec: the parent-death backstop, then the cgroup."""
+def _prepare_child(
+    supervisor: int, cgroup: RunCgroup | None, *, required: bool, directory: int | None
+) -> None:
+    """Run in the child between fork and exec: the backstop, the directory, then the cgroup."""
     set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != supervisor:
         os.kill(os.getpid(), signal.SIGKILL)
+    if directory is not None:
+        os.fchdir(directory)
     if cgroup is not None:
         try:
             cgroup.join()
@@ -112,10 +116,10 @@ def _prepare_child(supervisor: int, cgroup: RunCgroup | None, *, required: bool)
 
 
 def containment_setting() -> str:
-    """Return ``TETHER_CONTAINMENT`` (``auto`` if unset); raise :class:`LaunchFailure` if bad."""
+    """Return ``TETHER_CONTAINMENT`` (``auto`` if unset); :class:`CommandNotStarted` if bad."""
     value = os.environ.get(CONTAINMENT_VARIABLE, "") or "auto"
     if value not in CONTAINMENT_SETTINGS:
-        raise LaunchFailure(
+        raise CommandNotStarted(
             None,
             f"{CONTAINMENT_VARIABLE} must be one of {', '.join(CONTAINMENT_SETTINGS)}, "
             f"not {value!r}",
@@ -131,7 +135,7 @@ def _make_cgroup(setting: str) -> RunCgroup | None:
         return RunCgroup.create()
     except CgroupUnavailable as why:
         if setting == "cgroup":
-            raise LaunchFailure(
+            raise CommandNotStarted(
                 None, f"{CONTAINMENT_VARIABLE}=cgroup, but no cgroup can be made: {why}", "setup"
             ) from None
         return None
@@ -140,43 +144,50 @@ def _make_cgroup(setting: str) -> RunCgroup | None:
 def start_command(
     argv: Sequence[str],
     *,
-    cwd: str | None,
+    cwd: str | int | None,
     env: Mapping[str, str] | None,
     umask: int | None,
     stdin: _Stdio,
     stdout: _Stdio,
     stderr: _Stdio,
 ) -> Command:
-    """Start ``argv``; raise :class:`LaunchFailure` if it cannot be started.
+    """Start ``argv``; raise :class:`CommandNotStarted` if it cannot be started.
 
-    ``cwd``, ``env`` and ``umask`` are the caller's (``None``: the supervisor's own).
+    ``cwd``, ``env`` and ``umask`` are the caller's (``None``: the supervisor's own);
+    ``cwd`` is a path, or a descriptor of the directory (the caller's own, held
+    open because its name may be gone or lead elsewhere by now).
     """
     supervisor = os.getpid()
     setting = containment_setting()
     cgroup = _make_cgroup(setting)
     required = setting == "cgroup"
+    path, directory = (cwd, None) if not isinstance(cwd, int) else (None, cwd)
+
+    def prepare() -> None:
+        _prepare_child(supervisor, cgroup, required=required, directory=directory)
+
     try:
         popen = subprocess.Popen(
             argv,
             stdin=stdin,
             stdout=stdout,
             stderr=stderr,
-            cwd=cwd,
+            cwd=path,
             env=env,
             umask=-1 if umask is None else umask,
             process_group=0,
             close_fds=True,
-            preexec_fn=lambda: _prepare_child(supervisor, cgroup, required=required),  # noqa: PLW1509 - single-threaded
+            preexec_fn=prepare,  # noqa: PLW1509 - the supervisor is single-threaded
         )
     except OSError as error:
         _discard(cgroup)
-        raise _launch_failure(argv, cwd, error) from None
+        raise _launch_failure(argv, path, error) from None
     except (ValueError, TypeError, subprocess.SubprocessError) as error:
         _discard(cgroup)
         if required and isinstance(error, subprocess.SubprocessError):
             message = f"{CONTAINMENT_VARIABLE}=cgroup, but the command could not join its cgroup"
-            raise LaunchFailure(None, message, "setup") from None
-        raise LaunchFailure(None, f"cannot start {argv[0]!r}: {error}", "setup") from None
+            raise CommandNotStarted(None, message, "setup") from None
+        raise CommandNotStarted(None, f"cannot start {argv[0]!r}: {error}", "setup") from None
     try:
         pidfd = os.pidfd_open(popen.pid)
     except OSError:
@@ -214,8 +225,10 @@ def _discard(cgroup: RunCgroup | None) -> None:
         cgroup.discard()
 
 
-def _launch_failure(argv: Sequence[str], cwd: str | None, error: OSError) -> LaunchFailure:
+def _launch_failure(argv: Sequence[str], cwd: str | None, error: OSError) -> CommandNotStarted:
     reason = error.strerror or str(error)
     if cwd is not None and error.filename == cwd and cwd != argv[0]:
-        return LaunchFailure(error.errno, f"cannot change to directory {cwd!r}: {reason}", "setup")
-    return LaunchFailure(error.errno, f"failed to run command {argv[0]!r}: {reason}", "exec")
+        return CommandNotStarted(
+            error.errno, f"cannot change to directory {cwd!r}: {reason}", "setup"
+        )
+    return CommandNotStarted(error.errno, f"failed to run command {argv[0]!r}: {reason}", "exec")

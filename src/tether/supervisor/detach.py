@@ -82,25 +82,28 @@ def main(spec_fd: int) -> int:
 
     # The launcher built and checked the spec before sending it; the command
     # starts from its raw fields, before the spec's own class is even loaded.
-    from tether.supervisor.launch import launch
     from tether.shared.protocol import StatusWriter
+    from tether.supervisor.launch import launch
 
     status = StatusWriter(fds["status"])
-    caller_stdio = (fds["stdin"], fds["stdout"], fds["stderr"])
+    # Only the command needs these: the caller's stdio, and its working directory.
+    for_the_command = tuple(
+        fds[role] for role in ("stdin", "stdout", "stderr", "cwd") if role in fds
+    )
     launched = launch(
         argv,
-        cwd=data.get("cwd"),
+        cwd=fds.get("cwd", data.get("cwd")),
         env=data.get("env"),
         umask=data.get("umask"),
         stdin=fds["stdin"],
         stdout=fds["stdout"],
         stderr=fds["stderr"],
         status=status,
-        close_after_launch=caller_stdio,
+        close_after_launch=for_the_command,
     )
 
-    from tether.supervisor.loop import supervise
     from tether.core.spec import RunSpec
+    from tether.supervisor.loop import supervise
 
     exit_now(
         supervise(

@@ -1,6 +1,6 @@
 """The ``launching`` phase: what a supervisor does before anything else.
 
-The command should start as early as the interpreter allows (DESIGN §5), so
+The command should start as early as the interpreter allows, so
 this module does only what must come before it, and imports only what that
 needs (``os``, ``signal``, ``subprocess``, ``ctypes``): no ``dataclasses``, no
 ``typing`` at run time, none of the core, and neither ``transitions`` nor
@@ -17,7 +17,7 @@ needs (``os``, ``signal``, ``subprocess``, ``ctypes``): no ``dataclasses``, no
    only the command needs, is let go of.
 
 Everything else (the core, the event log, the record) is built afterwards by
-:mod:`tether.supervisor.loop`, from the :class:`Launch` returned here.
+:mod:`tether.supervisor.loop`, from the :class:`LaunchAttempt` returned here.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import signal
 import time
 
 from tether.linux.prctl import set_child_subreaper
-from tether.shared.protocol import STARTED, StatusWriter
-from tether.supervisor.command import Command, LaunchFailure, start_command
+from tether.shared.protocol import Started, StatusWriter
+from tether.supervisor.command import Command, CommandNotStarted, start_command
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     _Stdio = int | IO[bytes] | None
 
-__all__ = ["CANCEL_SIGNALS", "Launch", "SignalWakeup", "launch"]
+__all__ = ["CANCEL_SIGNALS", "LaunchAttempt", "SignalWakeup", "launch"]
 
 #: Signals that mean "stop the command gracefully" when sent to the supervisor.
 CANCEL_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -70,7 +70,7 @@ def _wake_only(_number: int, _frame: object) -> None:
     """Do nothing: the wakeup fd already carries the signal to the loop."""
 
 
-class Launch:
+class LaunchAttempt:
     """How the launch went: the command (or why there is none), when, and the wakeup pipe."""
 
     __slots__ = ("at", "command", "failure", "wakeup")
@@ -81,7 +81,7 @@ class Launch:
         wakeup: SignalWakeup,
         at: float,
         command: Command | None = None,
-        failure: LaunchFailure | None = None,
+        failure: CommandNotStarted | None = None,
     ) -> None:
         self.wakeup = wakeup
         self.at = at
@@ -92,7 +92,7 @@ class Launch:
 def launch(
     argv: Sequence[str],
     *,
-    cwd: str | None,
+    cwd: str | int | None,
     env: Mapping[str, str] | None,
     umask: int | None,
     stdin: _Stdio,
@@ -100,7 +100,7 @@ def launch(
     stderr: _Stdio,
     status: StatusWriter,
     close_after_launch: tuple[int, ...] = (),
-) -> Launch:
+) -> LaunchAttempt:
     """Start the command under a supervisor that is ready to watch it.
 
     ``close_after_launch`` are descriptors only the command needs (the caller's
@@ -114,16 +114,17 @@ def launch(
         command = start_command(
             argv, cwd=cwd, env=env, umask=umask, stdin=stdin, stdout=stdout, stderr=stderr
         )
-    except LaunchFailure as failure:
-        result = Launch(wakeup=wakeup, at=time.monotonic(), failure=failure)
+    except CommandNotStarted as failure:
+        result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), failure=failure)
     else:
-        result = Launch(wakeup=wakeup, at=time.monotonic(), command=command)
+        result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), command=command)
         status.send(
-            STARTED,
-            supervisor_pid=os.getpid(),
-            pid=command.pid,
-            pgid=command.pgid,
-            cgroup=None if command.cgroup is None else command.cgroup.directory,
+            Started(
+                supervisor_pid=os.getpid(),
+                pid=command.pid,
+                pgid=command.pgid,
+                cgroup=None if command.cgroup is None else command.cgroup.directory,
+            )
         )
     for fd in close_after_launch:
         with contextlib.suppress(OSError):

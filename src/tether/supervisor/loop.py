@@ -14,28 +14,34 @@ deadline as its timeout:
 There is no polling: a supervisor watching a quiet command sleeps in the
 kernel until something happens or the deadline comes. Whatever wakes it is
 translated into events stamped with one ``time.monotonic()`` reading, fed to
-:class:`~tether.core.machine.RunMachine`, and the effects it returns are carried
-out in order.
+:class:`~tether.core.machine.RunMachine`, and the effects it returns are
+carried out in order.
 
-The command is launched *before* the core is built, because building it
-imports ``transitions`` and ``structlog`` (tens of milliseconds): the command
+This module is imported only once the command runs (:mod:`tether.supervisor.launch`
+started it, before ``transitions`` and ``structlog`` were loaded): the command
 starts as early as the interpreter allows, and anything that happens in the
 meantime waits, level-triggered, in the file descriptors above.
+
+When the core asks for the record, the supervisor reaps the command and
+gathers what happened (:class:`~tether.shared.record_document.RunFacts`);
+the document is built once from the verdict and those facts.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
+import logging
 import os
 import selectors
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
 
+from tether.core.durations import seconds_for_json
 from tether.core.effects import Effect, Exit, SignalTree, Verdict, WriteRecord
 from tether.core.events import (
     CallerLost,
@@ -48,16 +54,22 @@ from tether.core.events import (
     Tick,
     TreeEmptied,
 )
+from tether.core.machine import Phase, RunMachine
 from tether.core.reasons import TETHER_FAILED
-from tether.shared.protocol import CANCEL, FINISHED, KILL_NOW, StatusWriter
+from tether.shared.clock import wall_clock_at
+from tether.shared.protocol import CANCEL, KILL_NOW, Finished, Signalled, StatusWriter
+from tether.shared.record_document import (
+    ResourceUsage,
+    RunFacts,
+    SignalSent,
+    build_document,
+)
+from tether.supervisor.containment import ProcessTree
 
 if TYPE_CHECKING:
-    from tether.supervisor.containment import ProcessTree
-    from tether.supervisor.launch import Launch
-    from tether.core.machine import RunMachine
-    from tether.shared.record_document import SignalSent
     from tether.core.redaction import Redactor
     from tether.core.spec import RunSpec
+    from tether.supervisor.launch import LaunchAttempt
 
 __all__ = ["EventSink", "NullEventLog", "supervise"]
 
@@ -85,57 +97,57 @@ class NullEventLog:
         """Do nothing."""
 
 
-class _Run:
+class Supervision:
     """One supervised command, from launch to record."""
 
     def __init__(
         self,
         spec: RunSpec,
-        launched: Launch,
+        attempt: LaunchAttempt,
         *,
         lifeline: int | None,
         status: StatusWriter,
-        log: EventSink,
         on_message: Callable[[str], None],
     ) -> None:
-        from tether.supervisor.containment import ProcessTree
-
         self.spec = spec
         self.lifeline = lifeline
         self.status = status
-        self.log = log
+        self.log: EventSink = NullEventLog()
         self.on_message = on_message
-        self.wakeup = launched.wakeup
+        self.wakeup = attempt.wakeup
         self.selector = selectors.DefaultSelector()
-        self.command = command = launched.command
+        self.command = command = attempt.command
         self.tree: ProcessTree | None = None
         if command is not None:
             self.tree = ProcessTree(
                 leader=command.pid, pgid=command.pgid, pidfd=command.pidfd, cgroup=command.cgroup
             )
-        self.machine: RunMachine | None = None
+        self.machine = RunMachine(
+            deadline_at=spec.deadline_at,
+            grace_seconds=spec.grace_seconds,
+            stop_signal=spec.stop_signal,
+        )
         self.signals: list[SignalSent] = []
         self.stragglers = 0
         self.exited = False
         self.emptied = False
         self.exit_status = TETHER_FAILED
-        self.record_failed = False
+        self.record_written = False
         self.message: str | None = None
-        self.returncode: int | None = None
         self.verdict: Verdict | None = None
+        self.facts: RunFacts | None = None
         self.redactor: Redactor | None = None
-        now = time.monotonic()
-        self.started_monotonic = min(spec.asked_at, now)
-        self.started_at = datetime.now(UTC) - timedelta(seconds=now - self.started_monotonic)
-        self.finished_at = self.started_at
+        self.started_monotonic = min(spec.asked_at, time.monotonic())
+        self.started_at = wall_clock_at(self.started_monotonic)
 
-    def first_event(self, launched: Launch) -> Event:
+    @staticmethod
+    def first_event(attempt: LaunchAttempt) -> Event:
         """The event that says how the launch went, at the time it happened."""
-        failure = launched.failure
+        failure = attempt.failure
         if failure is not None:
-            return LaunchFailed(launched.at, failure.errno, failure.message, failure.stage)
-        assert self.tree is not None
-        return Launched(launched.at, self.tree.leader)
+            return LaunchFailed(attempt.at, failure.errno, failure.message, failure.stage)
+        assert attempt.command is not None
+        return Launched(attempt.at, attempt.command.pid)
 
     # -- the loop -------------------------------------------------------------
 
@@ -148,33 +160,28 @@ class _Run:
         path = self.spec.record_path
         if path is None:
             return
-        from pathlib import Path
-
-        from tether.supervisor.event_log import EventLog
         from tether.shared.paths import events_path_for
-        from tether.core.redaction import Redactor, secret_values_from
+        from tether.shared.secrets import redactor_for
+        from tether.supervisor.event_log import EventLog
 
-        environ = os.environ if self.spec.env is None else self.spec.env
-        self.redactor = Redactor(secret_values_from(environ, self.spec.argv))
+        self.redactor = redactor_for(self.spec, os.environ)
         try:
             self.log = EventLog.open(events_path_for(Path(path)), self.redactor)
         except OSError as error:
             # The record is the evidence that must exist; the log is the story.
             self.on_message(f"cannot write the event log: {error.strerror or error}")
             return
-        tree = self.tree
         # Both lines say what the run was for, so that a log whose record is
         # missing can still be matched to its run; ``started_mono`` is when the
         # caller asked (the record's start), the line's own ``mono`` the launch.
-        grace = self.spec.grace_seconds
         policy: dict[str, object] = {
             "label": self.spec.label,
-            "deadline_seconds": self.spec.deadline_seconds,
-            # JSON has no infinity: an endless grace ("never escalate") is null.
-            "grace_seconds": None if math.isinf(grace) else grace,
+            "deadline_seconds": self.spec.deadline_seconds or 0,
+            "grace_seconds": seconds_for_json(self.spec.grace_seconds),
             "started_mono": self.started_monotonic,
             "supervisor_pid": os.getpid(),
         }
+        tree = self.tree
         if isinstance(launched, Launched) and tree is not None:
             self.log.emit(
                 "launched",
@@ -196,30 +203,18 @@ class _Run:
 
     def run(self, first: Event) -> int:
         """Feed events until the run is recorded; return the exit status."""
-        import logging
-
-        from tether.core.machine import RunMachine
-
-        # transitions logs every step through stdlib logging; this process is
-        # tether's own, and its story goes to the event log instead.
-        logging.getLogger("transitions").setLevel(logging.WARNING)
         self.open_log(first)
-        self.machine = machine = RunMachine(
-            deadline_at=self.spec.deadline_at,
-            grace_seconds=self.spec.grace_seconds,
-            stop_signal=self.spec.stop_signal,
-        )
         self.selector.register(self.wakeup.read_fd, selectors.EVENT_READ, "signal")
         if self.lifeline is not None:
             self.selector.register(self.lifeline, selectors.EVENT_READ, "lifeline")
         if self.tree is not None:
             self.selector.register(self.tree.pidfd, selectors.EVENT_READ, "exit")
-        # The launch happened before the imports above; the core must see the
-        # time it is now, or a grace would be counted from a moment long past
-        # and SIGKILL would come early in real time.
+        # The launch happened before this module was imported; the core must
+        # see the time it is now, or a grace would be counted from a moment
+        # long past and SIGKILL would come early in real time.
         self._feed(dataclasses.replace(first, now=time.monotonic()))
         while not self._recorded():
-            deadline = machine.next_deadline
+            deadline = self.machine.next_deadline
             timeout = None if deadline is None else _wait_bound(deadline - time.monotonic())
             ready = self.selector.select(timeout)
             now = time.monotonic()
@@ -233,7 +228,7 @@ class _Run:
         return self.exit_status
 
     def _recorded(self) -> bool:
-        return self.machine is not None and self.machine.phase.value == "recorded"
+        return self.machine.phase is Phase.RECORDED
 
     def _translate(self, sources: set[str], now: float) -> list[Event]:
         events: list[Event] = []
@@ -276,9 +271,8 @@ class _Run:
         """Reap adopted orphans and report what changed about the tree."""
         tree = self.tree
         assert tree is not None
-        assert self.machine is not None
         tree.reap_adopted()
-        if self.machine.phase.value == "killing":
+        if self.machine.phase is Phase.KILLING:
             # Anything born since the last sweep gets the same SIGKILL.
             tree.signal(signal.SIGKILL)
         if not self.exited:
@@ -289,7 +283,7 @@ class _Run:
             self.selector.unregister(tree.pidfd)
             others = tree.others()
             self.emptied = not others
-            if others and self.machine.phase.value == "watching":
+            if others and self.machine.phase is Phase.WATCHING:
                 self.stragglers = len(others)
             self.log.emit(
                 "command_exited", pid=tree.leader, returncode=returncode, others_alive=len(others)
@@ -302,15 +296,13 @@ class _Run:
         return []
 
     def _feed(self, event: Event) -> None:
-        machine = self.machine
-        assert machine is not None
-        before = machine.phase
-        effects = machine.feed(event)
+        before = self.machine.phase
+        effects = self.machine.feed(event)
         self.log.emit(
             "step",
             input=type(event).__name__,
             state_before=before.value,
-            state_after=machine.phase.value,
+            state_after=self.machine.phase.value,
             effects=[_describe(effect) for effect in effects],
         )
         for effect in effects:
@@ -322,15 +314,13 @@ class _Run:
         if isinstance(effect, SignalTree):
             self._signal(effect, now)
         elif isinstance(effect, WriteRecord):
-            self._finish(effect.verdict)
+            self._record(effect.verdict)
         else:
             self._exit(effect)
 
     def _signal(self, effect: SignalTree, now: float) -> None:
         tree = self.tree
         assert tree is not None
-        from tether.shared.record_document import SignalSent
-
         number = getattr(signal, effect.signal)
         # Stamped with the time the core decided at (microseconds before the
         # group has it): the grace in the record is the grace the core kept.
@@ -340,41 +330,46 @@ class _Run:
             SignalSent(signal=effect.signal, at_seconds=round(at, 6), processes=reached)
         )
         self.log.emit("signal_sent", signal=effect.signal, processes=reached)
-        # For callers that report signals as they go (``tether timeout -v``).
-        self.status.send("signal", signal=effect.signal, processes=reached)
+        self.status.send(Signalled(signal=effect.signal, processes=reached))
 
-    def _finish(self, verdict: Verdict) -> None:
-        import socket
-        from pathlib import Path
+    def _record(self, verdict: Verdict) -> None:
+        """Reap and gather what happened, then write the record (when one was asked for)."""
+        self.verdict = verdict
+        self.facts = facts = self._gather_facts(verdict)
+        self.message = verdict.launch_error
+        path = self.spec.record_path
+        if path is None:
+            return
+        from tether.shared.record_file import RecordError, write_record
 
-        from tether.shared.record_document import RecordError, RunFacts, build_document, write_record
+        if self.redactor is None:
+            from tether.shared.secrets import redactor_for
 
-        self.finished_at = datetime.now(UTC)
+            self.redactor = redactor_for(self.spec, os.environ)
+        try:
+            write_record(Path(path), build_document(verdict, facts), redactor=self.redactor)
+        except RecordError as error:
+            self.message = str(error)
+            self.log.emit("record_failed", error=self.message)
+        else:
+            self.record_written = True
+            self.log.emit("record_written", path=path)
+
+    def _gather_facts(self, verdict: Verdict) -> RunFacts:
+        """Finish the tree off, reap it, and say what happened: what only the supervisor knows."""
         tree = self.tree
         returncode, usage = verdict.returncode, None
         if tree is not None:
-            if not self.emptied:
-                # The last group-wide signal goes out while the leader is unreaped.
-                tree.signal(signal.SIGKILL)
-            reaped, usage = tree.reap_leader(block=self.exited)
-            if reaped is not None:
-                returncode = reaped
-                # Popen must not try to reap it again, or warn that it never did.
-                assert self.command is not None
-                self.command.popen.returncode = reaped
-            tree.reap_adopted()
-            if not tree.release():
-                assert tree.cgroup is not None
-                self.log.emit("cgroup_left", path=tree.cgroup.directory)
-        facts = RunFacts(
-            label=self.spec.label,
+            returncode, usage = self._reap(tree, returncode)
+        return RunFacts(
+            spec=self.spec,
             started_at=self.started_at,
             started_monotonic=self.started_monotonic,
-            deadline_seconds=self.spec.deadline_seconds,
-            grace_seconds=self.spec.grace_seconds,
+            finished_at=wall_clock_at(verdict.finished_at),
             supervisor_pid=os.getpid(),
             command_pid=None if tree is None else tree.leader,
             command_pgid=None if tree is None else tree.pgid,
+            returncode=returncode,
             hostname=socket.gethostname(),
             containment="sweep" if tree is None else tree.containment,
             signals=tuple(self.signals),
@@ -382,46 +377,48 @@ class _Run:
             stragglers=self.stragglers,
             rusage=usage,
         )
-        self.verdict = verdict
-        self.returncode = returncode
-        self.message = verdict.launch_error
-        path = self.spec.record_path
-        if path is None:
-            return
-        document = build_document(verdict, facts, finished_at=self.finished_at)
-        document["eval_exit_code"] = returncode
-        if self.redactor is not None:
-            redacted = self.redactor.redact(document)
-            assert isinstance(redacted, dict)
-            document = redacted
-        try:
-            write_record(Path(path), document)
-        except RecordError as error:
-            self.record_failed = True
-            self.message = str(error)
-            self.log.emit("record_failed", error=self.message)
-        else:
-            self.log.emit("record_written", path=path)
+
+    def _reap(
+        self, tree: ProcessTree, returncode: int | None
+    ) -> tuple[int | None, ResourceUsage | None]:
+        """Reap the leader (its return code wins over the one seen at exit) and the rest."""
+        if not self.emptied:
+            # The last group-wide signal goes out while the leader is unreaped.
+            tree.signal(signal.SIGKILL)
+        reaped, usage = tree.reap_leader(block=self.exited)
+        if reaped is not None:
+            returncode = reaped
+            # Popen must not try to reap it again, or warn that it never did.
+            assert self.command is not None
+            self.command.popen.returncode = reaped
+        tree.reap_adopted()
+        if not tree.release():
+            assert tree.cgroup is not None
+            self.log.emit("cgroup_left", path=tree.cgroup.directory)
+        return returncode, usage
 
     def _exit(self, effect: Exit) -> None:
         """Tell the caller how the run ended (an unwritten record is tether's own failure)."""
-        verdict = self.verdict
+        verdict, facts = self.verdict, self.facts
         assert verdict is not None
-        self.exit_status = TETHER_FAILED if self.record_failed else effect.status
+        assert facts is not None
+        failed = self.spec.record_path is not None and not self.record_written
+        self.exit_status = TETHER_FAILED if failed else effect.status
         if self.message:
             self.on_message(self.message)
         self.status.send(
-            FINISHED,
-            reason=verdict.reason.value,
-            exit_status=self.exit_status,
-            returncode=self.returncode,
-            record=self.spec.record_path,
-            message=self.message,
-            errno=verdict.launch_errno,
-            escalated_to_sigkill=verdict.escalated_to_sigkill,
-            started_at=self.started_at.isoformat(),
-            finished_at=self.finished_at.isoformat(),
-            elapsed_seconds=round(verdict.finished_at - self.started_monotonic, 3),
+            Finished(
+                reason=verdict.reason.value,
+                exit_status=self.exit_status,
+                returncode=facts.returncode,
+                record=self.spec.record_path if self.record_written else None,
+                message=self.message,
+                errno=verdict.launch_errno,
+                escalated_to_sigkill=verdict.escalated_to_sigkill,
+                started_at=facts.started_at.isoformat(),
+                finished_at=facts.finished_at.isoformat(),
+                elapsed_seconds=round(verdict.finished_at - self.started_monotonic, 3),
+            )
         )
 
 
@@ -450,23 +447,20 @@ def _print_to_stderr(message: str) -> None:
 
 def supervise(
     spec: RunSpec,
-    launched: Launch,
+    attempt: LaunchAttempt,
     *,
     lifeline: int | None,
     status: StatusWriter,
-    log: EventSink | None = None,
     on_message: Callable[[str], None] = _print_to_stderr,
 ) -> int:
     """Watch the command :func:`tether.supervisor.launch.launch` started until it is recorded.
 
     Returns the exit status for the run.
     """
-    run = _Run(
-        spec,
-        launched,
-        lifeline=lifeline,
-        status=status,
-        log=log or NullEventLog(),
-        on_message=on_message,
+    # transitions logs every step through stdlib logging; this process is
+    # tether's own, and its story goes to the event log instead.
+    logging.getLogger("transitions").setLevel(logging.WARNING)
+    supervision = Supervision(
+        spec, attempt, lifeline=lifeline, status=status, on_message=on_message
     )
-    return run.run(run.first_event(launched))
+    return supervision.run(Supervision.first_event(attempt))

@@ -1,0 +1,157 @@
+"""The Python API's four functions: ``launch``, ``run`` and their ``async`` twins.
+
+Programs that run many long commands (evaluation runners, job workers) want
+:mod:`subprocess`'s shape — start, wait, stop, a result object — with the
+CLI's guarantee: the command cannot outlive the program, however the program
+dies. So each function is a thin client of the same machinery as ``tether
+run``: the request is built by the builder every door shares, a detached
+supervisor is spawned (the caller is never forked, because it may have
+threads), the caller keeps the lifeline's write end, and the one status client
+reads how the run goes. Their options are declared once
+(:class:`~tether.api.options.LaunchOptions`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Unpack
+
+from tether.api.handle import Tether, _resolve
+from tether.api.options import LaunchOptions, request_of
+from tether.api.outcome import Outcome
+from tether.caller.start import Spawn, send_spec, spawn_supervisor
+
+if TYPE_CHECKING:
+    import asyncio
+
+__all__ = ["launch", "launch_async", "run", "run_async"]
+
+Argv = Sequence[str | os.PathLike[str]]
+
+
+def _spawn(function: str, argv: Argv, options: LaunchOptions) -> tuple[Tether, Spawn]:
+    """Check everything, then spawn the supervisor; return the handle (not launched yet)."""
+    spec, stdio, opened = request_of(function, argv, options)
+    try:
+        stdin, stdout, stderr = stdio
+        spawn = spawn_supervisor(spec, stdin=stdin, stdout=stdout, stderr=stderr)
+    finally:
+        for fd in opened:  # the supervisor has its own copies now
+            os.close(fd)
+    return Tether(spawn), spawn
+
+
+def launch(argv: Argv, **options: Unpack[LaunchOptions]) -> Tether:
+    """Start ``argv`` under a tether; return once it is running.
+
+    The command is stopped, with its whole process tree, when ``deadline``
+    passes (``None`` or ``0``: never), when you :meth:`~Tether.cancel` or
+    :meth:`~Tether.kill` it, or when this process dies, however it dies.
+    Stopping means SIGTERM, then SIGKILL after ``grace``. Durations are
+    seconds, :class:`~datetime.timedelta` or CLI strings (``"5m"``). The
+    options are :class:`~tether.api.options.LaunchOptions`.
+
+    Raises :class:`ValueError` or :class:`TypeError` for a bad argument and
+    :class:`~tether.LaunchError` (with ``errno``) if the command cannot be
+    started; in both cases nothing is left running. See ``docs/api.md``.
+    """
+    tether, spawn = _spawn("launch", argv, options)
+    try:
+        try:
+            send_spec(spawn)
+            tether._wait_blocking(tether._is_launched, None)
+        except BaseException:
+            tether._stop_blocking()
+            raise
+    finally:
+        spawn.intermediate.wait()
+    return tether._launched_or_raise()
+
+
+def run(argv: Argv, *, check: bool = False, **options: Unpack[LaunchOptions]) -> Outcome:
+    """Run ``argv`` to its end under a tether; return the :class:`Outcome` (``subprocess.run``).
+
+    Takes :func:`launch`'s options. With ``check=True``, raise
+    :class:`~tether.CommandFailed` unless the outcome is :attr:`~Outcome.ok`. An
+    exception while waiting (Ctrl-C) cancels the command before it propagates.
+    """
+    with launch(argv, **options) as tether:
+        outcome = tether.wait()
+    return outcome.check() if check else outcome
+
+
+async def launch_async(argv: Argv, **options: Unpack[LaunchOptions]) -> Tether:
+    """:func:`launch`, for asyncio: the wait for the supervisor goes through the event loop.
+
+    Only the spawn itself (a ``vfork`` and ``exec``, well under a millisecond)
+    runs on the loop, as in :func:`asyncio.create_subprocess_exec`; the spec is
+    written and the status pipe read with ``add_writer``/``add_reader``. If the
+    task is cancelled meanwhile, the command is cancelled and waited for before
+    ``CancelledError`` propagates, as in :meth:`Tether.wait_async`.
+    """
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    tether, spawn = _spawn("launch_async", argv, options)
+    try:
+        try:
+            await _send_spec_async(loop, spawn)
+            await tether._wait_async(tether._is_launched)
+        except asyncio.CancelledError:
+            await tether._stop_async()
+            raise
+    finally:
+        await _reap_async(loop, spawn.intermediate)
+    return tether._launched_or_raise()
+
+
+async def run_async(
+    argv: Argv, *, check: bool = False, **options: Unpack[LaunchOptions]
+) -> Outcome:
+    """:func:`run`, for asyncio; cancelling the task cancels the command (see ``wait_async``)."""
+    tether = await launch_async(argv, **options)
+    outcome = await tether.wait_async()
+    return outcome.check() if check else outcome
+
+
+async def _send_spec_async(loop: asyncio.AbstractEventLoop, spawn: Spawn) -> None:
+    """Write the spec without blocking the loop (it fits the pipe at once unless it is huge)."""
+    fd, data = spawn.spec_fd, memoryview(spawn.spec_data)
+    os.set_blocking(fd, False)
+    try:
+        while data:
+            try:
+                data = data[os.write(fd, data) :]
+            except BlockingIOError:
+                writable: asyncio.Future[None] = loop.create_future()
+                loop.add_writer(fd, _resolve, writable)
+                try:
+                    await writable
+                finally:
+                    loop.remove_writer(fd)
+    except OSError:
+        pass  # the supervisor died before reading: seen as a status pipe without "started"
+    finally:
+        os.close(fd)
+
+
+async def _reap_async(loop: asyncio.AbstractEventLoop, intermediate: Any) -> None:
+    """Reap the intermediate (gone within milliseconds of the spawn) through a pidfd."""
+    if intermediate.poll() is not None:
+        return
+    try:
+        pidfd = os.pidfd_open(intermediate.pid)
+    except OSError:
+        intermediate.wait()
+        return
+    try:
+        exited: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(pidfd, _resolve, exited)
+        try:
+            await exited
+        finally:
+            loop.remove_reader(pidfd)
+    finally:
+        os.close(pidfd)
+    intermediate.wait()

@@ -1,0 +1,160 @@
+"""Building a run's request: what every door was given, checked once, as one :class:`RunSpec`.
+
+``tether run``, ``tether timeout``, the seed door and the Python API all take
+the same things under different names (``--deadline``, ``DURATION``,
+``--deadline-seconds``, ``deadline=``): a command line, two durations, where
+the record goes, a label. :func:`build_request` is the one place they become a
+request: durations parsed and checked, each default defined once (in
+:mod:`tether.core.spec`), "no deadline" spelt one way, the record's path
+chosen, checked and made absolute. Nothing is started until all of it passed,
+so a request refused here leaves nothing behind, not even a record: a usage
+error is the caller's to see, at once, in one line.
+
+Errors are of two kinds. :class:`RequestError` (a :class:`ValueError`) is a
+value that cannot be a request: its message names the option as the door
+spells it (``flags``) and ``option`` says which one it was, so a door with its
+own words (``timeout: invalid time interval``) can use them. A
+:class:`TypeError` is a program's mistake (a string where a list of words was
+meant). A record path that cannot be written raises
+:class:`~tether.shared.record_file.RecordError`.
+
+Caller side: standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from tether.core.durations import DurationError, duration_seconds
+from tether.core.spec import DEFAULT_GRACE_SECONDS, DEFAULT_STOP_SIGNAL, RunSpec
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
+
+__all__ = ["RequestError", "build_request", "command_words", "record_path_for"]
+
+#: How the API names its options in messages; each door passes its own words.
+_API_NAMES: Final = {"deadline": "deadline", "grace": "grace"}
+
+
+class RequestError(ValueError):
+    """A request that cannot be run; the message is one line for a person.
+
+    ``option`` is which option was wrong, by its API name (``argv``,
+    ``deadline``, ``grace``, ``label``, ``record``, ``stop_signal``).
+    """
+
+    def __init__(self, message: str, *, option: str) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+def build_request(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    asked_at: float,
+    deadline: object = None,
+    grace: object = DEFAULT_GRACE_SECONDS,
+    record: object = None,
+    label: object = None,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    stop_signal: str = DEFAULT_STOP_SIGNAL,
+    flags: Mapping[str, str] = _API_NAMES,
+) -> RunSpec:
+    """Check what a door was given and return the request, or raise (see the module).
+
+    ``deadline`` of ``None`` or ``0`` means no deadline; ``grace`` of ``None``
+    means never escalate to SIGKILL (``tether timeout`` without ``-k``).
+    ``record`` is ``None`` or ``True`` for a new file in the default directory,
+    a path for that file, ``False`` for no record; the default directory is created if
+    needed. ``flags`` maps ``deadline`` and ``grace`` to the names the door's
+    users know them by, for messages.
+    """
+    words = command_words(argv)
+    deadline_seconds = _seconds(deadline, "deadline", flags) if deadline is not None else 0.0
+    grace_seconds = math.inf if grace is None else _seconds(grace, "grace", flags)
+    if label is not None and not isinstance(label, str):
+        raise TypeError(f"label must be a string or None, not {label!r}")
+    if not (stop_signal.startswith("SIG") and stop_signal[3:].isalnum()):
+        raise RequestError(f"not a signal name: {stop_signal!r}", option="stop_signal")
+    return RunSpec(
+        argv=words,
+        deadline_seconds=deadline_seconds or None,
+        grace_seconds=grace_seconds,
+        asked_at=asked_at,
+        record_path=record_path_for(record),
+        label=label,
+        cwd=None if cwd is None else os.fspath(cwd),
+        env=environment_copy(env),
+        stop_signal=stop_signal,
+    )
+
+
+def _seconds(value: object, option: str, flags: Mapping[str, str]) -> float:
+    try:
+        return duration_seconds(value, flag=flags.get(option, option))
+    except DurationError as error:
+        raise RequestError(str(error), option=option) from None
+
+
+def command_words(argv: Sequence[str | os.PathLike[str]]) -> tuple[str, ...]:
+    """``argv`` as a tuple of strings; refuse one string, non-strings and an empty command."""
+    if isinstance(argv, str | bytes):
+        raise TypeError(
+            f"argv must be a list of strings, not one string: write [{argv!r}] "
+            "or split the command line with shlex.split()"
+        )
+    words = tuple(os.fspath(word) for word in argv)
+    for word in words:
+        if not isinstance(word, str):
+            raise TypeError(f"argv must hold strings (or paths), not {word!r}")
+    if not words:
+        raise RequestError("there is no command to run", option="argv")
+    return words
+
+
+def environment_copy(env: Mapping[str, str] | None) -> dict[str, str] | None:
+    """A copy of ``env``, checked to map strings to strings."""
+    if env is None:
+        return None
+    copied = dict(env)
+    for key, value in copied.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"env must map strings to strings, not {key!r} to {type(value)}")
+    return copied
+
+
+def record_path_for(record: object) -> str | None:
+    """The absolute record path for a ``record`` option, checked; ``None`` for no record.
+
+    Raises :class:`~tether.shared.record_file.RecordError` if a record cannot
+    be written there.
+    """
+    if record is False:
+        return None
+    from tether.shared.record_file import check_record_path
+
+    if record is None or record is True:
+        from tether.shared.paths import new_record_path
+
+        path = new_record_path()
+    elif isinstance(record, str | os.PathLike):
+        path = Path(os.fspath(record))
+    else:
+        raise TypeError(f"record must be a path, True, False or None, not {record!r}")
+    if not path.is_absolute():
+        try:
+            path = Path(os.getcwd(), path)
+        except FileNotFoundError:
+            raise RequestError(
+                f"cannot place the record {os.fspath(path)!r}: the current directory is gone "
+                "(give an absolute path)",
+                option="record",
+            ) from None
+    check_record_path(path)
+    return str(path)

@@ -1,0 +1,117 @@
+"""The one client of the status pipe: typed messages in, a lost supervisor handled once.
+
+Every door that starts a supervisor (``tether run``, ``tether timeout``, the
+Python API) reads how the run goes through :class:`StatusClient`, so every
+door sees the same things: :class:`~tether.shared.protocol.Started` once the
+command runs, :class:`~tether.shared.protocol.Signalled` for each signal the
+tree gets, and, last, one :class:`~tether.shared.protocol.Finished`. When the
+pipe ends without ``finished`` (the supervisor was SIGKILLed, before or after
+the command started), the client does what a caller must
+(:func:`~tether.caller.fallback.after_supervisor_lost`: stop what is left,
+write the fallback record) and hands on the ``Finished`` that says so. No
+door can forget that step, because no door reads the pipe itself.
+
+Reads never block: :meth:`StatusClient.read_available` takes whatever whole
+lines have arrived, so the API can wait for the descriptor in ``poll()`` or an
+event loop's ``add_reader``; :meth:`StatusClient.wait` is the blocking wait the
+command line uses.
+
+Caller side: standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import select
+import time
+
+from tether.core.spec import RunSpec
+from tether.shared.protocol import Finished, Message, Started, decode
+
+__all__ = ["StatusClient"]
+
+#: Status lines are short; a longer one is not a message (and is not kept whole).
+_MAX_LINE_BYTES = 1 << 16
+
+
+class StatusClient:
+    """The caller's end of one run's status pipe (its owner closes it: :meth:`close`)."""
+
+    def __init__(self, spec: RunSpec, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self.spec = spec
+        self.fd: int | None = fd
+        self.started: Started | None = None
+        self.finished: Finished | None = None
+        self._partial = b""
+
+    def read_available(self) -> list[Message]:
+        """The messages that arrived since the last call, without blocking.
+
+        At end of file without ``finished``, the supervisor was lost: the tree
+        is stopped, the fallback record written, and a ``Finished`` saying so
+        is the last message returned.
+        """
+        if self.fd is None or self.finished is not None:
+            return []
+        at_eof = False
+        while True:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except BlockingIOError:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:
+                at_eof = True
+                break
+            self._partial += chunk
+            if len(self._partial) > _MAX_LINE_BYTES and b"\n" not in self._partial:
+                self._partial = self._partial[-_MAX_LINE_BYTES:]
+        *lines, self._partial = self._partial.split(b"\n")
+        messages: list[Message] = []
+        for line in lines:
+            if line.strip():
+                message = decode(line)
+                messages.append(message)
+                if isinstance(message, Started) and self.started is None:
+                    self.started = message
+                elif isinstance(message, Finished):
+                    self.finished = message
+                    break
+        # A line cut short by the end of the pipe is a supervisor that died mid-write.
+        if self.finished is None and at_eof:
+            from tether.caller.fallback import after_supervisor_lost
+
+            self.finished = after_supervisor_lost(self.spec, self.started)
+            messages.append(self.finished)
+        return messages
+
+    def wait(self, timeout: float | None = None) -> list[Message]:
+        """Block until something arrives (or ``timeout`` seconds pass); return what did."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            messages = self.read_available()
+            if messages or self.fd is None or self.finished is not None:
+                return messages
+            remaining = None if end is None else max(0.0, end - time.monotonic())
+            if remaining == 0:
+                return []
+            # poll(), not select(): a busy caller may hold descriptors above 1024.
+            poller = select.poll()
+            poller.register(self.fd, select.POLLIN)
+            poller.poll(None if remaining is None else math.ceil(remaining * 1000))
+
+    def close(self) -> None:
+        """Close the pipe, once ``finished`` is in and nothing waits on the descriptor.
+
+        Not done by :meth:`read_available` itself: an event loop may still
+        have the descriptor registered, and a number closed under it could be
+        reused by the next run's pipe before the loop lets go.
+        """
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
