@@ -87,7 +87,10 @@ class RunFacts:
     code as the supervisor finally reaped it (``subprocess`` style; ``None`` if
     it never ran or could not be reaped). ``stragglers`` counts processes still
     running after the command exited on its own, which then had to be stopped.
-    ``containment`` is one of :data:`CONTAINMENTS`. Nothing is validated here:
+    ``containment`` is one of :data:`CONTAINMENTS`. ``signals_without_pidfd``
+    counts signals sent by pid because no pidfd could be had;
+    ``event_log_lines_dropped`` the event log's lost lines (``None``: no
+    event log). Nothing is validated here:
     these facts are gathered when the record is due, and a record must not be
     lost to a check.
     """
@@ -106,6 +109,8 @@ class RunFacts:
     descendants_stopped: int = 0
     stragglers: int = 0
     rusage: ResourceUsage | None = None
+    signals_without_pidfd: int = 0
+    event_log_lines_dropped: int | None = None
 
 
 def _iso(moment: datetime) -> str:
@@ -206,6 +211,8 @@ def build_document(verdict: Verdict, facts: RunFacts) -> dict[str, object]:
         "rusage": _rusage(facts.rusage),
         "launch_error": _launch_error(verdict),
         "tether_error": None,
+        "signals_without_pidfd": facts.signals_without_pidfd,
+        "event_log_lines_dropped": facts.event_log_lines_dropped,
     }
 
 
@@ -255,6 +262,8 @@ def build_lost_document(
         "rusage": None,
         "launch_error": None,
         "tether_error": " ".join(message.split()),
+        "signals_without_pidfd": None,
+        "event_log_lines_dropped": None,
     }
 
 
