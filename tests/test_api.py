@@ -9,6 +9,7 @@ Every process a test learns about is tracked and killed by pid at teardown.
 from __future__ import annotations
 
 import errno
+import io
 import json
 import math
 import os
@@ -286,6 +287,9 @@ def test_bad_durations_are_refused_before_anything_starts(
         (["true"], {"env": {"A": 1}}, TypeError),
         (["true"], {"stdout": subprocess.PIPE}, ValueError),
         (["true"], {"label": 3}, TypeError),
+        (["true"], {"stdout": 9999}, ValueError),  # not an open descriptor: no /dev/null guess
+        (["true"], {"stderr": io.StringIO()}, TypeError),  # no descriptor behind it
+        (["true"], {"deadlin": 5}, TypeError),  # a misspelt option is not silently ignored
     ],
 )
 def test_bad_arguments_are_refused_before_anything_starts(
@@ -336,6 +340,34 @@ def test_stdio_env_and_cwd_reach_the_command(tmp_path: Path) -> None:
         )
     assert outcome.returncode == 7
     assert out.read_text() == f"hello {tmp_path}\n"
+
+
+def test_running_out_of_descriptors_is_a_launch_error_that_leaks_nothing() -> None:
+    """A launch that cannot get its pipes raises LaunchError (125) and closes what it opened."""
+    script = (
+        "import os, resource, tether\n"
+        "tether.run(['true'], record=False)\n"
+        "def fds(): return sorted(os.listdir('/proc/self/fd'))\n"
+        "for spare in range(1, 24):\n"
+        "    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "    before = fds()\n"
+        "    resource.setrlimit(resource.RLIMIT_NOFILE, (len(before) + spare, hard))\n"
+        "    try:\n"
+        "        outcome = tether.run(['true'], record=False)\n"
+        "    except tether.LaunchError as error:\n"
+        "        print('refused', error.exit_status, error.errno)\n"
+        "    else:\n"
+        "        print('ran', outcome.reason.value)\n"
+        "    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))\n"
+        "    assert fds() == before, (spare, before, fds())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=BOUND
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "refused 125 24" in lines  # EMFILE, in one line, no bare OSError
+    assert lines[-1] == "ran completed"  # and with enough descriptors it works
 
 
 def test_no_descriptor_leaks_across_many_runs(processes: Processes, ready: ReadyPipe) -> None:

@@ -350,3 +350,65 @@ def test_seed_door_launch_failure(planted: Secrets, seed: SeedWorker) -> None:
     assert read_json(seed.record)["reason"] == "launch_failed"
     assert_redacted_where_it_was(seed.record, in_log=2)
     assert_no_secret_anywhere(planted, seed.record.parent, seed.record)
+
+
+# -- records the caller writes itself, and secrets given with env= ----------------------------
+
+
+def test_a_lost_supervisors_record_is_redacted_too(
+    planted: Secrets, records: Path, processes: Processes, ready: ReadyPipe
+) -> None:
+    """The caller writes the ``supervisor_lost`` record itself: it redacts like the supervisor."""
+    record = records / "lost.json"
+    env = {**planted.environ(), "STAY": "1", "READY_FIFO": str(ready.path)}
+    caller = processes.start(
+        tether_argv(
+            "run", "--name", planted.label(), "--record", str(record), "--", *command(planted)
+        ),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    pid = ready.ready_pids()[0]
+    supervisor = parent_of(pid)
+    assert supervisor is not None
+    processes.track(pid, supervisor)
+    os.kill(supervisor, signal.SIGKILL)
+    assert caller.wait(timeout=BOUND) == 125
+    data = read_json(record)
+    validate_record(data)
+    assert data["reason"] == "supervisor_lost"
+    label = data["variant"]
+    assert isinstance(label, str)
+    assert label.count(REDACTED) >= 10, label
+    for secret in planted.all():
+        assert secret not in record.read_text()
+
+
+def test_secrets_given_with_env_and_the_callers_own_are_both_scrubbed(
+    planted: Secrets, records: Path
+) -> None:
+    """``env=`` replaces the command's environment, not the caller's: both may hold secrets."""
+    record = records / "api.json"
+    script = (
+        "import sys, tether\n"
+        "outcome = tether.run(sys.argv[1:], env={'OTHER_API_KEY': sys.stdin.readline().strip()},\n"
+        "                     label=sys.stdin.readline().strip(), record=sys.stdin.readline().strip())\n"
+        "print(outcome.reason.value)\n"
+    )
+    other_key = _random(ALNUM, 26)
+    label = f"{planted.label()} {other_key}"
+    result = subprocess.run(
+        [sys.executable, "-c", script, sys.executable, "-c", "pass", *planted.argv_words()],
+        input=f"{other_key}\n{label}\n{record}\n",
+        env=planted.environ(),
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        check=False,
+    )
+    assert result.stdout.strip() == "completed", result.stderr
+    assert_redacted_where_it_was(record)
+    text = record.read_text() + record.with_name("api.events.jsonl").read_text()
+    for secret in [*planted.all(), other_key]:
+        assert secret not in text

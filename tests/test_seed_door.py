@@ -37,7 +37,12 @@ class Worker:
         self.read_end, self.write_end = os.pipe()
 
     def start(
-        self, *command: str, deadline: str = "60", grace: str = "5", variant: str = "v1"
+        self,
+        *command: str,
+        deadline: str = "60",
+        grace: str = "5",
+        variant: str = "v1",
+        leak_write_end: bool = False,
     ) -> subprocess.Popen[bytes]:
         argv = [
             sys.executable,
@@ -56,7 +61,9 @@ class Worker:
             "--",
             *command,
         ]
-        popen = self.processes.start(argv, pass_fds=(self.read_end,))
+        # A careless worker lets its own write end leak into the supervisor too.
+        passed = (self.read_end, self.write_end) if leak_write_end else (self.read_end,)
+        popen = self.processes.start(argv, pass_fds=passed)
         os.close(self.read_end)
         return popen
 
@@ -100,6 +107,19 @@ def test_lifeline_closed_is_parent_lost(worker: Worker, ready: ReadyPipe) -> Non
     data = read_json(worker.record)
     assert data["reason"] == "parent_lost"
     assert data["eval_process_group"] == pids[0]
+
+
+def test_a_leaked_write_end_of_the_lifeline_cannot_keep_the_command_alive(
+    worker: Worker, ready: ReadyPipe
+) -> None:
+    """The supervisor closes its own copies of the write end: the worker's end of file still counts."""
+    supervisor = worker.start(*fixture("sleeper", str(ready.path)), leak_write_end=True)
+    pids = ready.ready_pids()
+    worker.processes.track(*pids)
+    worker.close()
+    assert supervisor.wait(timeout=BOUND) == 130
+    assert wait_gone(pids[0])
+    assert read_json(worker.record)["reason"] == "parent_lost"
 
 
 def test_worker_sigkilled_stops_the_command(

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,88 @@ def test_the_caller_stops_what_it_can_reach(
         assert wait_gone(escapee)
     else:
         assert alive(escapee)  # out of reach, as docs/containment.md says
+
+
+# -- every door: one status client ------------------------------------------------------------
+
+
+def test_tether_timeout_stops_what_is_left_and_leaves_a_record(
+    processes: Processes, ready: ReadyPipe, tmp_path: Path
+) -> None:
+    """The same fallback as ``tether run``: ``tether timeout`` reads the pipe the same way."""
+    record = tmp_path / "lost.json"
+    caller = processes.start(
+        tether_argv(
+            "timeout", "--record", str(record), "60",
+            *fixture("sleeper", str(ready.path), "--children", "1"),
+        ),
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    leader, child = ready.ready_pids()
+    processes.track(leader, child)
+    supervisor = parent_of(leader)
+    assert supervisor is not None
+    processes.track(supervisor)
+    os.kill(supervisor, signal.SIGKILL)
+    assert caller.wait(timeout=BOUND) == 125
+    assert caller.stderr is not None
+    message = caller.stderr.read().decode()
+    assert message.startswith("timeout: the supervisor was lost"), message
+    assert wait_gone(leader)
+    assert wait_gone(child)  # the caller SIGKILLed the rest of the group
+    data = read_json(record)
+    validate_record(data)
+    assert (data["reason"], data["eval_pid"]) == ("supervisor_lost", leader)
+
+
+#: A ``sitecustomize`` that makes the detached supervisor die before it starts anything.
+LOSE_BEFORE_STARTED = """
+import os, sys
+if sys.argv[:1] == ["-c"]:
+    with open(f"/proc/{os.getpid()}/cmdline", "rb") as cmdline:
+        if b"tether.supervisor.detach" in cmdline.read():
+            os._exit(3)
+"""
+
+
+@pytest.mark.parametrize("door", ["run", "timeout", "api"])
+def test_a_supervisor_lost_before_it_started_anything_is_recorded(
+    tmp_path: Path, door: str
+) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(LOSE_BEFORE_STARTED)
+    record = tmp_path / "runs" / "lost.json"
+    marker = tmp_path / "started"
+    command = ["touch", str(marker)]
+    argv = {
+        "run": tether_argv("run", "--record", str(record), "--", *command),
+        "timeout": tether_argv("timeout", "--record", str(record), "10", *command),
+        "api": [
+            sys.executable,
+            "-c",
+            "import sys, tether\n"
+            "try:\n"
+            "    tether.launch(sys.argv[2:], record=sys.argv[1])\n"
+            "except tether.LaunchError as error:\n"
+            "    print(error.exit_status, error.record_path)\n",
+            str(record),
+            *command,
+        ],
+    }[door]
+    env = {**os.environ, "PYTHONPATH": str(site), "XDG_STATE_HOME": str(tmp_path)}
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=BOUND, env=env)
+    if door == "api":
+        assert result.stdout.split() == ["125", str(record)], result.stderr
+    else:
+        assert result.returncode == 125, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert not marker.exists()
+    data = read_json(record)
+    validate_record(data)
+    assert (data["reason"], data["eval_pid"], data["supervisor_pid"]) == (
+        "supervisor_lost",
+        None,
+        None,
+    )
