@@ -392,8 +392,10 @@ def test_secrets_given_with_env_and_the_callers_own_are_both_scrubbed(
     record = records / "api.json"
     script = (
         "import sys, tether\n"
-        "outcome = tether.run(sys.argv[1:], env={'OTHER_API_KEY': sys.stdin.readline().strip()},\n"
-        "                     label=sys.stdin.readline().strip(), record=sys.stdin.readline().strip())\n"
+        "key, label, record = (sys.stdin.readline().strip() for _ in range(3))\n"
+        "outcome = tether.run(\n"
+        "    sys.argv[1:], env={'OTHER_API_KEY': key}, label=label, record=record\n"
+        ")\n"
         "print(outcome.reason.value)\n"
     )
     other_key = _random(ALNUM, 26)

@@ -112,7 +112,7 @@ def test_lifeline_closed_is_parent_lost(worker: Worker, ready: ReadyPipe) -> Non
 def test_a_leaked_write_end_of_the_lifeline_cannot_keep_the_command_alive(
     worker: Worker, ready: ReadyPipe
 ) -> None:
-    """The supervisor closes its own copies of the write end: the worker's end of file still counts."""
+    """The supervisor closes its own copies of the write end: the worker's end of file counts."""
     supervisor = worker.start(*fixture("sleeper", str(ready.path)), leak_write_end=True)
     pids = ready.ready_pids()
     worker.processes.track(*pids)
