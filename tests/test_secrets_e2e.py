@@ -279,10 +279,10 @@ def test_tether_run_deadline(planted: Secrets, records: Path) -> None:
     assert_no_secret_anywhere(planted, records, record)
 
 
-def test_tether_run_caller_lost(
-    planted: Secrets, records: Path, processes: Processes, ready: ReadyPipe
-) -> None:
-    record = records / "orphan.json"
+def start_staying_run(
+    planted: Secrets, record: Path, processes: Processes, ready: ReadyPipe
+) -> tuple[subprocess.Popen[bytes], int, int]:
+    """``tether run`` of a command that stays; return the caller, the command and its supervisor."""
     env = {**planted.environ(), "STAY": "1", "READY_FIFO": str(ready.path)}
     caller = processes.start(
         tether_argv(
@@ -290,11 +290,20 @@ def test_tether_run_caller_lost(
         ),
         env=env,
         stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     pid = ready.ready_pids()[0]
     supervisor = parent_of(pid)
     assert supervisor is not None
     processes.track(pid, supervisor)
+    return caller, pid, supervisor
+
+
+def test_tether_run_caller_lost(
+    planted: Secrets, records: Path, processes: Processes, ready: ReadyPipe
+) -> None:
+    record = records / "orphan.json"
+    caller, pid, supervisor = start_staying_run(planted, record, processes, ready)
     caller.send_signal(signal.SIGKILL)
     assert wait_gone(pid)
     assert wait_gone(supervisor)
@@ -360,19 +369,7 @@ def test_a_lost_supervisors_record_is_redacted_too(
 ) -> None:
     """The caller writes the ``supervisor_lost`` record itself: it redacts like the supervisor."""
     record = records / "lost.json"
-    env = {**planted.environ(), "STAY": "1", "READY_FIFO": str(ready.path)}
-    caller = processes.start(
-        tether_argv(
-            "run", "--name", planted.label(), "--record", str(record), "--", *command(planted)
-        ),
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    pid = ready.ready_pids()[0]
-    supervisor = parent_of(pid)
-    assert supervisor is not None
-    processes.track(pid, supervisor)
+    caller, _, supervisor = start_staying_run(planted, record, processes, ready)
     os.kill(supervisor, signal.SIGKILL)
     assert caller.wait(timeout=BOUND) == 125
     data = read_json(record)
