@@ -124,7 +124,12 @@ def _clear_the_name(directory_fd: int, path: Path) -> None:
 def _create_private(path: Path, directory_fd: int) -> int:
     """Create this run's log at ``path``, mode 0600 whatever the umask; return its descriptor."""
     _clear_the_name(directory_fd, path)
-    fd = os.open(path.name, _CREATE_FLAGS, _FILE_MODE, dir_fd=directory_fd)
+    try:
+        fd = os.open(path.name, _CREATE_FLAGS, _FILE_MODE, dir_fd=directory_fd)
+    except FileNotFoundError:
+        if os.fstat(directory_fd).st_nlink == 0:
+            raise OSError(errno.ENOENT, "its directory was removed") from None
+        raise
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EEXIST, "it is not a regular file")
