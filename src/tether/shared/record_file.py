@@ -176,7 +176,12 @@ def open_record_directory(directory: Path) -> int:
     part of the path is not a directory, is a stranger's link, or cannot be
     made or opened. An existing directory's mode is left alone.
     """
-    found = _walk(directory)
+    try:
+        found = _walk(directory)
+    except RecordError:
+        raise
+    except OSError as error:
+        raise _directory_error(directory, error) from None
     try:
         return os.open(".", _HELD_FLAGS, dir_fd=found)
     except OSError as error:
@@ -223,12 +228,6 @@ def _walk(directory: Path) -> int:
                 os.close(current)
                 current, where = root, "/"
         return current
-    except RecordError:
-        os.close(current)
-        raise
-    except OSError as error:
-        os.close(current)
-        raise _directory_error(directory, error) from None
     except BaseException:
         os.close(current)
         raise
