@@ -20,13 +20,14 @@ caller waits on; the caller's own stdio arrives as extra descriptors that only
 the command keeps. Only the descriptors the caller passed on purpose are open.
 
 **The record's directory arrives as a descriptor** (role ``record_dir``),
-opened by the caller when it checked the record path, rather than looked up
-again here. One lookup means the record goes exactly where the check said it
-could, with no second window for a swapped path; the caller needs the same
-directory anyway for the record it writes if this supervisor is lost; and the
-check's refusal (a stranger's link on the way, a FIFO at the event log's name)
-comes from the caller, on its terminal, before anything was spawned. The
-descriptor is made close-on-exec again here, so the command never inherits it.
+opened and checked by the caller as it spawns this supervisor, rather than
+looked up again here. The record then goes exactly where the caller's check
+said it could, with no second lookup for a swapped path to slip into; the
+caller needs the same directory anyway for the record it writes if this
+supervisor is lost; and a refusal (a stranger's link on the way, a FIFO at the
+event log's name) comes from the caller, on its terminal, before anything was
+spawned. The descriptor is made close-on-exec again here, so the command never
+inherits it.
 """
 
 from __future__ import annotations
