@@ -19,7 +19,7 @@ from structlog.typing import EventDict
 
 from tether.core.redaction import REDACTED, Redactor, secret_values_from
 from tether.shared.paths import events_path_for
-from tether.supervisor.event_log import EventLog
+from tether.supervisor.event_log import INCOMPLETE_EVENT, EventLog
 from tether.supervisor.loop import EventSink, NullEventLog
 
 SECRET_ENV = {"SERVICE_TOKEN": "env-secret-0451"}
@@ -148,22 +148,45 @@ def test_file_is_private_whatever_the_umask(log_path: Path, umask_zero: None) ->
     assert file_mode(log_path) == 0o600
 
 
-def test_appends_to_an_existing_file_and_tightens_its_mode(log_path: Path) -> None:
+def test_an_earlier_log_is_replaced_not_appended_to(log_path: Path) -> None:
+    """A reused record path gets a log of this run only, made private."""
     log_path.write_text('{"event": "earlier"}\n', encoding="utf-8")
     log_path.chmod(0o644)
     with EventLog.open(log_path, Redactor()) as log:
         log.emit("later")
-    assert [line["event"] for line in read_lines(log_path)] == ["earlier", "later"]
+    assert [line["event"] for line in read_lines(log_path)] == ["later"]
     assert file_mode(log_path) == 0o600
+
+
+def test_a_hard_link_at_the_name_is_unlinked_never_truncated(
+    tmp_path: Path, log_path: Path
+) -> None:
+    other = tmp_path / "other-file"
+    other.write_text("precious\n", encoding="utf-8")
+    os.link(other, log_path)
+    with EventLog.open(log_path, Redactor()) as log:
+        log.emit("launched", pid=1)
+    assert other.read_text(encoding="utf-8") == "precious\n"
+    assert os.stat(other).st_nlink == 1
+    assert [line["event"] for line in read_lines(log_path)] == ["launched"]
 
 
 def test_refuses_to_follow_a_symlink(tmp_path: Path, log_path: Path) -> None:
     target = tmp_path / "elsewhere"
     target.write_text("", encoding="utf-8")
     log_path.symlink_to(target)
-    with pytest.raises(OSError, match="symbolic links"):
+    with pytest.raises(OSError, match="it is a symbolic link"):
         EventLog.open(log_path, Redactor())
     assert target.read_text(encoding="utf-8") == ""
+    assert log_path.is_symlink()
+
+
+@pytest.mark.timeout(10)
+def test_a_fifo_at_the_name_is_refused_without_blocking(log_path: Path) -> None:
+    os.mkfifo(log_path)
+    with pytest.raises(OSError, match="it is a FIFO"):
+        EventLog.open(log_path, Redactor())
+    assert stat.S_ISFIFO(os.lstat(log_path).st_mode)
 
 
 def test_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:
@@ -225,3 +248,66 @@ def test_both_logs_are_event_sinks(log_path: Path) -> None:
         sink.emit("step", state_before="watching", state_after="terminating")
         sink.close()
     assert len(read_lines(log_path)) == 1
+
+
+# -- a log that cannot be written never costs the run -----------------------------
+
+
+def test_a_full_disk_drops_lines_and_never_raises(log_path: Path) -> None:
+    """``/dev/full`` answers every write with ENOSPC, as a full file system does."""
+    log = EventLog(log_path, os.open("/dev/full", os.O_WRONLY | os.O_CLOEXEC), Redactor())
+    log.emit("launched", pid=1)
+    log.emit("step", state_before="launching", state_after="watching")
+    assert log.lines_dropped == 2
+    assert log.problem == "No space left on device"
+    log.close()  # the closing note cannot be written either: no exception
+    log.close()
+
+
+def test_a_closed_descriptor_drops_lines(log_path: Path) -> None:
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    log = EventLog(log_path, fd, Redactor())
+    os.close(fd)
+    log.emit("launched", pid=1)
+    assert log.lines_dropped == 1
+    assert log.problem == "Bad file descriptor"
+    log.close()
+
+
+def test_a_line_cut_short_is_cut_off_and_the_log_says_it_is_incomplete(
+    log_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fills in the middle of a line, then has room again."""
+    real_write = os.write
+    calls: list[int] = []
+
+    def filling_write(fd: int, data: bytes | memoryview) -> int:
+        calls.append(len(data))
+        if len(calls) == 2:  # the second line: half of it, then no space
+            return real_write(fd, bytes(data)[: len(data) // 2])
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    log = EventLog.open(log_path, Redactor())
+    monkeypatch.setattr(os, "write", filling_write)
+    log.emit("launched", pid=1)
+    log.emit("step", state_before="launching", state_after="watching")
+    log.emit("command_exited", pid=1, returncode=0)
+    log.close()
+    lines = read_lines(log_path)  # every line whole: the half line is gone
+    assert [line["event"] for line in lines] == ["launched", "command_exited", INCOMPLETE_EVENT]
+    assert lines[-1]["lines_dropped"] == 1
+    assert lines[-1]["error"] == "No space left on device"
+
+
+def test_a_field_that_cannot_be_rendered_costs_its_line_only(log_path: Path) -> None:
+    class Unprintable:
+        def __repr__(self) -> str:
+            raise RuntimeError("no words for it")
+
+    with EventLog.open(log_path, Redactor()) as log:
+        log.emit("odd", value=Unprintable())
+        log.emit("launched", pid=1)
+        assert log.lines_dropped == 1
+    assert [line["event"] for line in read_lines(log_path)] == ["launched", INCOMPLETE_EVENT]

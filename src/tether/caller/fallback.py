@@ -19,7 +19,10 @@ run``, ``tether timeout``, the API: they all read the status pipe through
    before it said ``started`` started nothing the caller could know of.
 2. Write what it knows, with ``reason: supervisor_lost``, at the path where
    the record was expected, redacted like every record, so the evidence is
-   never simply missing and an operator finds it where they would look.
+   never simply missing and an operator finds it where they would look. It
+   goes through the record's directory as the caller has held it since the
+   spawn (``spec.fds["record_dir"]``), never through the path looked up again:
+   a directory swapped for a link meanwhile cannot redirect it.
 3. Report the run as ended, as a :class:`~tether.shared.protocol.Finished`
    like the one the supervisor would have sent: every door then reports a
    lost supervisor the same way (status 125).
@@ -97,7 +100,8 @@ def _write_lost_record(
     if spec.record_path is None:
         return None
     path = Path(spec.record_path)
-    if os.path.lexists(path):
+    directory_fd = spec.fds.get("record_dir")
+    if _already_there(path, directory_fd):
         return None
     from tether.shared.record_document import build_lost_document
     from tether.shared.record_file import RecordError, write_record
@@ -115,7 +119,26 @@ def _write_lost_record(
         hostname=socket.gethostname(),
     )
     try:
-        write_record(path, document, redactor=redactor_for(spec, os.environ))
+        write_record(
+            path, document, redactor=redactor_for(spec, os.environ), directory_fd=directory_fd
+        )
     except RecordError:
         return None
     return spec.record_path
+
+
+def _already_there(path: Path, directory_fd: int | None) -> bool:
+    """Whether something (the supervisor's own record, after all) is at the record's name.
+
+    Looked for in the held directory, without following a link; anything
+    that cannot be looked at counts as there, so it is never overwritten.
+    """
+    if directory_fd is None:
+        return os.path.lexists(path)
+    try:
+        os.stat(path.name, dir_fd=directory_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return True

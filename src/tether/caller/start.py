@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 import threading
+import weakref
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Final
@@ -36,7 +37,8 @@ from tether.caller.status import StatusClient
 from tether.core.reasons import TETHER_FAILED
 from tether.core.spec import RunSpec
 from tether.linux import UnsupportedPlatform, require_linux
-from tether.shared.protocol import CANCEL, KILL_NOW
+from tether.shared.protocol import CANCEL, KILL_NOW, Message
+from tether.shared.record_file import RecordError, hold_record_directory
 
 __all__ = [
     "LaunchError",
@@ -219,6 +221,12 @@ class Spawn:
     ``spec_fd`` is the write end of the spec pipe, with ``spec_data`` still to
     be written to it (:func:`send_spec`); ``intermediate`` is the short-lived
     interpreter that forks the supervisor and exits, to be reaped by the caller.
+
+    When the run keeps a record, ``spec.fds["record_dir"]`` is the record's
+    directory, held open since the spawn, under the same number in the caller
+    and in the supervisor. The caller's copy is for the record it writes itself
+    if the supervisor is lost; ``status`` closes it once the run is over. That
+    is one more descriptor per running run.
     """
 
     spec: RunSpec
@@ -251,9 +259,15 @@ def spawn_supervisor(
             opened.append(_command_stream(stream, default))
         if spec.cwd is None:
             opened.append(_working_directory())
+        record_dir = _record_directory(spec)
+        if record_dir is not None:
+            opened.append(record_dir)
         for _ in range(3):  # lifeline, status, spec
             read_end, write_end = os.pipe()
             opened += [_above_stdio(read_end), _above_stdio(write_end)]
+    except RecordError as error:
+        _close_all(opened)
+        raise LaunchError(str(error), errno=error.errno, exit_status=TETHER_FAILED) from None
     except OSError as error:
         _close_all(opened)
         raise LaunchError(
@@ -261,10 +275,12 @@ def spawn_supervisor(
             errno=error.errno,
             exit_status=TETHER_FAILED,
         ) from None
-    *stdio, lifeline_r, lifeline_w, status_r, status_w, spec_r, spec_w = opened
-    roles = {"stdin": stdio[0], "stdout": stdio[1], "stderr": stdio[2]}
+    *ours, lifeline_r, lifeline_w, status_r, status_w, spec_r, spec_w = opened
+    roles = {"stdin": ours[0], "stdout": ours[1], "stderr": ours[2]}
     if spec.cwd is None:
-        roles["cwd"] = stdio[3]
+        roles["cwd"] = ours[3]
+    if record_dir is not None:
+        roles["record_dir"] = record_dir
     passed = (*roles.values(), lifeline_r, status_w, spec_r)
     complete = replace(
         spec,
@@ -288,15 +304,64 @@ def spawn_supervisor(
             errno=error.errno,
             exit_status=TETHER_FAILED,
         ) from None
-    _close_all(passed)
+    # The caller keeps the record's directory, for the record it writes itself
+    # should the supervisor be lost; everything else passed is the supervisor's now.
+    _close_all([fd for fd in passed if fd != record_dir])
+    status = (
+        StatusClient(complete, status_r)
+        if record_dir is None
+        else _HoldingStatusClient(complete, status_r, record_dir)
+    )
     return Spawn(
         spec=complete,
         lifeline=Lifeline(lifeline_w),
-        status=StatusClient(complete, status_r),
+        status=status,
         spec_fd=spec_w,
         spec_data=complete.to_json(),
         intermediate=intermediate,
     )
+
+
+def _record_directory(spec: RunSpec) -> int | None:
+    """The record's directory, checked and held open for the run; ``None`` without a record.
+
+    Held from here on by both sides: the supervisor writes the record and the
+    event log through its copy (so nothing done to the path during the run can
+    redirect them), and the caller through its own, for a lost supervisor's
+    record. Raises :class:`~tether.shared.record_file.RecordError`.
+    """
+    if spec.record_path is None:
+        return None
+    return _above_stdio(hold_record_directory(Path(spec.record_path)))
+
+
+def _close_quietly(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+class _HoldingStatusClient(StatusClient):
+    """A run's status client that also holds the run's record directory, for the fallback record.
+
+    The directory is let go of as soon as the run is over (``finished`` is in:
+    the supervisor wrote its record, or the fallback has just written its own
+    through the directory), or when the client is closed or dropped, whichever
+    comes first, and only once.
+    """
+
+    def __init__(self, spec: RunSpec, fd: int, record_dir: int) -> None:
+        super().__init__(spec, fd)
+        self._let_go_of_record_dir = weakref.finalize(self, _close_quietly, record_dir)
+
+    def read_available(self) -> list[Message]:
+        messages = super().read_available()
+        if self.finished is not None:
+            self._let_go_of_record_dir()
+        return messages
+
+    def close(self) -> None:
+        super().close()
+        self._let_go_of_record_dir()
 
 
 def _close_all(fds: tuple[int, ...] | list[int]) -> None:

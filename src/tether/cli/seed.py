@@ -20,6 +20,11 @@ that cannot be written. Each gets one line on stderr and status 125, and
 leaves nothing behind: no command and no record, as a usage error at every
 door. A duration of ``0`` means no deadline, as everywhere in tether.
 
+The record's directory is opened once, here, before the command starts, and
+held by descriptor for the whole run: the record and the event log are
+written through it, so nothing done to the path meanwhile can redirect them
+(see :mod:`tether.shared.record_file`).
+
 One more thing the seed never noticed: a worker that let the *write* end of
 its pipe leak into this process (an inheritable descriptor it forgot to
 close). The supervisor would then hold its own lifeline open, and end of file
@@ -144,8 +149,11 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
     if problem is not None:
         _fail(problem)
 
+    from dataclasses import replace
+    from pathlib import Path
+
     from tether.caller.request import RequestError, build_request
-    from tether.shared.record_file import RecordError
+    from tether.shared.record_file import RecordError, hold_record_directory
 
     try:
         spec = build_request(
@@ -157,6 +165,9 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
             label=parsed.variant,
             flags=_FLAGS,
         )
+        if spec.record_path is not None:
+            held = hold_record_directory(Path(spec.record_path))
+            spec = replace(spec, fds={**spec.fds, "record_dir": held})
     except RequestError as error:
         _fail("no command after --" if error.option == "argv" else str(error))
     except RecordError as error:

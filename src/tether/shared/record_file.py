@@ -2,7 +2,8 @@
 
 The record is the only evidence, after the fact, of how a run ended — in
 particular that a command whose caller was hard-killed was stopped rather than
-left running. So it is written *once*, *atomically* and *privately*:
+left running. So it is written *once*, *atomically*, *privately*, and *only
+where it was meant to go*:
 
 *Atomically*, because a reader (``tether show``, ``jq``, a CI step that waits
 for the file) must see either no record or a whole one, never half of one,
@@ -10,10 +11,35 @@ even if the supervisor is killed mid-write or the machine loses power. The
 document goes to a temporary file in the record's own directory (``rename`` is
 atomic only within one file system), which is written, ``fsync``-ed,
 ``os.replace``-d over the record path, and then the directory is ``fsync``-ed
-so the new name itself survives a crash. Every step happens relative to one
-open directory descriptor, so the directory cannot be swapped for another
-between the steps. Whatever fails, the temporary file is removed: a failed
-write leaves nothing behind.
+so the new name itself survives a crash. Whatever fails, the temporary file is
+removed: a failed write leaves nothing behind.
+
+*Held by descriptor.* The record's directory is looked up once, before the
+command starts (:func:`hold_record_directory`), and from then on only its
+descriptor is used: the temporary file, the rename, the directory's ``fsync``
+and the event log beside the record all go through ``dir_fd``. Nothing that
+happens to the *path* during the run (``rm -rf runs; ln -s /etc runs``) can
+redirect a write, which matters most when tether runs as root: a directory
+that was removed stays removed, and writing into it fails with one line
+instead of landing elsewhere. (A directory that was merely renamed still gets
+its record, under its new name.)
+
+*Looked up without trusting strangers' links.* ``O_NOFOLLOW`` guards only the
+last component of a path, so the lookup walks the path one component at a
+time from ``/`` (or from the working directory), each component opened
+``O_PATH|O_DIRECTORY|O_NOFOLLOW`` relative to the one before. A component that
+is a symbolic link is followed only if the link belongs to root or to the
+effective user: nobody else can have planted it. That is the idea of the
+kernel's ``protected_symlinks`` made stricter, and it keeps ``/home ->
+/usr/home`` and an operator's own links working while a link another user
+placed anywhere on the path is refused in one line. The link is itself opened
+(``O_PATH``), and its owner and target are read from that descriptor, so it
+cannot be swapped between the check and the read. Missing directories are
+made in the same walk (``mkdirat``, then opened without following), so no
+link can be slipped in between making a directory and using it.
+``openat2(RESOLVE_NO_SYMLINKS)`` would refuse every link, root's own included,
+and needs Linux 5.6; the walk works everywhere for a few system calls per
+component.
 
 *Privately*, because the record is written by a process that may hold
 credentials in its environment: the file is created ``0600`` (and ``fchmod``-ed
@@ -23,17 +49,20 @@ operator and is left as it is: chmod-ing ``/tmp`` to ``0700`` would be a far
 worse surprise than a private file in a shared directory. The record never
 holds argv or environment values; nothing here even receives them.
 
-*Symbolic links.* The temporary file is opened ``O_CREAT|O_EXCL|O_NOFOLLOW``, so
-nobody can point it elsewhere. A symbolic link already sitting at the record
-path is refused, before the run (:func:`check_record_path`) and again at write
-time, rather than silently replaced: an operator who put it there expects the
-record to land where it points, and following it is exactly what a hostile link
-in a shared directory would want. (Should a link appear between that last check
-and the rename, ``rename`` replaces the link itself and never writes through
-it, so the race can only cost the link, never another file.) Anything else that
-is not a regular file — a directory, a FIFO, ``/dev/null`` — is refused too:
-replacing a device node with a record, as root, is not a favour to anyone.
-
+*What is at the record's name.* The temporary file is opened
+``O_CREAT|O_EXCL|O_NOFOLLOW``, so nobody can point it elsewhere. A symbolic
+link already sitting at the record path is refused, before the run
+(:func:`hold_record_directory`) and again at write time, rather than silently
+replaced: an operator who put it there expects the record to land where it
+points, and following it is exactly what a hostile link in a shared directory
+would want. (Should a link appear between that last check and the rename,
+``rename`` replaces the link itself and never writes through it, so the race
+can only cost the link, never another file.) Anything else that is not a
+regular file — a directory, a FIFO, ``/dev/null`` — is refused too: replacing
+a device node with a record, as root, is not a favour to anyone. The event
+log's name beside the record is checked the same way before the run, because
+the supervisor that writes the log must never block on a FIFO or write through
+a link.
 
 Reading and writing the file is kept apart from building the document
 (:mod:`tether.shared.record_document`) so that checking a record path before a run, which
@@ -48,14 +77,15 @@ import errno as errno_codes
 import json
 import os
 import stat
+from pathlib import Path
 
 from tether._version import __version__
+from tether.shared.paths import events_path_for
 
 # Checked before every launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
-    from pathlib import Path
+    from collections.abc import Mapping
     from typing import Final
 
     from tether.core.redaction import Redactor
@@ -67,6 +97,8 @@ __all__ = [
     "RecordError",
     "check_record_path",
     "ensure_private_directory",
+    "hold_record_directory",
+    "open_record_directory",
     "read_record",
     "record_schema",
     "write_record",
@@ -92,6 +124,15 @@ _TEMP_STEM_BYTES: Final = 128
 
 _SCHEMA_PREFIX: Final = "tether.record."
 
+#: One step of the walk: a directory, never a link, looked at without being read.
+_STEP_FLAGS: Final = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+#: The directory held for the run: readable, because only then can it be fsync-ed.
+_HELD_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+#: As many links as the kernel follows in one lookup (``MAXSYMLINKS``).
+_MAX_LINKS_FOLLOWED: Final = 40
+
 
 class RecordError(OSError):
     """A record could not be checked, written or read; the message is one line for a person.
@@ -110,7 +151,7 @@ class RecordError(OSError):
 # -- paths --------------------------------------------------------------------
 
 
-def _shown(path: Path) -> str:
+def _shown(path: Path | str) -> str:
     """Return ``path`` for a one-line message: as is, or quoted if it holds control characters."""
     text = os.fsdecode(path)
     return text if text.isprintable() else repr(text)
@@ -123,113 +164,235 @@ def _problem(error: OSError) -> str:
     return str(error) or type(error).__name__
 
 
-def _missing_ancestors(path: Path) -> Iterator[Path]:
-    """Yield ``path`` and its ancestors that do not exist yet, outermost first."""
-    missing: list[Path] = []
-    current = path
-    while not os.path.lexists(current) and current != current.parent:
-        missing.append(current)
-        current = current.parent
-    yield from reversed(missing)
+# -- the record's directory, held by descriptor --------------------------------
+
+
+def open_record_directory(directory: Path) -> int:
+    """Return a descriptor of ``directory``, made ``0700`` where missing, found safely.
+
+    Walks the path as the module says: a symbolic link on the way is followed
+    only if root or the effective user owns it. The descriptor is read-only
+    and close-on-exec; the caller closes it. Raises :class:`RecordError` if a
+    part of the path is not a directory, is a stranger's link, or cannot be
+    made or opened. An existing directory's mode is left alone.
+    """
+    try:
+        found = _walk(directory)
+    except RecordError:
+        raise
+    except OSError as error:
+        raise _directory_error(directory, error) from None
+    try:
+        return os.open(".", _HELD_FLAGS, dir_fd=found)
+    except OSError as error:
+        raise _directory_error(directory, error) from None
+    finally:
+        os.close(found)
 
 
 def ensure_private_directory(path: Path) -> None:
-    """Create ``path`` and any missing parents with mode ``0700``; accept an existing directory.
+    """Make ``path`` and any missing parents with mode ``0700``; accept an existing directory.
 
-    Raise :class:`RecordError` if ``path`` (or a parent) exists but is not a
-    directory, or cannot be created. An existing directory's mode is left alone.
+    Raises :class:`RecordError` as :func:`open_record_directory` does.
     """
-    if os.path.isdir(path):
-        return
-    for directory in _missing_ancestors(path):
-        try:
-            os.mkdir(directory, RECORD_DIRECTORY_MODE)
-            # mkdir's mode is masked by the umask; say exactly what was meant.
-            os.chmod(directory, RECORD_DIRECTORY_MODE)
-        except FileExistsError:
-            continue  # another tether made it first; checked below
-        except NotADirectoryError:
-            break  # a parent is a file; reported below
-        except OSError as error:
-            raise RecordError(
-                f"cannot create the record directory {_shown(directory)}: {_problem(error)}",
-                path=directory,
-                error_number=error.errno,
-            ) from None
-    if not os.path.isdir(path):
-        raise RecordError(
-            f"cannot create the record directory {_shown(path)}: "
-            f"{_shown(_first_non_directory(path))} is not a directory",
-            path=path,
-            error_number=errno_codes.ENOTDIR,
-        )
+    os.close(open_record_directory(path))
 
 
-def _first_non_directory(path: Path) -> Path:
-    """Return the outermost existing part of ``path`` that is not a directory."""
-    for candidate in (*reversed(path.parents), path):
-        if os.path.lexists(candidate) and not os.path.isdir(candidate):
-            return candidate
-    return path
+def _components(text: str) -> list[str]:
+    """The names along a path, last first (so that ``pop()`` gives the next), without ``.``."""
+    return [name for name in reversed(text.split("/")) if name not in ("", ".")]
 
 
-def _refuse_unusable_target(path: Path, *, name: str, directory_fd: int | None = None) -> None:
-    """Raise :class:`RecordError` unless ``path`` is missing or an existing regular file.
+def _walk(directory: Path) -> int:
+    """Return an ``O_PATH`` descriptor of ``directory``, reached through trusted links only."""
+    text = os.fsdecode(directory)
+    where = "/" if text.startswith("/") else "."
+    current = os.open(where, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    pending = _components(text)
+    followed = 0
+    try:
+        while pending:
+            name = pending.pop()
+            shown = os.path.join(where, name)
+            found = _open_component(current, name, shown=shown, directory=directory)
+            if isinstance(found, int):
+                os.close(current)
+                current, where = found, shown
+                continue
+            followed += 1
+            if followed > _MAX_LINKS_FOLLOWED:
+                raise _directory_error(directory, OSError(errno_codes.ELOOP, ""))
+            pending += _components(found)
+            if found.startswith("/"):
+                root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                os.close(current)
+                current, where = root, "/"
+        return current
+    except BaseException:
+        os.close(current)
+        raise
 
-    Looked at with ``lstat``: a symbolic link is refused as a link, whatever it points at.
+
+def _open_component(
+    parent: int, name: str, *, shown: str, directory: Path, may_make: bool = True
+) -> int | str:
+    """Open directory ``name`` in ``parent`` (made if missing), or return a trusted link's target.
+
+    ``may_make`` is ``False`` on the second look, after someone else made it.
     """
     try:
-        if directory_fd is None:
-            status = os.lstat(path)
-        else:
-            status = os.stat(name, dir_fd=directory_fd, follow_symlinks=False)
+        return os.open(name, _STEP_FLAGS, dir_fd=parent)
+    except FileNotFoundError:
+        if not may_make:
+            raise
+        made = _make_directory(parent, name, shown=shown)
+        if made is not None:
+            return made
+        # Made by someone else meanwhile (another tether): used as it is found.
+        return _open_component(parent, name, shown=shown, directory=directory, may_make=False)
+    except NotADirectoryError:
+        return _trusted_link_target(parent, name, shown=shown, directory=directory)
+
+
+def _make_directory(parent: int, name: str, *, shown: str) -> int | None:
+    """Make directory ``name`` in ``parent``, ``0700``, and open it; ``None`` if it exists."""
+    try:
+        os.mkdir(name, RECORD_DIRECTORY_MODE, dir_fd=parent)
+    except FileExistsError:
+        return None
+    except OSError as error:
+        raise RecordError(
+            f"cannot create the record directory {_shown(shown)}: {_problem(error)}",
+            path=Path(shown),
+            error_number=error.errno,
+        ) from None
+    made = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    try:
+        # mkdir's mode is masked by the umask; say exactly what was meant (of
+        # this very directory, found without following anything).
+        if os.fstat(made).st_uid == os.geteuid():
+            os.fchmod(made, RECORD_DIRECTORY_MODE)
+    except BaseException:
+        os.close(made)
+        raise
+    return made
+
+
+def _trusted_link_target(parent: int, name: str, *, shown: str, directory: Path) -> str:
+    """Return the target of link ``name`` if root or the effective user owns it; else refuse."""
+    link = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    try:
+        status = os.fstat(link)
+        if not stat.S_ISLNK(status.st_mode):
+            raise RecordError(
+                f"cannot create the record directory {_shown(directory)}: "
+                f"{_shown(shown)} is not a directory",
+                path=directory,
+                error_number=errno_codes.ENOTDIR,
+            )
+        if status.st_uid not in (0, os.geteuid()):
+            raise RecordError(
+                f"cannot write the record: {_shown(shown)} is a symbolic link owned by uid "
+                f"{status.st_uid}, neither root nor you (refusing to follow it)",
+                path=Path(shown),
+                error_number=errno_codes.ELOOP,
+            )
+        return os.readlink("", dir_fd=link)
+    finally:
+        os.close(link)
+
+
+def _directory_error(directory: Path, error: OSError) -> RecordError:
+    """Wrap ``error`` as the one-line failure to use the record's directory."""
+    return RecordError(
+        f"cannot write the record: directory {_shown(directory)}: {_problem(error)}",
+        path=directory,
+        error_number=error.errno,
+    )
+
+
+def hold_record_directory(path: Path) -> int:
+    """Check before the run that a record can be written at ``path``; return its directory, held.
+
+    Returns the record directory's descriptor (see :func:`open_record_directory`),
+    which the caller keeps for the whole run and closes. Creates the
+    directory (``0700``) if it is missing, and raises :class:`RecordError` if
+    it cannot be created, opened or written, if ``path`` is a directory, a
+    symbolic link or some other non-regular file, or if the event log's name
+    beside it is. What cannot be known in advance (a full disk, a directory
+    removed later) is :func:`write_record`'s to report.
+    """
+    directory_fd = open_record_directory(path.parent)
+    try:
+        if not os.access(".", os.W_OK | os.X_OK, dir_fd=directory_fd):
+            raise RecordError(
+                f"cannot write the record: directory {_shown(path.parent)} is not writable",
+                path=path.parent,
+                error_number=errno_codes.EACCES,
+            )
+        _refuse_unusable_target(path, directory_fd)
+        _refuse_unusable_target(events_path_for(path), directory_fd, what="the event log")
+    except BaseException:
+        os.close(directory_fd)
+        raise
+    return directory_fd
+
+
+def check_record_path(path: Path) -> None:
+    """Check, before any command starts, that a record can be written at ``path``.
+
+    :func:`hold_record_directory`, letting go of the directory at once.
+    """
+    os.close(hold_record_directory(path))
+
+
+def _refuse_unusable_target(path: Path, directory_fd: int, *, what: str = "the record") -> None:
+    """Raise :class:`RecordError` unless ``path`` is missing or an existing regular file.
+
+    Looked at in the held directory without following: a symbolic link is
+    refused as a link, whatever it points at.
+    """
+    if path.name in ("", ".."):
+        raise RecordError(f"cannot write {what}: {_shown(path)} is a directory", path=path)
+    try:
+        status = os.stat(path.name, dir_fd=directory_fd, follow_symlinks=False)
     except FileNotFoundError:
         return
     except OSError as error:
-        raise _write_error(path, error) from None
+        raise _write_error(path, error, what=what) from None
     kind = _kind_refused(status.st_mode)
     if kind is not None:
-        raise RecordError(f"cannot write the record: {_shown(path)} is {kind}", path=path)
+        raise RecordError(f"cannot write {what}: {_shown(path)} is {kind}", path=path)
+
+
+#: How to name what must not be replaced at a record's (or event log's) name.
+_KINDS_REFUSED: Final = (
+    (stat.S_ISLNK, "a symbolic link (refusing to replace or follow it)"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "not a regular file (a FIFO)"),
+    (stat.S_ISSOCK, "not a regular file (a socket)"),
+    (stat.S_ISCHR, "not a regular file (a device)"),
+    (stat.S_ISBLK, "not a regular file (a device)"),
+)
 
 
 def _kind_refused(mode: int) -> str | None:
     """Return how to name a file of this ``mode`` that must not be replaced, or ``None``."""
     if stat.S_ISREG(mode):
         return None
-    if stat.S_ISLNK(mode):
-        return "a symbolic link (refusing to replace or follow it)"
-    if stat.S_ISDIR(mode):
-        return "a directory"
+    for is_kind, kind in _KINDS_REFUSED:
+        if is_kind(mode):
+            return kind
     return "not a regular file"
 
 
-def _write_error(path: Path, error: OSError) -> RecordError:
+def _write_error(path: Path, error: OSError, *, what: str = "the record") -> RecordError:
     """Wrap ``error`` as the one-line failure to write the record at ``path``."""
     return RecordError(
-        f"cannot write the record: {_shown(path)}: {_problem(error)}",
+        f"cannot write {what}: {_shown(path)}: {_problem(error)}",
         path=path,
         error_number=error.errno,
     )
-
-
-def check_record_path(path: Path) -> None:
-    """Check, before any command starts, that a record can be written at ``path``.
-
-    Creates the record's directory (``0700``) if it is missing, and raises
-    :class:`RecordError` if it cannot be created or written, or if ``path`` is
-    a directory, a symbolic link or some other non-regular file. What cannot
-    be known in advance (a full disk, a directory removed later) is
-    :func:`write_record`'s to report.
-    """
-    directory = path.parent
-    ensure_private_directory(directory)
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise RecordError(
-            f"cannot write the record: directory {_shown(directory)} is not writable",
-            path=directory,
-            error_number=errno_codes.EACCES,
-        )
-    _refuse_unusable_target(path, name=path.name)
 
 
 # -- writing ------------------------------------------------------------------
@@ -276,28 +439,40 @@ def _write_temp(directory_fd: int, temp: str, data: bytes) -> None:
         os.close(fd)
 
 
-def write_record(path: Path, document: Mapping[str, object], *, redactor: Redactor) -> None:
+def write_record(
+    path: Path,
+    document: Mapping[str, object],
+    *,
+    redactor: Redactor,
+    directory_fd: int | None = None,
+) -> None:
     """Write ``document``, redacted, to ``path`` atomically and privately.
 
     Every record goes through here, whoever writes it, and ``redactor`` is not
-    optional: no writer can forget the caller's secrets. Creates the record's
-    directory if needed. Raises :class:`RecordError` (and leaves no temporary
-    file) if the document is not JSON, if ``path`` is a directory, a symbolic
-    link or another non-regular file, or if any step fails. An existing
-    regular file at ``path`` is replaced.
+    optional: no writer can forget the caller's secrets. ``directory_fd`` is
+    the record's directory as held since before the run
+    (:func:`hold_record_directory`): the record goes there and nowhere else,
+    whatever became of the path meanwhile. Without it the directory is looked
+    up (and made) now, as :func:`open_record_directory` does. Raises
+    :class:`RecordError` (and leaves no temporary file) if the document is not
+    JSON, if ``path`` is a directory, a symbolic link or another non-regular
+    file, if the held directory has been removed, or if any step fails. An
+    existing regular file at ``path`` is replaced.
     """
     data = _serialise(path, redactor.redact(document))
-    directory = path.parent
-    ensure_private_directory(directory)
+    if directory_fd is not None:
+        _write_in(path, directory_fd, data)
+        return
+    held = open_record_directory(path.parent)
     try:
-        directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError as error:
-        raise _write_error(path, error) from None
-    try:
-        _refuse_unusable_target(path, name=path.name, directory_fd=directory_fd)
-        _replace_atomically(path, directory_fd, data)
+        _write_in(path, held, data)
     finally:
-        os.close(directory_fd)
+        os.close(held)
+
+
+def _write_in(path: Path, directory_fd: int, data: bytes) -> None:
+    _refuse_unusable_target(path, directory_fd)
+    _replace_atomically(path, directory_fd, data)
 
 
 def _replace_atomically(path: Path, directory_fd: int, data: bytes) -> None:
@@ -309,13 +484,33 @@ def _replace_atomically(path: Path, directory_fd: int, data: bytes) -> None:
     except OSError as error:
         with contextlib.suppress(OSError):
             os.unlink(temp, dir_fd=directory_fd)
-        raise _write_error(path, error) from None
+        raise _failure_in(path, directory_fd, error) from None
     except BaseException:
         # Even an interrupt must not leave a temporary file behind.
         with contextlib.suppress(OSError):
             os.unlink(temp, dir_fd=directory_fd)
         raise
     _sync_directory(path, directory_fd)
+
+
+def _failure_in(path: Path, directory_fd: int, error: OSError) -> RecordError:
+    """The one-line failure to write in the held directory; says so if it was removed."""
+    if error.errno == errno_codes.ENOENT and _removed(directory_fd):
+        return RecordError(
+            f"cannot write the record: {_shown(path)}: its directory was removed "
+            "(the record is not written anywhere else)",
+            path=path,
+            error_number=error.errno,
+        )
+    return _write_error(path, error)
+
+
+def _removed(directory_fd: int) -> bool:
+    """Whether the held directory has been removed (it has no name left)."""
+    try:
+        return os.fstat(directory_fd).st_nlink == 0
+    except OSError:
+        return False
 
 
 def _sync_directory(path: Path, directory_fd: int) -> None:

@@ -18,6 +18,16 @@ the caller's umask back through the spec). Standard input, output and error
 are already ``/dev/null``, so the supervisor never holds a pipe the caller's
 caller waits on; the caller's own stdio arrives as extra descriptors that only
 the command keeps. Only the descriptors the caller passed on purpose are open.
+
+**The record's directory arrives as a descriptor** (role ``record_dir``),
+opened and checked by the caller as it spawns this supervisor, rather than
+looked up again here. The record then goes exactly where the caller's check
+said it could, with no second lookup for a swapped path to slip into; the
+caller needs the same directory anyway for the record it writes if this
+supervisor is lost; and a refusal (a stranger's link on the way, a FIFO at the
+event log's name) comes from the caller, on its terminal, before anything was
+spawned. The descriptor is made close-on-exec again here, so the command never
+inherits it.
 """
 
 from __future__ import annotations
@@ -85,6 +95,9 @@ def main(spec_fd: int) -> int:
     from tether.shared.protocol import StatusWriter
     from tether.supervisor.launch import launch
 
+    if "record_dir" in fds:
+        with contextlib.suppress(OSError):
+            os.set_inheritable(fds["record_dir"], False)
     status = StatusWriter(fds["status"])
     # Only the command needs these: the caller's stdio, and its working directory.
     for_the_command = tuple(

@@ -8,6 +8,27 @@ knew up to that moment. Durability against a power cut is the record's job
 (fsync once, at the end), not the log's: an fsync per line would cost more than
 the rest of the supervisor's work.
 
+**The log must never cost the run.** The supervisor writes it while it is
+the only thing standing between a command and a machine it must not outlive,
+so nothing about the file may block or stop it:
+
+* *It is a new, regular file of this run's, or there is none.* It is created
+  ``O_CREAT|O_EXCL|O_NOFOLLOW|O_NONBLOCK`` in the record's held directory
+  (never through a link, never blocking on a FIFO). A regular file already at
+  its name (an earlier run's log, when a record path is reused) is unlinked
+  first, never truncated: a hard link to another file must not empty that
+  file, and run 2's verdict must not be shown over run 1's timeline. Anything
+  else at its name (a FIFO, a socket, a directory, a link) is left alone and
+  :meth:`EventLog.open` raises :class:`OSError`: the run goes on without a log.
+* *A line that cannot be written is dropped, never raised.* A full disk, an
+  I/O error, a closed descriptor: the line is counted
+  (:attr:`EventLog.lines_dropped`, which the record reports as
+  ``event_log_lines_dropped``), the first failure is kept in words
+  (:attr:`EventLog.problem`), and whatever part of the line did reach the file
+  is cut off again, so the log holds whole lines only. When the log is closed
+  after a loss, a last line ``event_log_incomplete`` says how many lines are
+  missing, if it can still be written.
+
 The log is written through structlog, but through a *private* logger:
 ``structlog.wrap_logger`` with every setting passed explicitly, so neither
 tether's caller nor any library that configured structlog globally can change
@@ -29,23 +50,37 @@ supervisor's loop depends on; for a run that keeps no files the loop uses
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import stat
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Self, TextIO
+from typing import Final, Self
 
 import structlog
 from structlog.typing import EventDict, FilteringBoundLogger
 
 from tether.core.redaction import Redactor
+from tether.shared.record_file import open_record_directory
 
-__all__ = ["EventLog"]
+__all__ = ["INCOMPLETE_EVENT", "EventLog"]
 
 _FILE_MODE: Final = 0o600
-_OPEN_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+_CREATE_FLAGS: Final = (
+    os.O_WRONLY
+    | os.O_CREAT
+    | os.O_EXCL
+    | os.O_APPEND
+    | os.O_NOFOLLOW
+    | os.O_NONBLOCK
+    | os.O_CLOEXEC
+)
+
+#: The last line of a log that lost lines, when it can still be written.
+INCOMPLETE_EVENT: Final = "event_log_incomplete"
 
 
 def _stamp(logger: object, method_name: str, event_dict: EventDict) -> EventDict:
@@ -61,28 +96,113 @@ def _stamp(logger: object, method_name: str, event_dict: EventDict) -> EventDict
     }
 
 
-def _open_private(path: Path) -> TextIO:
-    """Open ``path`` for appending, mode 0600 whatever the umask, never through a symlink."""
-    fd = os.open(path, _OPEN_FLAGS, _FILE_MODE)
+def _kind(mode: int) -> str:
+    """How to name a file that is not a regular one, in a one-line message."""
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _clear_the_name(directory_fd: int, path: Path) -> None:
+    """Unlink an earlier regular file at the log's name; refuse anything else that is there."""
+    try:
+        mode = os.stat(path.name, dir_fd=directory_fd, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise OSError(errno.EEXIST, f"it is {_kind(mode)}")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path.name, dir_fd=directory_fd)
+
+
+def _create_private(path: Path, directory_fd: int) -> int:
+    """Create this run's log at ``path``, mode 0600 whatever the umask; return its descriptor."""
+    _clear_the_name(directory_fd, path)
+    try:
+        fd = os.open(path.name, _CREATE_FLAGS, _FILE_MODE, dir_fd=directory_fd)
+    except FileNotFoundError:
+        if os.fstat(directory_fd).st_nlink == 0:
+            raise OSError(errno.ENOENT, "its directory was removed") from None
+        raise
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"event log {path} is not a regular file")
+            raise OSError(errno.EEXIST, "it is not a regular file")
         os.fchmod(fd, _FILE_MODE)
-        return os.fdopen(fd, "a", encoding="utf-8", buffering=1)
     except BaseException:
         os.close(fd)
         raise
+    return fd
+
+
+class _LineWriter:
+    """Where structlog's rendered lines go: one ``write`` per line, and never an exception.
+
+    ``size`` is how many bytes of whole lines the file holds, so that a line
+    cut short by a full disk can be cut off again.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd: int | None = fd
+        self.size = 0
+        self.dropped = 0
+        self.problem: str | None = None
+
+    def info(self, line: str) -> None:
+        """Write ``line`` and its newline; on failure count it dropped and say why, once."""
+        fd = self.fd
+        if fd is None:
+            self.drop("the event log is closed")
+            return
+        try:
+            data = (line + "\n").encode("utf-8")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except (OSError, ValueError) as error:
+            self.drop(_words(error))
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, self.size)
+            return
+        self.size += len(data)
+
+    # structlog calls the method named like the level; every level is one line.
+    msg = log = debug = warning = error = critical = exception = info
+
+    def drop(self, problem: str) -> None:
+        self.dropped += 1
+        if self.problem is None:
+            self.problem = problem
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _words(error: BaseException) -> str:
+    """The system's words for ``error``, without the file name ``str(OSError)`` adds."""
+    if isinstance(error, OSError) and error.errno is not None:
+        return os.strerror(error.errno)
+    return str(error) or type(error).__name__
 
 
 class EventLog:
     """A JSON-lines event log file, written through a private structlog logger."""
 
-    def __init__(self, path: Path, file: TextIO, redactor: Redactor) -> None:
-        """Prefer :meth:`open`; this wraps a text file that is already open."""
+    def __init__(self, path: Path, fd: int, redactor: Redactor) -> None:
+        """Prefer :meth:`open`; this takes over ``fd``, a file already open for writing."""
         self.path = path
-        self._file = file
+        self._writer = _LineWriter(fd)
+        self._closed = False
         self._log: FilteringBoundLogger = structlog.wrap_logger(
-            structlog.WriteLogger(file),
+            self._writer,
             processors=[redactor, _stamp, structlog.processors.JSONRenderer()],
             wrapper_class=structlog.make_filtering_bound_logger(0),
             context_class=dict,
@@ -90,19 +210,53 @@ class EventLog:
         ).bind()
 
     @classmethod
-    def open(cls, path: Path, redactor: Redactor) -> EventLog:
-        """Open (creating or appending to) the event log at ``path``."""
-        return cls(path, _open_private(path), redactor)
+    def open(cls, path: Path, redactor: Redactor, *, directory_fd: int | None = None) -> EventLog:
+        """Create this run's event log at ``path``, replacing an earlier log there.
+
+        ``directory_fd`` is the record's directory, held since before the run;
+        without it, ``path``'s directory is looked up now. Raises
+        :class:`OSError` if the log cannot be created (see the module).
+        """
+        if directory_fd is not None:
+            return cls(path, _create_private(path, directory_fd), redactor)
+        held = open_record_directory(path.parent)
+        try:
+            return cls(path, _create_private(path, held), redactor)
+        finally:
+            os.close(held)
+
+    @property
+    def lines_dropped(self) -> int:
+        """How many lines could not be written so far."""
+        return self._writer.dropped
+
+    @property
+    def problem(self) -> str | None:
+        """What went wrong the first time a line could not be written, in a few words."""
+        return self._writer.problem
 
     def emit(self, event: str, **fields: object) -> None:
-        """Write one line for ``event`` and hand it to the OS before returning."""
-        if self._file.closed:
+        """Write one line for ``event`` and hand it to the OS before returning.
+
+        Never raises for the file's sake: a line that cannot be written (or
+        rendered) is counted in :attr:`lines_dropped`.
+        """
+        if self._closed:
             raise ValueError(f"event log {self.path} is closed")
-        self._log.msg(event, **fields)
+        try:
+            self._log.msg(event, **fields)
+        except Exception as error:  # a field that cannot be rendered costs its line only
+            self._writer.drop(_words(error))
 
     def close(self) -> None:
-        """Close the file; safe to call twice."""
-        self._file.close()
+        """Say that lines are missing, if any are and it still can, then close; safe twice."""
+        if self._closed:
+            return
+        dropped = self._writer.dropped
+        if dropped:
+            self.emit(INCOMPLETE_EVENT, lines_dropped=dropped, error=self._writer.problem)
+        self._closed = True
+        self._writer.close()
 
     def __enter__(self) -> Self:
         return self

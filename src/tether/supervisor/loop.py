@@ -29,6 +29,7 @@ the document is built once from the verdict and those facts.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -64,11 +65,13 @@ from tether.shared.record_document import (
     SignalSent,
     build_document,
 )
+from tether.shared.record_file import RecordError, write_record
 from tether.supervisor.containment import ProcessTree
 
 if TYPE_CHECKING:
     from tether.core.redaction import Redactor
     from tether.core.spec import RunSpec
+    from tether.supervisor.event_log import EventLog
     from tether.supervisor.launch import LaunchAttempt
 
 __all__ = ["EventSink", "NullEventLog", "supervise"]
@@ -155,21 +158,35 @@ class Supervision:
         """Open the event log beside the record (if any) and tell it about the launch.
 
         Done after the launch, because it imports ``structlog``; the launch line
-        carries the monotonic time the launch really happened at.
+        carries the monotonic time the launch really happened at. The log is
+        made in the record's directory as held since before the run. Nothing
+        here may cost the run: a log that cannot be opened (a FIFO at its name,
+        no descriptor left, a full disk) means a run without a log, said once
+        in the run's closing message, and the record is written all the same.
         """
+        self.event_log: EventLog | None = None
+        self.event_log_problem: str | None = None
         path = self.spec.record_path
         if path is None:
             return
-        from tether.shared.paths import events_path_for
-        from tether.shared.secrets import redactor_for
-        from tether.supervisor.event_log import EventLog
+        from tether.shared.paths import events_path_for  # loaded with the record file
 
-        self.redactor = redactor_for(self.spec, os.environ)
+        events = events_path_for(Path(path))
         try:
-            self.log = EventLog.open(events_path_for(Path(path)), self.redactor)
-        except OSError as error:
+            # Loaded now, while descriptors are to be had: writing the record
+            # at the end must not depend on opening a module's file.
+            from tether.shared.secrets import redactor_for
+
+            self.redactor = redactor_for(self.spec, os.environ)
+            from tether.supervisor.event_log import EventLog
+
+            self.log = self.event_log = EventLog.open(
+                events, self.redactor, directory_fd=self.spec.fds.get("record_dir")
+            )
+        except (OSError, ImportError) as error:
             # The record is the evidence that must exist; the log is the story.
-            self.on_message(f"cannot write the event log: {error.strerror or error}")
+            problem = getattr(error, "strerror", None) or str(error)
+            self.event_log_problem = f"cannot write the event log {events}: {problem}"
             return
         # Both lines say what the run was for, so that a log whose record is
         # missing can still be matched to its run; ``started_mono`` is when the
@@ -333,27 +350,64 @@ class Supervision:
         self.status.send(Signalled(signal=effect.signal, processes=reached))
 
     def _record(self, verdict: Verdict) -> None:
-        """Reap and gather what happened, then write the record (when one was asked for)."""
+        """Reap and gather what happened, then write the record (when one was asked for).
+
+        The record goes into the directory held since before the run, and
+        nowhere else. Whatever stands in the way (a full disk, no descriptor
+        left, the directory removed) is one line in the run's closing message
+        and status 125; the tree was stopped and reaped before this, so the
+        evidence failing costs nothing else. The message also says, in the
+        same line, when the event log is missing or incomplete.
+        """
         self.verdict = verdict
         self.facts = facts = self._gather_facts(verdict)
-        self.message = verdict.launch_error
         path = self.spec.record_path
         if path is None:
+            self.message = verdict.launch_error
             return
-        from tether.shared.record_file import RecordError, write_record
-
-        if self.redactor is None:
-            from tether.shared.secrets import redactor_for
-
-            self.redactor = redactor_for(self.spec, os.environ)
+        failure: str | None = None
         try:
-            write_record(Path(path), build_document(verdict, facts), redactor=self.redactor)
+            if self.redactor is None:
+                from tether.shared.secrets import redactor_for
+
+                self.redactor = redactor_for(self.spec, os.environ)
+            write_record(
+                Path(path),
+                build_document(verdict, facts),
+                redactor=self.redactor,
+                directory_fd=self.spec.fds.get("record_dir"),
+            )
         except RecordError as error:
-            self.message = str(error)
-            self.log.emit("record_failed", error=self.message)
+            failure = str(error)
+        except (OSError, ImportError) as error:  # the redactor's module, with no descriptor left
+            failure = f"cannot write the record: {path}: {_words(error)}"
+        if failure is not None:
+            self.log.emit("record_failed", error=failure)
         else:
             self.record_written = True
             self.log.emit("record_written", path=path)
+        self._let_go_of_record_directory()
+        said = (verdict.launch_error, failure, self._event_log_trouble())
+        self.message = "; ".join(part for part in said if part) or None
+
+    def _let_go_of_record_directory(self) -> None:
+        """Close the held record directory: nothing more is written through it."""
+        directory_fd = self.spec.fds.get("record_dir")
+        if directory_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(directory_fd)
+
+    def _event_log_trouble(self) -> str | None:
+        """One clause for the closing message if the event log is missing or incomplete."""
+        log = self.event_log
+        if log is None:
+            return self.event_log_problem
+        if not log.lines_dropped:
+            return None
+        return (
+            f"the event log {log.path} is incomplete: {log.lines_dropped} line(s) "
+            f"could not be written ({log.problem})"
+        )
 
     def _gather_facts(self, verdict: Verdict) -> RunFacts:
         """Finish the tree off, reap it, and say what happened: what only the supervisor knows."""
@@ -376,6 +430,9 @@ class Supervision:
             descendants_stopped=0 if tree is None else len(tree.stopped),
             stragglers=self.stragglers,
             rusage=usage,
+            event_log_lines_dropped=None
+            if self.event_log is None
+            else self.event_log.lines_dropped,
         )
 
     def _reap(
@@ -439,6 +496,13 @@ def _describe(effect: Effect) -> str:
         return f"write record ({effect.verdict.reason.value})"
     assert isinstance(effect, Exit)
     return f"exit {effect.status}"
+
+
+def _words(error: BaseException) -> str:
+    """The system's words for ``error``, without the file name ``str(OSError)`` adds."""
+    if isinstance(error, OSError) and error.errno is not None:
+        return os.strerror(error.errno)
+    return str(error) or type(error).__name__
 
 
 def _print_to_stderr(message: str) -> None:
