@@ -37,9 +37,9 @@ _MAX_LOG_BYTES: Final = 64 << 20
 #: skipped without being kept or parsed.
 _MAX_LINE_BYTES: Final = 1 << 20
 
-#: How many values and keys (see ``_parse_json``) the events kept may hold in
-#: all. A real event holds about fifteen; this bounds the memory of the events
-#: kept to about 120 MiB even when every line is packed with empty objects.
+#: How many values and keys the events kept may hold in all (as :func:`_cost`
+#: bounds them). A real event holds about fifteen; at well under 100 bytes of
+#: memory each, this keeps the events of any log within about 100 MiB.
 _MAX_LOG_VALUES: Final = 1_000_000
 
 #: A log has a line per thing the supervisor saw or did, tens for most runs: past
@@ -90,16 +90,24 @@ def _os_problem(error: OSError | ValueError) -> str:
     return "not a usable path"
 
 
-def _parse_event(line: bytes) -> tuple[dict[str, object] | None, int, str]:
-    """One log line as an event (a JSON object with a string ``event``), its size in
-    values, and, if it is not one, why not."""
+def _parse_event(line: bytes) -> tuple[dict[str, object] | None, str]:
+    """One log line as an event (a JSON object with a string ``event``), or why it is not one."""
     try:
-        value, size = _parse_json(line)
+        value = _parse_json(line)
     except _JSONRefused as refusal:
-        return None, 0, str(refusal)
+        return None, str(refusal)
     if isinstance(value, dict) and isinstance(value.get("event"), str):
-        return value, size, ""
-    return None, 0, 'no "event" name' if isinstance(value, dict) else "not a JSON object"
+        return value, ""
+    return None, 'no "event" name' if isinstance(value, dict) else "not a JSON object"
+
+
+def _cost(line: bytes) -> int:
+    """At least how many values and keys the JSON ``line`` holds, counted on its bytes.
+
+    Every value or key but the first follows a comma or a colon, or is an
+    empty container; a comma or colon inside a string only overcounts.
+    """
+    return 1 + sum(line.count(mark) for mark in (b",", b":", b"[", b"{"))
 
 
 @dataclass
@@ -124,9 +132,9 @@ class _LogContents:
         if line is None:
             why = f"longer than {_MAX_LINE_BYTES >> 20} MiB"
         else:
-            event, size, why = _parse_event(line)
+            event, why = _parse_event(line)
             if event is not None:
-                self._keep(event, size)
+                self._keep(event, _cost(line))
                 return
             if last:
                 why = "cut short"

@@ -371,34 +371,28 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
-def _json_size(value: object) -> int:
-    """Count the values (and keys) in ``value``; refuse it if it nests too deeply.
+def _nests_too_deeply(value: object) -> bool:
+    """Whether any container in ``value`` lies deeper than :data:`_MAX_JSON_DEPTH`.
 
     Iterative, so that measuring a deep value cannot itself run out of stack.
     """
-    count = 1
     pending: list[tuple[dict[str, object] | list[object], int]] = []
     if isinstance(value, dict | list):
         pending.append((value, 1))
     while pending:
         container, depth = pending.pop()
         if depth > _MAX_JSON_DEPTH:
-            raise _JSONRefused(f"nested deeper than {_MAX_JSON_DEPTH} levels")
-        children: Iterable[object]
-        if isinstance(container, dict):
-            count += 2 * len(container)
-            children = container.values()
-        else:
-            count += len(container)
-            children = container
+            return True
+        children: Iterable[object] = (
+            container.values() if isinstance(container, dict) else container
+        )
         pending.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return count
+    return False
 
 
-def _parse_json(data: bytes) -> tuple[object, int]:
-    """Return ``data`` as a JSON value, and how many values and keys it holds.
+def _parse_json(data: bytes) -> object:
+    """Return ``data`` as a JSON value, bounded so that it is safe to print and compare.
 
-    The count is what holding the value costs, for readers that keep many.
     Raise :class:`_JSONRefused` if ``data`` is not JSON (or not UTF-8), holds
     ``NaN``, ``Infinity`` or a number beyond a float's range (Python's json takes
     them; ``jq`` and every comparison choke on them), an integer of more than
@@ -418,7 +412,11 @@ def _parse_json(data: bytes) -> tuple[object, int]:
         raise _JSONRefused(f"nested deeper than {_MAX_JSON_DEPTH} levels") from None
     except ValueError:  # JSONDecodeError, UnicodeDecodeError
         raise _JSONRefused("not JSON") from None
-    return value, _json_size(value)
+    # Only so many brackets cannot nest deeper than their number: no walk needed.
+    brackets = data.count(b"[") + data.count(b"{")
+    if brackets > _MAX_JSON_DEPTH and _nests_too_deeply(value):
+        raise _JSONRefused(f"nested deeper than {_MAX_JSON_DEPTH} levels")
+    return value
 
 
 def _read_error(path: Path, problem: str, error_number: int | None = None) -> RecordError:
@@ -497,7 +495,7 @@ def read_record(path: Path) -> dict[str, object]:
     """
     data = _read_bytes(path)
     try:
-        document, _ = _parse_json(data)
+        document = _parse_json(data)
     except _JSONRefused as refusal:
         raise _read_error(path, f"not a tether record ({refusal})") from None
     if not isinstance(document, dict):
