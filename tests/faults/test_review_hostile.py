@@ -30,6 +30,7 @@ import pytest
 
 from conftest import BOUND, tether_argv
 from test_review import TEMPLATE
+from tether.shared.record_file import read_record
 
 #: The address space a review command may use, far below a hostile file's size
 #: (about 20 MiB are Python's own).
@@ -551,3 +552,72 @@ def test_a_fifo_as_the_event_log_does_not_block(tmp_path: Path) -> None:
     stdout, warnings = assert_shown(tether(tmp_path, "show", str(record)))
     assert "not a regular file, not an event log" in stdout
     assert warnings == []
+
+
+# -- the safety nets, in-process -----------------------------------------------------------
+
+
+def test_a_file_removed_while_ls_reads_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tether.review import listing, scan
+
+    put(tmp_path / "good.json", record_text())
+    gone = put(tmp_path / "gone.json", record_text())
+
+    def removed_first(path: Path) -> dict[str, object]:
+        if path == gone:
+            gone.unlink()  # between the directory listing and the read
+        return read_record(path)
+
+    monkeypatch.setattr(listing, "read_record", removed_first)
+    found = scan(tmp_path)
+    assert [path.name for path, _ in found.records] == ["good.json"]
+    assert found.skipped == [f"{gone}: No such file or directory"]
+
+
+def test_a_bug_reading_one_file_costs_that_file_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tether.review import listing, scan
+
+    put(tmp_path / "good.json", record_text())
+    bad = put(tmp_path / "bad.json", record_text())
+
+    def buggy(path: Path) -> dict[str, object]:
+        if path == bad:
+            raise RuntimeError("a bug\nwith two lines")
+        return read_record(path)
+
+    monkeypatch.setattr(listing, "read_record", buggy)
+    found = scan(tmp_path)
+    assert [path.name for path, _ in found.records] == ["good.json"]
+    assert found.skipped == [
+        f"{bad}: unexpected error, please report it: RuntimeError: 'a bug\\nwith two lines'"
+    ]
+
+
+@pytest.mark.parametrize("command", ["show", "ls"])
+def test_a_bug_in_show_or_ls_is_one_line_not_a_traceback(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+) -> None:
+    import tether.review
+    from tether.cli.main import main
+
+    def buggy(*_args: object, **_kwargs: object) -> str:
+        raise ValueError("rendering \x1b[2J went wrong")
+
+    monkeypatch.setattr(tether.review, "render_run", buggy)
+    monkeypatch.setattr(tether.review, "render_table", buggy)
+    record = put(tmp_path / "r.json", record_text())
+    with pytest.raises(SystemExit) as exit_:
+        main([command, str(record if command == "show" else tmp_path)])
+    assert exit_.value.code == 125
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"tether: {command}: unexpected error, please report it: "
+        "ValueError: 'rendering \\x1b[2J went wrong'\n"
+    )
