@@ -88,7 +88,11 @@ def add_ls_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
 
 
 def _never_a_traceback(command: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
-    """Run a review subcommand so that nothing but one line can come of a bug in it."""
+    """Run a review subcommand so that only text reaches the operator.
+
+    Its stdout takes any character (see :func:`_lenient_stdout`), and a bug in
+    it comes out as one line and status 125.
+    """
 
     @functools.wraps(command)
     def guarded(args: argparse.Namespace) -> int:

@@ -72,7 +72,7 @@ def _str(value: object) -> str:
 def _brief(text: str) -> str:
     """``text`` quoted for a one-line message (control characters escaped), cut if long."""
     quoted = repr(text)
-    return quoted if len(quoted) <= 60 else quoted[:56] + "...'"
+    return quoted if len(quoted) <= 60 else quoted[:57] + "..."
 
 
 def describe_unexpected(error: Exception) -> str:
@@ -85,13 +85,12 @@ def _cell(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _path_text(path: Path) -> str:
+def printable_path(path: Path) -> str:
+    """``path`` for a message on a terminal: undecodable bytes and control characters escaped."""
     return _safe(os.fsdecode(path))
 
 
-def printable_path(path: Path) -> str:
-    """``path`` for a message on a terminal: undecodable bytes and control characters escaped."""
-    return _path_text(path)
+_path_text = printable_path
 
 
 class _Paint:
@@ -231,8 +230,7 @@ def _time_instant(value: object) -> timedelta | None:
 
 
 def _local(value: object, *, precise: bool = False) -> str:
-    """The time ``value`` in local time; ``?`` if missing, else the raw text if not a time
-    the local zone can show."""
+    """The time ``value`` in local time: ``?`` if missing, as written if local time can't say it."""
     moment = _parse_time(value)
     if moment is None:
         return "?" if value is None else _safe(value)

@@ -51,6 +51,9 @@ _MAX_LINE_WARNINGS: Final = 10
 
 _CHUNK_BYTES: Final = 1 << 16
 
+#: Why a last line without its newline did not parse: the writer was killed mid-line.
+_CUT_SHORT: Final = "cut short"
+
 _RECORD_PROBLEM_PREFIX: Final = "cannot read the record: "
 
 
@@ -102,10 +105,10 @@ def _parse_event(line: bytes) -> tuple[dict[str, object] | None, str]:
 
 
 def _cost(line: bytes) -> int:
-    """At least how many values and keys the JSON ``line`` holds, counted on its bytes.
+    """How many values and keys the JSON ``line`` holds, counted on its bytes: never too few.
 
-    Every value or key but the first follows a comma or a colon, or is an
-    empty container; a comma or colon inside a string only overcounts.
+    Every value or key but the first follows a comma or a colon, or is the
+    first in a container; a comma, colon or bracket inside a string only adds.
     """
     return 1 + sum(line.count(mark) for mark in (b",", b":", b"[", b"{"))
 
@@ -137,7 +140,7 @@ class _LogContents:
                 self._keep(event, _cost(line))
                 return
             if last:
-                why = "cut short"
+                why = _CUT_SHORT
         self.bad_count += 1
         if len(self.bad) < _MAX_LINE_WARNINGS:
             self.bad.append((number, why))
@@ -213,7 +216,7 @@ def read_events(path: Path) -> tuple[list[dict[str, object]], list[str]]:
 
 
 def _line_warning(path: Path, number: int, why: str) -> str:
-    if why == "cut short":
+    if why == _CUT_SHORT:
         return (
             f"{_path_text(path)}: line {number} is cut short (the supervisor was probably "
             "killed while writing it); showing the lines before it"
