@@ -58,6 +58,9 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
+#: For the properties that write or build several records per example.
+FUZZ_MANY = settings(FUZZ, max_examples=100)
+
 COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 # -- what a hostile file may hold ------------------------------------------------------
@@ -329,7 +332,7 @@ file_names = st.text(
 )
 
 
-@FUZZ
+@FUZZ_MANY
 @given(
     zone=zones,
     contents=st.dictionaries(file_names, record_files | log_files(), max_size=6),
@@ -358,7 +361,7 @@ def test_ls_lists_what_it_can_and_names_the_rest(
     assert len(json.loads(rows_as_json(rows))) == len(rows)
 
 
-@FUZZ
+@FUZZ_MANY
 @given(
     zone=zones,
     records_=st.lists(records, max_size=4),
