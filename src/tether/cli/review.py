@@ -2,14 +2,22 @@
 
 They only read files; their loading and rendering live in :mod:`tether.review`.
 Their output goes to stdout, their complaints (a file skipped, a log line cut
-short) to stderr, one line each.
+short) to stderr, one line each. Whatever the files hold, the operator sees
+text and a documented status, never a traceback: :mod:`tether.review` is
+written to be total over anything its readers return, and should it still
+fail, that is one line asking for a report, status 125. Paths are printed
+escaped, and stdout never refuses a character its encoding lacks (a label in
+Japanese under ``LANG=C.ISO-8859-1`` prints as escapes rather than failing).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import io
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from tether.cli.messages import UsageParser, fail, print_out, warn
@@ -79,6 +87,33 @@ def add_ls_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
     ls.add_argument("--json", action="store_true", help="print a JSON array of the records")
 
 
+def _never_a_traceback(command: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
+    """Run a review subcommand so that only text reaches the operator.
+
+    Its stdout takes any character (see :func:`_lenient_stdout`), and a bug in
+    it comes out as one line and status 125.
+    """
+
+    @functools.wraps(command)
+    def guarded(args: argparse.Namespace) -> int:
+        _lenient_stdout()
+        try:
+            return command(args)
+        except Exception as error:
+            from tether.review import describe_unexpected
+
+            fail(f"{command.__name__}: {describe_unexpected(error)}")
+
+    return guarded
+
+
+def _lenient_stdout() -> None:
+    """Let stdout write any character, as an escape if its encoding lacks it."""
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")
+
+
+@_never_a_traceback
 def show(args: argparse.Namespace) -> int:
     from tether.review import ReviewError, load_run, render_run, run_as_json, use_colour
 
@@ -93,12 +128,14 @@ def show(args: argparse.Namespace) -> int:
     return print_out(render_run(run, colour=use_colour(sys.stdout), all_steps=args.all))
 
 
+@_never_a_traceback
 def ls(args: argparse.Namespace) -> int:
     from tether.review import (
         Filters,
         ReviewError,
         parse_reasons,
         parse_since,
+        printable_path,
         render_table,
         rows_as_json,
         scan,
@@ -115,11 +152,12 @@ def ls(args: argparse.Namespace) -> int:
     except ReviewError as error:
         fail(str(error))
     directory = Path(args.directory) if args.directory else default_records_dir()
+    shown = printable_path(directory)
     if not args.directory and not os.path.lexists(directory):
-        warn(f"no runs recorded yet ({directory} does not exist)")
+        warn(f"no runs recorded yet ({shown} does not exist)")
         return print_out("[]\n") if args.json else 0
     if os.path.lexists(directory) and not os.path.isdir(directory):
-        fail(f"{directory}: not a directory (tether show FILE shows one run)")
+        fail(f"{shown}: not a directory (tether show FILE shows one run)")
     try:
         listing = scan(directory)
     except ReviewError as error:
@@ -127,11 +165,14 @@ def ls(args: argparse.Namespace) -> int:
     for problem in listing.skipped:
         warn(f"skipped {problem}")
     for log in listing.orphan_logs:
-        warn(f"{log}: an event log without its record (tether show it to see what happened)")
+        warn(
+            f"{printable_path(log)}: an event log without its record "
+            "(tether show it to see what happened)"
+        )
     rows = select(listing.records, filters)
     if args.json:
         return print_out(rows_as_json(rows))
     if not rows:
-        warn(f"no runs {'match' if listing.records else 'are recorded'} in {directory}")
+        warn(f"no runs {'match' if listing.records else 'are recorded'} in {shown}")
         return 0
     return print_out(render_table(rows, directory=directory, colour=use_colour(sys.stdout)))

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from tether.review._text import (
     ReviewError,
+    describe_unexpected,
+    printable_path,
     use_colour,
 )
 from tether.review.files import (
@@ -59,10 +61,12 @@ __all__ = [
     "Listing",
     "ReviewError",
     "RunFiles",
+    "describe_unexpected",
     "events_path_for",
     "load_run",
     "parse_reasons",
     "parse_since",
+    "printable_path",
     "read_events",
     "render_run",
     "render_table",

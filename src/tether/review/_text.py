@@ -2,14 +2,21 @@
 
 Shared by :mod:`tether.review.show` and :mod:`tether.review.listing`. Nothing a
 file contains reaches the terminal without passing :func:`_safe`.
+
+Every helper here is total: it takes any value a JSON file can hold (the
+readers bound them: no NaN, no deep nesting, no integer too long to print)
+and answers with text, ``?`` or ``None``, never an exception. A record's
+fields are whatever its file says, so a time of year 1, a list where a number
+belongs or a negative duration must still print as something.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final, TextIO
 
@@ -43,15 +50,47 @@ class ReviewError(Exception):
 
 
 def _safe(value: object) -> str:
-    """``value`` as text a terminal shows literally: control characters are escaped."""
-    text = value if isinstance(value, str) else str(value)
+    """``value`` as text a terminal shows literally: control characters are escaped.
+
+    A missing value (``None``, JSON's null) is ``?``.
+    """
+    if value is None:
+        return "?"
+    text = value if isinstance(value, str) else _str(value)
     if text.isprintable():
         return text
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
-def _path_text(path: Path) -> str:
+def _str(value: object) -> str:
+    try:
+        return str(value)
+    except ValueError:  # an integer longer than Python agrees to print
+        return "?"
+
+
+def _brief(text: str) -> str:
+    """``text`` quoted for a one-line message (control characters escaped), cut if long."""
+    quoted = repr(text)
+    return quoted if len(quoted) <= 60 else quoted[:57] + "..."
+
+
+def describe_unexpected(error: Exception) -> str:
+    """A failure that is tether's bug, not the file's, in one line a person can report."""
+    return f"unexpected error, please report it: {type(error).__name__}: {_brief(_str(error))}"
+
+
+def _cell(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters for a table column (``…`` says it was cut)."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def printable_path(path: Path) -> str:
+    """``path`` for a message on a terminal: undecodable bytes and control characters escaped."""
     return _safe(os.fsdecode(path))
+
+
+_path_text = printable_path
 
 
 class _Paint:
@@ -91,14 +130,36 @@ def use_colour(stream: TextIO, environ: Mapping[str, str] = os.environ) -> bool:
 # -- numbers and times for people ------------------------------------------------
 
 
+#: Larger than any pid, exit status, signal or count a record holds.
+_INT_BOUND: Final = 1 << 63
+
+
 def _number(value: object) -> float | None:
+    """``value`` as a finite float, or ``None`` if it is not a number (or not one a float holds)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """``value`` if it is an integer of a sane size (not a boolean), else ``None``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if -_INT_BOUND < value < _INT_BOUND else None
+
+
+#: Durations beyond this many seconds (about 30 years), or negative, are no
+#: duration tether measured: they are shown as the number they are.
+_LONGEST_DURATION: Final = 1e9
+
+
+def _implausible(seconds: float) -> str | None:
+    """``seconds`` as a plain number if no run lasts that long (or it is negative), or ``None``."""
+    return f"{seconds:g}s" if not 0 <= seconds <= _LONGEST_DURATION else None
 
 
 def _seconds_text(value: object) -> str:
@@ -106,6 +167,8 @@ def _seconds_text(value: object) -> str:
     seconds = _number(value)
     if seconds is None:
         return "?"
+    if (plain := _implausible(seconds)) is not None:
+        return plain
     if seconds < 10:
         return f"{seconds:.3f}s"
     if seconds < 60:
@@ -128,11 +191,21 @@ def _policy_text(value: object, *, none_for_zero: bool) -> str:
         return "?" if none_for_zero else "never"
     if seconds == 0 and none_for_zero:
         return "none"
-    return format_duration(seconds)
+    return _implausible(seconds) or format_duration(seconds)
+
+
+#: Times are compared as the time since this moment: a :class:`~datetime.timedelta`
+#: spans ±2.7 million years, so the difference of any two datetimes fits, while
+#: moving a datetime to another zone can fall off either end of years 1 to 9999.
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+#: What converting a datetime to local time raises when the result is out of range
+#: (``0001-01-01T00:00Z`` west of Greenwich) or the platform's time functions refuse.
+_CONVERSION_ERRORS: Final = (OverflowError, ValueError, OSError)
 
 
 def _parse_time(value: object) -> datetime | None:
-    """An aware datetime from an ISO 8601 string, or ``None``."""
+    """An aware datetime from an ISO 8601 string (UTC if it has no offset), or ``None``."""
     if not isinstance(value, str):
         return None
     try:
@@ -142,14 +215,32 @@ def _parse_time(value: object) -> datetime | None:
     return moment if moment.utcoffset() is not None else moment.replace(tzinfo=UTC)
 
 
+def _instant(moment: datetime) -> timedelta:
+    """``moment`` as the time since the epoch (UTC if naive), for comparing and sorting.
+
+    Unlike converting to UTC, this cannot overflow.
+    """
+    return (moment if moment.utcoffset() is not None else moment.replace(tzinfo=UTC)) - _EPOCH
+
+
+def _time_instant(value: object) -> timedelta | None:
+    """When the ISO 8601 string ``value`` was, as :func:`_instant`; ``None`` if it is not a time."""
+    moment = _parse_time(value)
+    return None if moment is None else _instant(moment)
+
+
 def _local(value: object, *, precise: bool = False) -> str:
+    """The time ``value`` in local time: ``?`` if missing, as written if local time can't say it."""
     moment = _parse_time(value)
     if moment is None:
         return "?" if value is None else _safe(value)
-    local = moment.astimezone()
+    try:
+        local = moment.astimezone()
+    except _CONVERSION_ERRORS:
+        return _safe(value)
     if precise:
         return local.isoformat(sep=" ", timespec="milliseconds")
-    return local.strftime("%Y-%m-%d %H:%M:%S")
+    return local.replace(tzinfo=None).isoformat(sep=" ", timespec="seconds")
 
 
 def _signal_name(number: int) -> str:

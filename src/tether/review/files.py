@@ -3,13 +3,17 @@
 A supervisor that was SIGKILLed leaves a log with no record, perhaps with a
 last line cut in half; a record's log may be gone. Whatever parses is kept,
 whatever does not is named in a warning, and nothing a file holds can make
-the reader hang (a FIFO named ``x.json``) or read without bound.
+the reader hang (a FIFO named ``x.json``), read without bound, or hold more
+than a bounded amount of memory: the log is read in chunks, a line longer than
+any event is dropped as it streams past (never gathered whole), and past a
+budget of bytes, of lines or of parsed values the rest is left unread and the
+operator is told. Lines are parsed by the record's own bounded parser, so an
+event is as safe to print as a record (no NaN, no deep nesting).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import stat
 from collections.abc import Mapping, Sequence
@@ -23,11 +27,32 @@ from tether.review._text import (
     _safe,
 )
 from tether.shared.paths import EVENTS_SUFFIX, events_path_for
-from tether.shared.record_file import RecordError, read_record
+from tether.shared.record_file import RecordError, _JSONRefused, _parse_json, read_record
 
 #: An event log is a few kilobytes; past this much, the rest is not read (and
 #: the operator is told), so that pointing ``show`` at a huge file stays cheap.
 _MAX_LOG_BYTES: Final = 64 << 20
+
+#: An event line is a few hundred bytes; a longer line is not an event, and is
+#: skipped without being kept or parsed.
+_MAX_LINE_BYTES: Final = 1 << 20
+
+#: How many values and keys the events kept may hold in all (as :func:`_cost`
+#: bounds them). A real event holds about fifteen; at well under 100 bytes of
+#: memory each, this keeps the events of any log within about 100 MiB.
+_MAX_LOG_VALUES: Final = 1_000_000
+
+#: A log has a line per thing the supervisor saw or did, tens for most runs: past
+#: this many (blank and garbled ones included: each costs a parse), the rest is not read.
+_MAX_LOG_LINES: Final = 100_000
+
+#: Bad lines named one by one; past this many, one more warning counts the rest.
+_MAX_LINE_WARNINGS: Final = 10
+
+_CHUNK_BYTES: Final = 1 << 16
+
+#: Why a last line without its newline did not parse: the writer was killed mid-line.
+_CUT_SHORT: Final = "cut short"
 
 _RECORD_PROBLEM_PREFIX: Final = "cannot read the record: "
 
@@ -36,86 +61,167 @@ _RECORD_PROBLEM_PREFIX: Final = "cannot read the record: "
 
 
 def _open_regular(path: Path, what: str) -> int:
-    """Open ``path`` for reading, refusing anything but a regular file (never blocking)."""
+    """Open ``path`` for reading, refusing anything but a regular file (never blocking).
+
+    Checked before opening (opening a device can have effects of its own) and after.
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        if not stat.S_ISREG(mode := os.stat(path).st_mode):
+            raise ReviewError(_not_regular(path, mode, what))
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        raise ReviewError(f"{_path_text(path)}: {_os_problem(error)}") from None
+    try:
+        mode = os.fstat(fd).st_mode
     except OSError as error:
-        raise ReviewError(f"{_path_text(path)}: {error.strerror or error}") from None
-    mode = os.fstat(fd).st_mode
+        os.close(fd)
+        raise ReviewError(f"{_path_text(path)}: {_os_problem(error)}") from None
     if not stat.S_ISREG(mode):
         os.close(fd)
-        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-        raise ReviewError(f"{_path_text(path)}: {kind}, not {what}")
+        raise ReviewError(_not_regular(path, mode, what))
     return fd
 
 
-def _read_limited(fd: int) -> tuple[bytes, bool]:
-    """Read at most :data:`_MAX_LOG_BYTES` from ``fd``; say whether there was more."""
-    chunks: list[bytes] = []
-    size = 0
-    while size <= _MAX_LOG_BYTES and (chunk := os.read(fd, 1 << 16)):
-        chunks.append(chunk)
-        size += len(chunk)
-    data = b"".join(chunks)
-    return data[:_MAX_LOG_BYTES], size > _MAX_LOG_BYTES
+def _not_regular(path: Path, mode: int, what: str) -> str:
+    kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+    return f"{_path_text(path)}: {kind}, not {what}"
 
 
-def _parse_event(line: bytes) -> dict[str, object] | None:
-    """One log line as an event (a JSON object with a string ``event``), or ``None``."""
+def _os_problem(error: OSError | ValueError) -> str:
+    if isinstance(error, OSError):
+        return error.strerror or type(error).__name__
+    return "not a usable path"
+
+
+def _parse_event(line: bytes) -> tuple[dict[str, object] | None, str]:
+    """One log line as an event (a JSON object with a string ``event``), or why it is not one."""
     try:
-        value = json.loads(line)
-    except (UnicodeDecodeError, ValueError):
-        return None
+        value = _parse_json(line)
+    except _JSONRefused as refusal:
+        return None, str(refusal)
     if isinstance(value, dict) and isinstance(value.get("event"), str):
-        return value
-    return None
+        return value, ""
+    return None, 'no "event" name' if isinstance(value, dict) else "not a JSON object"
+
+
+def _cost(line: bytes) -> int:
+    """How many values and keys the JSON ``line`` holds, counted on its bytes: never too few.
+
+    Every value or key but the first follows a comma or a colon, or is the
+    first in a container; a comma, colon or bracket inside a string only adds.
+    """
+    return 1 + sum(line.count(mark) for mark in (b",", b":", b"[", b"{"))
+
+
+@dataclass
+class _LogContents:
+    """What reading an event log found, line by line."""
+
+    events: list[dict[str, object]] = field(default_factory=list)
+    #: (line number, why) of each line that is not an event, up to the warning limit.
+    bad: list[tuple[int, str]] = field(default_factory=list)
+    bad_count: int = 0
+    values: int = 0
+    #: Why the log was not read to its end, if it was not.
+    stopped: str | None = None
+
+    def take(self, number: int, line: bytes | None, *, last: bool) -> None:
+        """Keep line ``number`` if it is an event; ``None`` means it was too long to keep."""
+        if number > _MAX_LOG_LINES:
+            self.stopped = f"longer than {_MAX_LOG_LINES} lines"
+            return
+        if line is not None and not line.strip():
+            return
+        if line is None:
+            why = f"longer than {_MAX_LINE_BYTES >> 20} MiB"
+        else:
+            event, why = _parse_event(line)
+            if event is not None:
+                self._keep(event, _cost(line))
+                return
+            if last:
+                why = _CUT_SHORT
+        self.bad_count += 1
+        if len(self.bad) < _MAX_LINE_WARNINGS:
+            self.bad.append((number, why))
+
+    def _keep(self, event: dict[str, object], size: int) -> None:
+        if self.values + size > _MAX_LOG_VALUES:
+            self.stopped = f"holds more than {_MAX_LOG_VALUES} values"
+            return
+        self.values += size
+        self.events.append(event)
+
+
+def _read_log(fd: int) -> _LogContents:
+    """Read the log from ``fd`` a chunk at a time, within every budget."""
+    contents = _LogContents()
+    line = bytearray()  # the line being read, while it is short enough to keep
+    overlong = False  # the line being read is too long: its bytes are dropped
+    number, total = 1, 0
+    while contents.stopped is None:
+        chunk = os.read(fd, min(_CHUNK_BYTES, _MAX_LOG_BYTES - total) or 1)
+        if not chunk:
+            break
+        if total >= _MAX_LOG_BYTES:
+            contents.stopped = f"longer than {_MAX_LOG_BYTES >> 20} MiB"
+            return contents
+        total += len(chunk)
+        start = 0
+        while (end := chunk.find(b"\n", start)) != -1 and contents.stopped is None:
+            overlong = overlong or len(line) + end - start > _MAX_LINE_BYTES
+            contents.take(number, None if overlong else bytes(line + chunk[start:end]), last=False)
+            line.clear()
+            overlong = False
+            number += 1
+            start = end + 1
+        if not overlong and len(line) + len(chunk) - start > _MAX_LINE_BYTES:
+            overlong = True
+            line.clear()
+        if not overlong:
+            line += chunk[start:]
+    if contents.stopped is None and (line or overlong):
+        # No newline at the end: a supervisor killed while writing its last line.
+        contents.take(number, None if overlong else bytes(line), last=True)
+    return contents
 
 
 def read_events(path: Path) -> tuple[list[dict[str, object]], list[str]]:
     """Return the events of the log at ``path`` and warnings about lines that did not parse.
 
     A last line cut short (a supervisor killed mid-write) and a garbled line
-    are skipped with a warning; raise :class:`ReviewError` if the file cannot be
-    read or if no line at all is a tether event (it is not an event log).
+    are skipped with a warning; so is a line too long to be an event. Raise
+    :class:`ReviewError` if the file cannot be read or if no line at all is a
+    tether event (it is not an event log).
     """
     fd = _open_regular(path, "an event log")
     try:
-        data, cut = _read_limited(fd)
+        contents = _read_log(fd)
     except OSError as error:
-        raise ReviewError(f"{_path_text(path)}: {error.strerror or error}") from None
+        raise ReviewError(f"{_path_text(path)}: {_os_problem(error)}") from None
     finally:
         os.close(fd)
-    lines = data.split(b"\n")
-    ends_cleanly = lines[-1] == b""
-    if ends_cleanly:
-        lines.pop()
-    events: list[dict[str, object]] = []
-    bad: list[int] = []
-    for number, line in enumerate(lines, start=1):
-        event = _parse_event(line) if line.strip() else None
-        if event is not None:
-            events.append(event)
-        elif line.strip():
-            bad.append(number)
-    if bad and not events:
+    if contents.bad_count and not contents.events:
         raise ReviewError(f"{_path_text(path)}: not a tether event log (no line is an event)")
-    warnings = [
-        _line_warning(path, number, number == len(lines) and not ends_cleanly) for number in bad
-    ]
-    if cut:
+    warnings = [_line_warning(path, number, why) for number, why in contents.bad]
+    unnamed = contents.bad_count - len(contents.bad)
+    if unnamed:
         warnings.append(
-            f"{_path_text(path)}: longer than {_MAX_LOG_BYTES >> 20} MiB; only the start is shown"
+            f"{_path_text(path)}: {unnamed} more line{'s' if unnamed > 1 else ''} "
+            "that are not tether events; skipped"
         )
-    return events, warnings
+    if contents.stopped is not None:
+        warnings.append(f"{_path_text(path)}: {contents.stopped}; only the start is shown")
+    return contents.events, warnings
 
 
-def _line_warning(path: Path, number: int, truncated: bool) -> str:
-    if truncated:
+def _line_warning(path: Path, number: int, why: str) -> str:
+    if why == _CUT_SHORT:
         return (
             f"{_path_text(path)}: line {number} is cut short (the supervisor was probably "
             "killed while writing it); showing the lines before it"
         )
-    return f"{_path_text(path)}: line {number} is not a tether event; skipped"
+    return f"{_path_text(path)}: line {number} is not a tether event ({why}); skipped"
 
 
 # -- one run: record and log ---------------------------------------------------------
@@ -152,11 +258,21 @@ def _record_candidates(log_path: Path, events: Sequence[Mapping[str, object]]) -
     if _is_events_name(log_path):
         stem = log_path.name[: -len(EVENTS_SUFFIX)]
         candidates += [log_path.with_name(stem + ".json"), log_path.with_name(stem)]
-    for event in events:
+    # A run writes its record once: the last such line is the one that counts
+    # (and a log claiming thousands of records costs no more than one).
+    for event in reversed(events):
         written = event.get("path")
         if event.get("event") == "record_written" and isinstance(written, str) and written:
             candidates.append(Path(written))
+            break
     return candidates
+
+
+def _same_file(one: Path, other: Path) -> bool:
+    try:
+        return os.path.samefile(one, other)
+    except (OSError, ValueError):
+        return False
 
 
 def _read_record_quietly(path: Path) -> tuple[dict[str, object] | None, str | None]:
@@ -173,7 +289,7 @@ def _load_from_log(log_path: Path) -> RunFiles:
     events, warnings = read_events(log_path)
     candidates = _record_candidates(log_path, events)
     for candidate in candidates:
-        if os.path.isfile(candidate) and candidate.resolve() != log_path.resolve():
+        if os.path.isfile(candidate) and not _same_file(candidate, log_path):
             record, problem = _read_record_quietly(candidate)
             if record is not None:
                 return RunFiles(candidate, record, log_path, events, warnings=warnings)

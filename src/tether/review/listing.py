@@ -1,8 +1,13 @@
 """``tether ls``: many runs as a table, newest first, filtered; or as JSON for ``jq``.
 
 A records directory collects files that are not records; they are skipped
-and named, never fatal. Listing 500 records took about 90 ms from the command
-line on the development machine, most of it the interpreter's start.
+and named, never fatal: whatever goes wrong with one file (it vanished, it is
+a FIFO, a socket, a link into ``/dev``) costs that file, never the listing.
+Times are compared as offsets from the epoch, which cannot overflow, so a
+record dated year 1 or 9999 sorts and filters like any other. A table cell is
+cut to a width, so one record with a megabyte-long label cannot pad every line
+of the table to a megabyte. Listing 500 records took about 90 ms from the
+command line on the development machine, most of it the interpreter's start.
 """
 
 from __future__ import annotations
@@ -19,14 +24,19 @@ from typing import Final
 from tether.core.durations import DurationError, parse_duration
 from tether.core.reasons import Reason
 from tether.review._text import (
+    _CONVERSION_ERRORS,
     ReviewError,
+    _brief,
+    _cell,
+    _instant,
     _int,
     _local,
     _Paint,
-    _parse_time,
     _path_text,
     _safe,
     _seconds_text,
+    _time_instant,
+    describe_unexpected,
 )
 from tether.review.files import (
     _is_events_name,
@@ -64,13 +74,15 @@ def scan(directory: Path) -> Listing:
     that cannot is skipped and named in :attr:`Listing.skipped`.
     """
     try:
-        entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
-    except OSError as error:
-        raise ReviewError(f"{_path_text(directory)}: {error.strerror or error}") from None
+        with os.scandir(directory) as found:
+            entries = sorted(found, key=lambda entry: entry.name)
+    except (OSError, ValueError) as error:
+        problem = error.strerror if isinstance(error, OSError) else None
+        raise ReviewError(f"{_path_text(directory)}: {problem or error}") from None
     listing = Listing()
     logs: list[Path] = []
     for entry in entries:
-        if _ignored(entry.name) or entry.is_dir():
+        if _ignored(entry.name) or _is_directory(entry):
             continue
         path = Path(entry.path)
         if _is_events_name(path):
@@ -80,9 +92,19 @@ def scan(directory: Path) -> Listing:
             listing.records.append((path, read_record(path)))
         except RecordError as error:
             listing.skipped.append(_record_problem(error))
+        except Exception as error:  # a bug, not the file's fault: it must not cost the listing
+            listing.skipped.append(f"{_path_text(path)}: {describe_unexpected(error)}")
     stems = {path.stem for path, _ in listing.records} | {path.name for path, _ in listing.records}
     listing.orphan_logs = [log for log in logs if log.name[: -len(EVENTS_SUFFIX)] not in stems]
     return listing
+
+
+def _is_directory(entry: os.DirEntry[str]) -> bool:
+    """Whether ``entry`` is a directory (or a link to one): not entered, not reported."""
+    try:
+        return entry.is_dir()
+    except OSError:  # a link loop, for one: read_record names the problem
+        return False
 
 
 @dataclass(frozen=True)
@@ -96,11 +118,13 @@ class Filters:
 
     def admit(self, record: Mapping[str, object]) -> bool:
         """Whether ``record`` passes every filter."""
-        if self.reasons is not None and record.get("reason") not in self.reasons:
-            return False
+        if self.reasons is not None:
+            reason = record.get("reason")
+            if not isinstance(reason, str) or reason not in self.reasons:
+                return False
         if self.since is not None:
-            started = _parse_time(record.get("started_at"))
-            if started is None or started < self.since:
+            started = _time_instant(record.get("started_at"))
+            if started is None or started < _instant(self.since):
                 return False
         if self.label is not None:
             label = record.get("variant")
@@ -134,27 +158,38 @@ def parse_since(text: str, *, now: datetime | None = None) -> datetime:
     """
     now = datetime.now(UTC) if now is None else now
     try:
-        return now - timedelta(seconds=parse_duration(text, flag="--since"))
-    except (DurationError, OverflowError):
+        seconds = parse_duration(text, flag="--since")
+    except DurationError:
         pass
+    else:
+        try:
+            return now - timedelta(seconds=seconds)
+        except OverflowError:  # further back than year 1: every run is that recent
+            return datetime.min.replace(tzinfo=UTC)
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
         raise ReviewError(
-            f"--since: invalid value {text!r} (use a duration such as 30m, 12h or 7d, "
-            "or an ISO date or time such as 2024-05-01 or 2024-05-01T12:00)"
+            f"--since: invalid value {_brief(text)} (use a duration such as 30m, "
+            "12h or 7d, or an ISO date or time such as 2024-05-01 or 2024-05-01T12:00)"
         ) from None
-    return moment if moment.utcoffset() is not None else moment.astimezone()
+    if moment.utcoffset() is not None:
+        return moment
+    try:
+        return moment.astimezone()
+    except _CONVERSION_ERRORS:
+        # Local time cannot say it (year 1 west of Greenwich): hours do not matter there.
+        return moment.replace(tzinfo=UTC)
 
 
 def select(
     records: Iterable[tuple[Path, dict[str, object]]], filters: Filters
 ) -> list[tuple[Path, dict[str, object]]]:
     """The records ``filters`` admits, newest first (by ``started_at``; unknown times last)."""
-    oldest = datetime.min.replace(tzinfo=UTC)
 
-    def newest_first(item: tuple[Path, dict[str, object]]) -> tuple[datetime, str]:
-        return (_parse_time(item[1].get("started_at")) or oldest, item[0].name)
+    def newest_first(item: tuple[Path, dict[str, object]]) -> tuple[bool, timedelta, str]:
+        started = _time_instant(item[1].get("started_at"))
+        return (started is not None, started or timedelta(0), item[0].name)
 
     return sorted(
         (item for item in records if filters.admit(item[1])), key=newest_first, reverse=True
@@ -163,21 +198,25 @@ def select(
 
 _COLUMNS: Final = ("WHEN", "LABEL", "REASON", "EXIT", "DURATION", "ESCALATED", "RECORD")
 
+#: The widest a padded cell gets: wider than any time, label or reason tether
+#: writes; what a hostile file puts there is cut (``tether show`` has it whole).
+_CELL_WIDTH: Final = 64
+
 
 def _row(path: Path, record: Mapping[str, object], directory: Path | None) -> list[str]:
     label = record.get("variant")
     status = _int(record.get("supervisor_exit_code"))
     escalated = record.get("escalated_to_sigkill")
     shown_path = path.name if directory is not None and path.parent == directory else str(path)
-    return [
+    cells = [
         _local(record.get("started_at")),
         _safe(label) if isinstance(label, str) else "-",
         _safe(record.get("reason")),
         "?" if status is None else str(status),
         _seconds_text(record.get("elapsed_seconds")),
         {True: "yes", False: "no"}.get(escalated, "?") if isinstance(escalated, bool) else "?",
-        _safe(shown_path),
     ]
+    return [_cell(cell, _CELL_WIDTH) for cell in cells] + [_safe(shown_path)]
 
 
 def render_table(

@@ -75,6 +75,7 @@ from __future__ import annotations
 import contextlib
 import errno as errno_codes
 import json
+import math
 import os
 import stat
 from pathlib import Path
@@ -85,7 +86,7 @@ from tether.shared.paths import events_path_for
 # Checked before every launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
     from typing import Final
 
     from tether.core.redaction import Redactor
@@ -523,6 +524,94 @@ def _sync_directory(path: Path, directory_fd: int) -> None:
 
 
 # -- reading ------------------------------------------------------------------
+#
+# Records are read by people reviewing runs, often from a directory anything
+# could have been dropped into, so reading is bounded in everything a file
+# controls: its size (read_record), the kind of file (nothing but a regular
+# file is even opened), and what the JSON may hold (_parse_json). What is read
+# can then be printed, compared and serialised again without any care: no
+# value nests deeply enough to exhaust the interpreter's recursion, no number
+# is NaN or infinite, and no integer is too long to print. The event-log reader
+# of ``tether show`` parses its lines with the same _parse_json.
+
+#: How deeply a document may nest. A record nests three levels deep and an
+#: event-log line two; this keeps every later recursion (printing, ``json.dumps``,
+#: comparing) far below the interpreter's limit.
+_MAX_JSON_DEPTH: Final = 32
+
+#: The longest integer read, in digits: the least limit Python can be set to for
+#: converting integers to and from text (``sys.int_info.str_digits_check_threshold``),
+#: so an integer that was read can always be printed again, and reading one is never slow.
+_MAX_INT_DIGITS: Final = 640
+
+
+class _JSONRefused(ValueError):
+    """Bytes that are not JSON a reader will hold; the message says why, in a few words."""
+
+
+def _refuse_constant(name: str) -> object:
+    raise _JSONRefused(f"holds {name}, which JSON does not allow")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _JSONRefused("holds a number too large for a float")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > _MAX_INT_DIGITS:
+        raise _JSONRefused(f"holds an integer of more than {_MAX_INT_DIGITS} digits")
+    return int(text)
+
+
+def _nests_too_deeply(value: object) -> bool:
+    """Whether any container in ``value`` lies deeper than :data:`_MAX_JSON_DEPTH`.
+
+    Iterative, so that measuring a deep value cannot itself run out of stack.
+    """
+    pending: list[tuple[dict[str, object] | list[object], int]] = []
+    if isinstance(value, dict | list):
+        pending.append((value, 1))
+    while pending:
+        container, depth = pending.pop()
+        if depth > _MAX_JSON_DEPTH:
+            return True
+        children: Iterable[object] = (
+            container.values() if isinstance(container, dict) else container
+        )
+        pending.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def _parse_json(data: bytes) -> object:
+    """Return ``data`` as a JSON value, bounded so that it is safe to print and compare.
+
+    Raise :class:`_JSONRefused` if ``data`` is not JSON (or not UTF-8), holds
+    ``NaN``, ``Infinity`` or a number beyond a float's range (Python's json takes
+    them; ``jq`` and every comparison choke on them), an integer of more than
+    :data:`_MAX_INT_DIGITS` digits, or nests deeper than :data:`_MAX_JSON_DEPTH`.
+    """
+    try:
+        value = json.loads(
+            data,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            parse_int=_bounded_int,
+        )
+    except _JSONRefused:
+        raise
+    except RecursionError:
+        # json recurses once per level and stops at the interpreter's limit.
+        raise _JSONRefused(f"nested deeper than {_MAX_JSON_DEPTH} levels") from None
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        raise _JSONRefused("not JSON") from None
+    # Only so many brackets cannot nest deeper than their number: no walk needed.
+    brackets = data.count(b"[") + data.count(b"{")
+    if brackets > _MAX_JSON_DEPTH and _nests_too_deeply(value):
+        raise _JSONRefused(f"nested deeper than {_MAX_JSON_DEPTH} levels")
+    return value
 
 
 def _read_error(path: Path, problem: str, error_number: int | None = None) -> RecordError:
@@ -531,33 +620,64 @@ def _read_error(path: Path, problem: str, error_number: int | None = None) -> Re
     )
 
 
+def _kind_unreadable(mode: int) -> str | None:
+    """How to name a file of this ``mode`` that is never read as a record, or ``None``."""
+    if stat.S_ISREG(mode):
+        return None
+    return "it is a directory" if stat.S_ISDIR(mode) else "it is not a regular file"
+
+
 def _read_bytes(path: Path) -> bytes:
-    """Return the bytes of the regular file at ``path`` (never blocking on a FIFO)."""
+    """Return the bytes of the regular file at ``path``, at most :data:`_MAX_RECORD_BYTES`.
+
+    Anything but a regular file is refused before it is opened (opening a
+    device can have effects of its own) and again once it is (it may have been
+    swapped in between); it is opened non-blocking, so a FIFO that appears in
+    between does not block either.
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError as error:
-        raise _read_error(path, _problem(error), error.errno) from None
+        kind = _kind_unreadable(os.stat(path).st_mode)
+        if kind is not None:
+            raise _read_error(path, kind)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+    except RecordError:
+        raise
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        raise _read_error(path, _reason(error), getattr(error, "errno", None)) from None
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-            raise _read_error(path, f"it is {kind}")
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > _MAX_RECORD_BYTES:
-                raise _read_error(
-                    path, f"not a tether record (larger than {_MAX_RECORD_BYTES} bytes)"
-                )
-        return b"".join(chunks)
+        kind = _kind_unreadable(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise _read_error(path, kind)
+        data = _read_at_most(fd, _MAX_RECORD_BYTES + 1)
+    except RecordError:
+        raise
     except OSError as error:
-        if isinstance(error, RecordError):
-            raise
         raise _read_error(path, _problem(error), error.errno) from None
     finally:
         os.close(fd)
+    if len(data) > _MAX_RECORD_BYTES:
+        raise _read_error(path, f"not a tether record (larger than {_MAX_RECORD_BYTES} bytes)")
+    return data
+
+
+def _reason(error: OSError | ValueError) -> str:
+    return _problem(error) if isinstance(error, OSError) else "not a usable path"
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    """Read from ``fd`` until end of file or ``limit`` bytes, whichever comes first."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit and (chunk := os.read(fd, min(1 << 16, limit - size))):
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _brief(value: object) -> str:
+    """``repr(value)`` for a one-line message, cut short if long."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def read_record(path: Path) -> dict[str, object]:
@@ -565,13 +685,14 @@ def read_record(path: Path) -> dict[str, object]:
 
     Checks only what makes a file a record of this version (a JSON object whose
     ``schema_version`` is :data:`RECORD_SCHEMA_VERSION`); validating every field
-    is the schema's job (:func:`record_schema`).
+    is the schema's job (:func:`record_schema`). What is returned is bounded as
+    :func:`_parse_json` says; any field may still hold any JSON type.
     """
     data = _read_bytes(path)
     try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, ValueError):
-        raise _read_error(path, "not a tether record (not JSON)") from None
+        document = _parse_json(data)
+    except _JSONRefused as refusal:
+        raise _read_error(path, f"not a tether record ({refusal})") from None
     if not isinstance(document, dict):
         raise _read_error(path, "not a tether record (not a JSON object)")
     version = document.get("schema_version")
@@ -580,11 +701,12 @@ def read_record(path: Path) -> dict[str, object]:
     if isinstance(version, str) and version.startswith(_SCHEMA_PREFIX):
         raise _read_error(
             path,
-            f"record version {version!r} is not supported "
+            f"record version {_brief(version)} is not supported "
             f"(this tether {__version__} reads {RECORD_SCHEMA_VERSION!r})",
         )
     raise _read_error(
-        path, f"not a tether record (schema_version is {version!r}, not {RECORD_SCHEMA_VERSION!r})"
+        path,
+        f"not a tether record (schema_version is {_brief(version)}, not {RECORD_SCHEMA_VERSION!r})",
     )
 
 
