@@ -684,3 +684,15 @@ def test_show_says_why_sigkill_was_sent(
     result = tether("show", str(record))
     assert needle in result.stdout
     assert "killed by SIGKILL (-9)" in result.stdout
+
+
+def test_show_says_when_the_evidence_or_the_pidfds_fell_short(tmp_path: Path) -> None:
+    record = craft(tmp_path, "short.json", event_log_lines_dropped=3, signals_without_pidfd=2)
+    validate_record(read_json(record))
+    result = tether("show", str(record))
+    assert result.returncode == 0, result.stderr
+    assert "incomplete: 3 lines could not be written" in result.stdout
+    assert "2 signals sent by pid, without a pidfd" in result.stdout
+    plain = tether("show", str(craft(tmp_path, "plain.json")))
+    assert "incomplete" not in plain.stdout
+    assert "pidfd" not in plain.stdout

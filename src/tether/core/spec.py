@@ -68,7 +68,8 @@ class RunSpec:
     umask: int | None = None
     stop_signal: str = DEFAULT_STOP_SIGNAL
     #: Where the caller's file descriptors arrived in the supervisor, by role:
-    #: ``lifeline``, ``status``, ``stdin``, ``stdout``, ``stderr``.
+    #: ``lifeline``, ``status``, ``stdin``, ``stdout``, ``stderr``, and where they apply
+    #: ``cwd`` (the caller's working directory) and ``record_dir`` (the held record directory).
     fds: dict[str, int] = field(default_factory=dict)
 
     @property

@@ -198,6 +198,14 @@ def _extras(out: _Lines, record: Mapping[str, object]) -> None:
     if record.get("unkillable") is True:
         warning = "something survived SIGKILL: investigate this host"
         out.add("UNKILLABLE", out.paint(warning, "1;31"))
+    dropped = _int(record.get("event_log_lines_dropped"))
+    if dropped:
+        lost = f"incomplete: {_plural(dropped, 'line')} could not be written (full disk?)"
+        out.add("event log", out.paint(lost, "33"))
+    by_pid = _int(record.get("signals_without_pidfd"))
+    if by_pid:
+        note = f"{_plural(by_pid, 'signal')} sent by pid, without a pidfd (descriptor limit)"
+        out.add("pidfds", out.paint(note, "33"))
 
 
 def _provenance(out: _Lines, record: Mapping[str, object]) -> None:
@@ -333,6 +341,11 @@ def _record_written(f: _Fields) -> str:
     return f"record written: {f.text('path')}"
 
 
+def _event_log_incomplete(f: _Fields) -> str:
+    dropped = _plural(f.take("lines_dropped"), "line")
+    return f"the event log is incomplete: {dropped} could not be written ({f.text('error')})"
+
+
 def _record_failed(f: _Fields) -> str:
     return f"record NOT written: {f.text('error')}"
 
@@ -349,6 +362,7 @@ _DESCRIBE: Final[Mapping[str, Callable[[_Fields], str]]] = {
     "tree_emptied": _tree_emptied,
     "record_written": _record_written,
     "record_failed": _record_failed,
+    "event_log_incomplete": _event_log_incomplete,
 }
 
 
