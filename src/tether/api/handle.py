@@ -53,8 +53,8 @@ class Tether:
     Thread-safe: any number of threads may :meth:`wait` at once, and tasks
     may :meth:`wait_async` alongside them. Dropping the handle of a running
     command does not stop it (as with :class:`subprocess.Popen`, with the same
-    ``ResourceWarning``); it keeps its descriptors (two pipes, and the record's directory), and is still
-    stopped when this process exits.
+    ``ResourceWarning``); it keeps its descriptors (two pipes, and the
+    record's directory), and is still stopped when this process exits.
     """
 
     def __init__(self, spawn: Spawn) -> None:
