@@ -29,6 +29,7 @@ the document is built once from the verdict and those facts.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -64,7 +65,7 @@ from tether.shared.record_document import (
     SignalSent,
     build_document,
 )
-from tether.supervisor.containment import ProcessTree
+from tether.supervisor.containment import ProcessTree, Report
 
 if TYPE_CHECKING:
     from tether.core.redaction import Redactor
@@ -120,7 +121,12 @@ class Supervision:
         self.tree: ProcessTree | None = None
         if command is not None:
             self.tree = ProcessTree(
-                leader=command.pid, pgid=command.pgid, pidfd=command.pidfd, cgroup=command.cgroup
+                leader=command.pid,
+                pgid=command.pgid,
+                pidfd=command.pidfd,
+                cgroup=command.cgroup,
+                reserve=attempt.reserve,
+                report=_tree_reporter(self),
             )
         self.machine = RunMachine(
             deadline_at=spec.deadline_at,
@@ -376,6 +382,7 @@ class Supervision:
             descendants_stopped=0 if tree is None else len(tree.stopped),
             stragglers=self.stragglers,
             rusage=usage,
+            signals_without_pidfd=0 if tree is None else tree.signals_without_pidfd,
         )
 
     def _reap(
@@ -420,6 +427,20 @@ class Supervision:
                 elapsed_seconds=round(verdict.finished_at - self.started_monotonic, 3),
             )
         )
+
+
+def _tree_reporter(supervision: Supervision) -> Report:
+    """What the tree reports goes to the event log of the day (opened after the tree is built).
+
+    Best effort: a log that cannot be written must not stop the tree from
+    being stopped.
+    """
+
+    def report(event: str, /, **fields: object) -> None:
+        with contextlib.suppress(Exception):
+            supervision.log.emit(event, **fields)
+
+    return report
 
 
 def _wait_bound(seconds: float) -> float:
