@@ -7,15 +7,22 @@
   says so in the record (``signals_without_pidfd``). The reserve of spare
   descriptors and the walk's honesty (a walk it could not read is not an empty
   tree) are shown on their own, in a process whose table is full.
+* **A failure inside.** An exception in the loop (injected by replacing one
+  method in a wrapper process, since no environment switch in the product
+  may trigger it), or a real full disk under the record and event log: the
+  tree, a ``setsid()`` escapee included, is SIGKILLed, the run exits 125
+  with one line on stderr and no traceback, and no cgroup is left.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import resource
 import select
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -31,10 +38,13 @@ from conftest import (
     alive,
     fixture,
     read_json,
+    tether_argv,
     validate_record,
     wait_gone,
 )
+from tether.core.machine import DEFAULT_SETTLE_SECONDS
 from tether.linux.cgroup import CgroupUnavailable, RunCgroup, own_cgroup
+from tether.supervisor import last_resort
 from tether.supervisor.reserve import NEEDED
 
 MODES = ("sweep", "cgroup")
@@ -395,3 +405,112 @@ def test_a_full_table_borrows_from_the_reserve_and_never_reads_as_an_empty_tree(
     assert answers["without_pidfd"] == 3
     assert_all_gone(pids)
     assert not alive(leader)
+
+
+# -- a failure inside the supervisor ------------------------------------------
+
+
+def test_the_last_resort_waits_as_long_as_the_core() -> None:
+    assert last_resort.SETTLE_SECONDS == DEFAULT_SETTLE_SECONDS
+
+
+def test_a_crash_in_the_loop_still_stops_the_tree(
+    seed: Callable[..., SeedRun], ready: ReadyPipe, processes: Processes, mode: str
+) -> None:
+    command = [*escapee_tree(ready), "--exit", "0"]
+    run = seed(command, mode=mode, inject_fault=True)
+    pids = ready.ready_pids()
+    processes.track(*pids)
+    # The leader's exit is looked at by the replaced method, which raises.
+    assert run.supervisor.wait(timeout=BOUND) == 125
+    assert_all_gone(pids)
+    assert run_cgroups(run.supervisor.pid) == []
+    assert_one_line_no_traceback(
+        run, "tether: internal error in the supervisor (RuntimeError: injected fault)"
+    )
+    assert "every process of the run was killed" in run.stderr_lines()[0]
+    assert "internal_error" in [line["event"] for line in run.event_lines()]
+    assert not run.record.exists()
+
+
+class SmallDisk:
+    """A directory on a 64 KiB tmpfs of its own, filled to the last block on demand."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fill(self) -> None:
+        with contextlib.suppress(OSError), (self.path / "filler").open("wb") as filler:
+            while True:
+                filler.write(b"\0" * 4096)
+                filler.flush()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(mount_point)],
+        capture_output=True,
+        timeout=BOUND,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield SmallDisk(mount_point)
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], timeout=BOUND)
+
+
+def test_a_disk_full_under_the_event_log_still_stops_the_tree_at_the_seed_door(
+    seed: Callable[..., SeedRun],
+    ready: ReadyPipe,
+    processes: Processes,
+    small_disk: SmallDisk,
+    mode: str,
+) -> None:
+    run = seed(escapee_tree(ready), mode=mode, record=small_disk.path / "records" / "run.json")
+    pids = ready.ready_pids()
+    processes.track(*pids)
+    # Full once the run is watched: the next line of the event log, and the
+    # record, meet ENOSPC.
+    small_disk.fill()
+    run.close_lifeline()
+    # Whether the loop fails on the event log or carries on to a record that
+    # cannot be written, the run is tether's failure and nothing survives it.
+    assert run.supervisor.wait(timeout=BOUND) == 125
+    assert_all_gone(pids)
+    assert run_cgroups(run.supervisor.pid) == []
+    assert_one_line_no_traceback(run, "tether: ")
+    assert "No space left on device" in run.stderr_lines()[0]
+
+
+def test_a_disk_full_under_the_event_log_still_stops_the_tree_through_tether_run(
+    ready: ReadyPipe, processes: Processes, small_disk: SmallDisk, tmp_path: Path, mode: str
+) -> None:
+    record = small_disk.path / "records" / "run.json"
+    stderr = tmp_path / "stderr.txt"
+    env = {
+        **os.environ,
+        "TETHER_CONTAINMENT": mode,
+        "HOME": str(tmp_path),
+        "XDG_STATE_HOME": str(tmp_path),
+    }
+    with stderr.open("wb") as sink:
+        caller = processes.start(
+            tether_argv("run", "--record", str(record), "--", *escapee_tree(ready)),
+            env=env,
+            stderr=sink,
+            stdout=subprocess.DEVNULL,
+        )
+    pids = ready.ready_pids()
+    processes.track(*pids)
+    small_disk.fill()
+    caller.send_signal(signal.SIGINT)  # Ctrl-C: a cancel request on the lifeline
+    assert caller.wait(timeout=BOUND) == 125
+    assert_all_gone(pids)
+    lines = stderr.read_text().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("tether: "), lines
+    assert "No space left on device" in lines[0]

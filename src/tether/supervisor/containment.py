@@ -75,6 +75,7 @@ import os
 # leader reaped under a full descriptor table would fail to load it.
 import resource  # noqa: F401
 import signal
+import time
 from collections.abc import Callable, Iterable
 from typing import Final, Protocol, TypeVar
 
@@ -331,6 +332,31 @@ class ProcessTree:
                 return self.cgroup.remove()
         finally:
             self.reserve.close()
+
+    # -- the last resort ------------------------------------------------------
+
+    def kill_everything(self, wait: Callable[[float], object], *, bound: float) -> bool:
+        """SIGKILL the tree until nothing is left or ``bound`` seconds pass; whether it emptied.
+
+        No grace and no questions: this is how a supervisor that failed inside
+        keeps its promise (:mod:`tether.supervisor.last_resort`). ``wait(seconds)``
+        blocks until a child of the supervisor may have died, or the time is up.
+        """
+        end = time.monotonic() + bound
+        while True:
+            self.signal(signal.SIGKILL)
+            if self._leader_gone() and not self.others():
+                return True
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                return False
+            wait(remaining)
+
+    def _leader_gone(self) -> bool:
+        try:
+            return self.leader_reaped or self.leader_returncode() is not None
+        except ChildProcessError:
+            return True
 
 
 def _alive(pid: int) -> bool:

@@ -56,7 +56,7 @@ from tether.core.events import (
     TreeEmptied,
 )
 from tether.core.machine import Phase, RunMachine
-from tether.core.reasons import TETHER_FAILED
+from tether.core.reasons import TETHER_FAILED, Reason
 from tether.shared.clock import wall_clock_at
 from tether.shared.protocol import CANCEL, KILL_NOW, Finished, Signalled, StatusWriter
 from tether.shared.record_document import (
@@ -65,6 +65,7 @@ from tether.shared.record_document import (
     SignalSent,
     build_document,
 )
+from tether.supervisor import last_resort
 from tether.supervisor.containment import ProcessTree, Report
 
 if TYPE_CHECKING:
@@ -476,12 +477,72 @@ def supervise(
 ) -> int:
     """Watch the command :func:`tether.supervisor.launch.launch` started until it is recorded.
 
-    Returns the exit status for the run.
+    Returns the exit status for the run. Whatever goes wrong inside, the
+    tree is stopped: any exception ends in :func:`_last_resort`, never in a
+    traceback and a tree left running.
     """
-    # transitions logs every step through stdlib logging; this process is
-    # tether's own, and its story goes to the event log instead.
-    logging.getLogger("transitions").setLevel(logging.WARNING)
-    supervision = Supervision(
-        spec, attempt, lifeline=lifeline, status=status, on_message=on_message
+    tap = last_resort.StatusTap(status)
+    supervision: Supervision | None = None
+    try:
+        # transitions logs every step through stdlib logging; this process is
+        # tether's own, and its story goes to the event log instead.
+        logging.getLogger("transitions").setLevel(logging.WARNING)
+        supervision = Supervision(
+            spec, attempt, lifeline=lifeline, status=tap, on_message=on_message
+        )
+        return supervision.run(Supervision.first_event(attempt))
+    except BaseException as error:
+        return _last_resort(error, attempt, supervision, tap, on_message)
+
+
+def _last_resort(
+    error: BaseException,
+    attempt: LaunchAttempt,
+    supervision: Supervision | None,
+    status: last_resort.StatusTap,
+    on_message: Callable[[str], None],
+) -> int:
+    """Kill the tree, tell the caller (once) and the person; return the status to exit with.
+
+    A failure after ``finished`` went out (the run was recorded, the tree
+    stopped) changes nothing the caller was told: the status stands.
+    """
+    tree = None if supervision is None else supervision.tree
+    if supervision is not None:
+        with contextlib.suppress(Exception):
+            supervision.log.emit("internal_error", error=last_resort.describe(error))
+        # What the loop held is free for the sweep: the failure may be the lack of it.
+        with contextlib.suppress(Exception):
+            supervision.selector.close()
+        with contextlib.suppress(Exception):
+            supervision.log.close()
+    if supervision is not None and status.finished_sent:
+        last_resort.kill_tree(attempt, tree)
+        return supervision.exit_status
+    return last_resort.abandon(
+        attempt,
+        error,
+        status=status,
+        say=on_message,
+        tree=tree,
+        reason=_reason_so_far(supervision),
+        record=_record_so_far(supervision),
     )
-    return supervision.run(Supervision.first_event(attempt))
+
+
+def _reason_so_far(supervision: Supervision | None) -> str:
+    """Why the run was ending when the supervisor failed, as far as it knew."""
+    if supervision is not None:
+        if supervision.verdict is not None:
+            return supervision.verdict.reason.value
+        if supervision.machine.reason is not None:
+            return supervision.machine.reason.value
+        if supervision.exited:
+            return Reason.COMPLETED.value
+    return Reason.SUPERVISOR_LOST.value
+
+
+def _record_so_far(supervision: Supervision | None) -> str | None:
+    if supervision is not None and supervision.record_written:
+        return supervision.spec.record_path
+    return None
