@@ -12,6 +12,8 @@
   may trigger it), or a real full disk under the record and event log: the
   tree, a ``setsid()`` escapee included, is SIGKILLed, the run exits 125
   with one line on stderr and no traceback, and no cgroup is left.
+* **Junk on the lifeline.** A mebibyte of bytes that are not requests costs
+  the event log a few lines, and a request buried in it is still honoured.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from conftest import (
 from tether.core.machine import DEFAULT_SETTLE_SECONDS
 from tether.linux.cgroup import CgroupUnavailable, RunCgroup, own_cgroup
 from tether.supervisor import last_resort
+from tether.supervisor.loop import LifelineBytes
 from tether.supervisor.reserve import NEEDED
 
 MODES = ("sweep", "cgroup")
@@ -514,3 +517,55 @@ def test_a_disk_full_under_the_event_log_still_stops_the_tree_through_tether_run
     assert len(lines) == 1, lines
     assert lines[0].startswith("tether: "), lines
     assert "No space left on device" in lines[0]
+
+
+# -- junk on the lifeline -----------------------------------------------------
+
+
+def test_lifeline_bytes_are_requests_once_and_junk_counted() -> None:
+    tally = LifelineBytes()
+    assert tally.fresh_requests(b"xxkyyczzc") == [b"k", b"c"]
+    assert tally.fresh_requests(b"ckc") == []
+    assert tally.unknown == 6
+    assert tally.unknown_report_due()
+    assert not tally.unknown_report_due()
+    tally.fresh_requests(b"?" * 6)
+    assert tally.unknown_report_due()  # 12: past twice 6
+    tally.fresh_requests(b"?" * 11)
+    assert not tally.unknown_report_due()  # 23: short of twice 12
+    tally.fresh_requests(b"?")
+    assert tally.unknown_report_due()
+
+
+def test_a_mebibyte_of_junk_on_the_lifeline_keeps_the_log_small(
+    seed: Callable[..., SeedRun], ready: ReadyPipe, processes: Processes
+) -> None:
+    run = seed(fixture("sleeper", str(ready.path)))
+    processes.track(*ready.ready_pids())
+    run.write(JUNK)
+    run.close_lifeline()
+    assert run.supervisor.wait(timeout=BOUND) == 130
+    assert read_json(run.record)["reason"] == "parent_lost"
+    assert run.events.stat().st_size < 64 * 1024
+    lines = run.event_lines()
+    (closed,) = [line for line in lines if line["event"] == "lifeline_closed"]
+    assert closed["unknown_bytes"] == len(JUNK)
+    assert not [line for line in lines if line["event"] == "lifeline_request"]
+
+
+def test_a_request_buried_in_junk_is_honoured_once(
+    seed: Callable[..., SeedRun], ready: ReadyPipe, processes: Processes
+) -> None:
+    run = seed(fixture("sleeper", str(ready.path), "--note-term"), grace="60")
+    (pid,) = ready.ready_pids()
+    processes.track(pid)
+    half = len(JUNK) // 2
+    run.write(JUNK[:half] + b"c" + JUNK[half:] + b"c" * 1000)
+    assert ready.line() == ["term", str(pid)]
+    run.write(b"k")
+    assert run.supervisor.wait(timeout=BOUND) == 130
+    data = read_json(run.record)
+    assert (data["reason"], data["escalated_to_sigkill"]) == ("cancelled", True)
+    assert run.events.stat().st_size < 64 * 1024
+    lines = run.event_lines()
+    assert [line["request"] for line in lines if line["event"] == "lifeline_request"] == ["c", "k"]

@@ -33,6 +33,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import select
 import selectors
 import signal
 import socket
@@ -77,6 +78,11 @@ __all__ = ["EventSink", "NullEventLog", "supervise"]
 
 #: The longest single wait in ``select()``, in seconds (see :func:`_wait_bound`).
 _LONGEST_WAIT: Final = 86400.0
+
+#: One read of the lifeline, and the most read in one turn of the loop: a
+#: caller that streams bytes gets one turn per MiB, and the loop its deadlines.
+_LIFELINE_READ: Final = 1 << 16
+_LIFELINE_TURN: Final = 1 << 20
 
 
 class EventSink(Protocol):
@@ -129,6 +135,7 @@ class Supervision:
                 reserve=attempt.reserve,
                 report=_tree_reporter(self),
             )
+        self.lifeline_bytes = LifelineBytes()
         self.machine = RunMachine(
             deadline_at=spec.deadline_at,
             grace_seconds=spec.grace_seconds,
@@ -254,24 +261,27 @@ class Supervision:
         return events
 
     def _read_lifeline(self, now: float) -> list[Event]:
+        """The requests the caller wrote since the last turn, then ``CallerLost`` at end of file.
+
+        Each request is fed to the core once: a second ``c`` or ``k`` would
+        change nothing. Any other byte is counted, not logged one by one
+        (:class:`LifelineBytes`), so a caller writing junk costs the log a
+        few lines and the loop one turn per MiB.
+        """
         assert self.lifeline is not None
-        try:
-            data = os.read(self.lifeline, 64)
-        except BlockingIOError:
-            return []
-        except OSError:
-            data = b""
-        if not data:
-            self.selector.unregister(self.lifeline)
-            self.log.emit("lifeline_closed")
-            return [CallerLost(now)]
+        data, closed = _drain(self.lifeline, _LIFELINE_TURN)
+        tally = self.lifeline_bytes
         events: list[Event] = []
-        for byte in (data[i : i + 1] for i in range(len(data))):
-            if byte == CANCEL:
-                events.append(CancelRequested(now))
-            elif byte == KILL_NOW:
-                events.append(KillRequested(now))
-            self.log.emit("lifeline_request", request=byte.decode("ascii", "replace"))
+        for request in tally.fresh_requests(data):
+            events.append(CancelRequested(now) if request == CANCEL else KillRequested(now))
+            self.log.emit("lifeline_request", request=request.decode("ascii"))
+        if tally.unknown_report_due():
+            self.log.emit("lifeline_unknown_bytes", count=tally.unknown)
+        if closed:
+            self.selector.unregister(self.lifeline)
+            extra = {"unknown_bytes": tally.unknown} if tally.unknown else {}
+            self.log.emit("lifeline_closed", **extra)
+            events.append(CallerLost(now))
         return events
 
     def _observe_tree(self, now: float) -> list[Event]:
@@ -442,6 +452,68 @@ def _tree_reporter(supervision: Supervision) -> Report:
             supervision.log.emit(event, **fields)
 
     return report
+
+
+class LifelineBytes:
+    """What came over the lifeline: requests heard once, other bytes counted.
+
+    Unknown bytes are reported on a doubling scale, when their count first
+    reaches 1, 2, 4, 8... bytes (per turn, at most once): a caller that writes
+    a gigabyte of junk costs the log a few dozen lines, and the first line
+    still says at once that something odd is coming.
+    """
+
+    def __init__(self) -> None:
+        self.heard: set[bytes] = set()
+        #: How many bytes were neither ``c`` nor ``k``.
+        self.unknown = 0
+        self._report_at = 1
+
+    def fresh_requests(self, data: bytes) -> list[bytes]:
+        """The requests in ``data`` not heard before, in the order they came; count the rest."""
+        found = sorted(
+            (data.index(request), request)
+            for request in (CANCEL, KILL_NOW)
+            if request in data and request not in self.heard
+        )
+        self.heard.update(request for _at, request in found)
+        self.unknown += len(data) - data.count(CANCEL) - data.count(KILL_NOW)
+        return [request for _at, request in found]
+
+    def unknown_report_due(self) -> bool:
+        """Whether the count of unknown bytes reached the next report since the last one."""
+        if self.unknown < self._report_at:
+            return False
+        self._report_at = 2 * self.unknown
+        return True
+
+
+def _drain(fd: int, bound: int) -> tuple[bytes, bool]:
+    """Read what is waiting on ``fd`` (up to about ``bound`` bytes); and whether it was closed.
+
+    Never blocks, whether or not ``fd`` is in non-blocking mode (the seed
+    door's caller chose): it was readable when the loop woke, and each further
+    read waits for ``poll`` to say there is more. A read error counts as end of
+    file, as the caller can no longer be heard.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    more = select.poll()
+    more.register(fd, select.POLLIN)
+    while size < bound:
+        try:
+            chunk = os.read(fd, _LIFELINE_READ)
+        except BlockingIOError:
+            break
+        except OSError:
+            return b"".join(chunks), True
+        if not chunk:
+            return b"".join(chunks), True
+        chunks.append(chunk)
+        size += len(chunk)
+        if not more.poll(0):
+            break
+    return b"".join(chunks), False
 
 
 def _wait_bound(seconds: float) -> float:
