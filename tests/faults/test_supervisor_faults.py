@@ -48,7 +48,6 @@ from tether.core.machine import DEFAULT_SETTLE_SECONDS
 from tether.linux.cgroup import CgroupUnavailable, RunCgroup, own_cgroup
 from tether.supervisor import last_resort
 from tether.supervisor.loop import LifelineBytes
-from tether.supervisor.reserve import NEEDED
 
 MODES = ("sweep", "cgroup")
 
@@ -224,6 +223,11 @@ def assert_one_line_no_traceback(run: SeedRun, starting: str) -> None:
 #: The lowest open-file limit under which the seed door starts a command, per mode.
 _floors: dict[str, int] = {}
 
+#: Where the search starts: stdin, stdout, stderr, the lifeline and the two ends
+#: of the wakeup pipe, and one more. Under fewer, the supervisor fails before it
+#: gets to check (and starts nothing either).
+_FEWEST = 7
+
 
 def start_at_the_floor(
     seed: Callable[..., SeedRun], ready: ReadyPipe, mode: str
@@ -234,7 +238,7 @@ def start_at_the_floor(
     supervisor does not make the tests lie. Every lower limit must be a clean
     refusal: status 125, no command, no traceback, the refusal in the event log.
     """
-    for limit in range(_floors.get(mode, NEEDED + 3), 32):
+    for limit in range(_floors.get(mode, _FEWEST), 32):
         run = seed(escapee_tree(ready), mode=mode, limit=limit)
         pids = ready_or_exit(ready, run.supervisor)
         if pids is not None:
