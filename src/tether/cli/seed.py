@@ -175,6 +175,7 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
     _close_own_write_ends(parsed.parent_fd)
 
     from tether.shared.protocol import StatusWriter
+    from tether.supervisor import last_resort
     from tether.supervisor.launch import launch
 
     status = StatusWriter(None)
@@ -188,7 +189,14 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
         stderr=None,
         status=status,
     )
+    try:
+        from tether.supervisor.loop import supervise
 
-    from tether.supervisor.loop import supervise
+        return supervise(spec, attempt, lifeline=parsed.parent_fd, status=status)
+    except BaseException as error:
+        # supervise() has a last resort of its own; this one is for loading it.
+        return last_resort.abandon(attempt, error, status=status, say=_say)
 
-    return supervise(spec, attempt, lifeline=parsed.parent_fd, status=status)
+
+def _say(message: str) -> None:
+    print(f"tether: {message}", file=sys.stderr, flush=True)

@@ -8,13 +8,21 @@ an orphan is re-parented to it and so stays in the walk.
 The walk is a snapshot: processes may be born or die while it runs. Callers
 treat its answer as "at least these, at that moment" and repeat it when the
 tree may have changed (after every SIGCHLD while stopping).
+
+A file that cannot be read because its process is gone (``ENOENT``,
+``ESRCH``) is the answer "gone". Any other failure (``EMFILE`` when the
+descriptor table is full, ``EACCES``...) is raised, never read as "no
+children" or "no such process": a walk that saw nothing because it could not
+open anything must not be taken for an empty tree. The supervisor decides what
+to do about it (:mod:`tether.supervisor.reserve`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 __all__ = [
     "ProcStat",
@@ -26,25 +34,42 @@ __all__ = [
     "state_of",
 ]
 
+#: What reading a file of ``/proc/<pid>`` fails with once that process is gone.
+_GONE: Final = frozenset({errno.ENOENT, errno.ESRCH})
+
+
+def _gone(error: OSError) -> bool:
+    return error.errno in _GONE
+
 
 def children(pid: int) -> list[int]:
-    """Return the children of ``pid`` (all its threads), or ``[]`` if it is gone."""
+    """Return the children of ``pid`` (all its threads), or ``[]`` if it is gone.
+
+    Raise :class:`OSError` if they cannot be read for another reason.
+    """
     found: list[int] = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
+    except OSError as error:
+        if _gone(error):
+            return found
+        raise
     for tid in tasks:
         try:
             with open(f"/proc/{pid}/task/{tid}/children", "rb") as handle:
                 found.extend(int(word) for word in handle.read().split())
-        except OSError:
-            continue
+        except OSError as error:
+            if not _gone(error):
+                raise
     return found
 
 
 def descendants(root: int) -> Iterator[tuple[int, int]]:
-    """Yield ``(pid, parent)`` for every descendant of ``root``, parents before children."""
+    """Yield ``(pid, parent)`` for every descendant of ``root``, parents before children.
+
+    Raise :class:`OSError` (see :func:`children`) rather than skip a process
+    whose children cannot be read.
+    """
     stack = [root]
     seen = {root}
     while stack:
@@ -65,12 +90,17 @@ class ProcStat(NamedTuple):
 
 
 def stat_of(pid: int) -> ProcStat | None:
-    """Return the state, parent and process group of ``pid``, ``None`` if it is gone."""
+    """Return the state, parent and process group of ``pid``, ``None`` if it is gone.
+
+    Raise :class:`OSError` if it cannot be read for another reason.
+    """
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             raw = handle.read().decode("ascii", "replace")
-    except OSError:
-        return None
+    except OSError as error:
+        if _gone(error):
+            return None
+        raise
     # The command name is in parentheses and may itself contain ") ".
     fields = raw[raw.rindex(")") + 2 :].split()
     return ProcStat(fields[0], int(fields[1]), int(fields[2]))
@@ -92,11 +122,16 @@ def group_has_members(pgid: int) -> bool:
     """Whether any live process (not a zombie) is in process group ``pgid``.
 
     A group id cannot be reused while any member is alive, so a ``killpg``
-    sent after this said yes reaches that group and no other.
+    sent after this said yes reaches that group and no other. A process whose
+    ``stat`` cannot be read is not counted: the answer errs towards not
+    signalling.
     """
     for name in os.listdir("/proc"):
         if name.isdigit():
-            stat = stat_of(int(name))
+            try:
+                stat = stat_of(int(name))
+            except OSError:
+                continue
             if stat is not None and stat.pgid == pgid and stat.state != "Z":
                 return True
     return False

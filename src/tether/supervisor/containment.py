@@ -45,40 +45,97 @@ itself becomes a zombie, so when a walk finds nothing alive, one more read of
 the supervisor's own children sees any process that moved that way. Only a
 walk that finds nothing *and* is followed by such a read that finds nothing
 (and, with a cgroup, an empty ``cgroup.procs``) counts as empty.
+
+*Short of descriptors* (a caller's low ``ulimit -n``, a full system file
+table), the tree is still stopped, or said not to be:
+
+* every look and every signal goes through the run's
+  :class:`~tether.supervisor.reserve.DescriptorReserve`, which gives back a
+  spare descriptor and tries again when an open fails for want of one;
+* a process for which no pidfd can be had even so is signalled by its pid,
+  right after checking that it still belongs to the tree: a child of the
+  supervisor needs no descriptor for that (``waitid`` with ``WNOWAIT`` says
+  it is ours, and only this process could reap it and free its pid), any
+  other is checked in ``/proc`` as with a pidfd. Each such signal is counted
+  (:attr:`ProcessTree.signals_without_pidfd`, the record's
+  ``signals_without_pidfd``) and reported (``signal_by_pid``);
+* a walk that cannot be read is never taken for an empty tree: the answer is
+  "something unseen" (:data:`UNSEEN`), so the run waits out the bound after
+  SIGKILL and the record says ``unkillable`` rather than claim a clean stop.
+  The group (``killpg``) and the cgroup (``cgroup.kill``) are signalled all
+  the same; the first needs no descriptor at all.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+
+# os.wait4 loads this module the first time it reports a resource usage: a
+# leader reaped under a full descriptor table would fail to load it.
+import resource  # noqa: F401
 import signal
+import time
 from collections.abc import Callable, Iterable
-from typing import Final
+from typing import Final, Protocol, TypeVar
 
 from tether.linux import proctree
 from tether.linux.cgroup import RunCgroup
 from tether.shared.record_document import ResourceUsage
+from tether.supervisor.reserve import DescriptorReserve
 
-__all__ = ["ProcessTree"]
+__all__ = ["UNSEEN", "ProcessTree", "Report"]
 
 #: How many times :meth:`ProcessTree.others` walks the tree to get an answer
 #: it can trust; each walk that finds nothing is confirmed by a second one.
 _WALKS: Final = 8
+
+#: In an answer of :meth:`ProcessTree.others`: the tree could not be read, so
+#: something may be left that nobody saw. Never a pid of the tree (pid 0 is
+#: the kernel's own), and never counted as "nothing left".
+UNSEEN: Final = 0
+
+_T = TypeVar("_T")
+
+
+class Report(Protocol):
+    """Where the tree tells the event log what it had to do differently."""
+
+    def __call__(self, event: str, /, **fields: object) -> None:
+        """Write one event with its fields."""
+
+
+def _report_nothing(event: str, /, **fields: object) -> None:
+    """Tell nobody (a tree built without an event log, as in the tests)."""
 
 
 class ProcessTree:
     """Everything below the supervisor: the command's leader and whatever it started."""
 
     def __init__(
-        self, *, leader: int, pgid: int, pidfd: int, cgroup: RunCgroup | None = None
+        self,
+        *,
+        leader: int,
+        pgid: int,
+        pidfd: int,
+        cgroup: RunCgroup | None = None,
+        reserve: DescriptorReserve | None = None,
+        report: Report = _report_nothing,
     ) -> None:
         self.leader = leader
         self.pgid = pgid
         self.pidfd = pidfd
         self.cgroup = cgroup
+        self.reserve = DescriptorReserve() if reserve is None else reserve
+        self._report = report
         self._me = os.getpid()
         #: Every other process this tree has signalled, to count in the record.
         self.stopped: set[int] = set()
+        #: Signals sent to a single process by its pid, for want of a pidfd.
+        self.signals_without_pidfd = 0
+        #: Once the leader is reaped, its group id may name a stranger's group.
+        self.leader_reaped = False
+        self._blind = False
 
     @property
     def containment(self) -> str:
@@ -99,15 +156,21 @@ class ProcessTree:
     def others(self) -> list[int]:
         """The live processes of the tree other than the leader (after reaping adopted zombies).
 
-        An empty answer is confirmed (see the module's docstring) before it is given.
+        An empty answer is confirmed (see the module's docstring) before it is
+        given; a tree that cannot be read is answered with ``[UNSEEN]``.
         """
         self.reap_adopted()
         direct: list[int] = []
         for _attempt in range(_WALKS):
-            live = self._live_others()
+            live = self._read(self._live_others)
+            if live is None:
+                return [UNSEEN]
             if live:
                 return live
-            direct = [pid for pid in self._direct_others() if _alive(pid)]
+            found = self._read(self._direct_others)
+            if found is None:
+                return [UNSEEN]
+            direct = found
             if not direct:
                 return []
         # The tree keeps changing under the walk: not empty, at the least.
@@ -115,13 +178,35 @@ class ProcessTree:
 
     def _live_others(self) -> list[int]:
         found = {pid for pid, _parent in proctree.descendants(self._me)}
-        if self.cgroup is not None:
-            found.update(self.cgroup.pids())
+        found.update(self._members())
         found.discard(self.leader)
         return sorted(pid for pid in found if _alive(pid))
 
     def _direct_others(self) -> list[int]:
-        return [pid for pid in proctree.children(self._me) if pid != self.leader]
+        return [pid for pid in proctree.children(self._me) if pid != self.leader and _alive(pid)]
+
+    def _members(self) -> list[int]:
+        """The cgroup's processes (its reader takes a failed open for an empty cgroup)."""
+        if self.cgroup is None:
+            return []
+        with self.reserve.lent():
+            return self.cgroup.pids()
+
+    def _read(self, look: Callable[[], _T]) -> _T | None:
+        """``look()`` through the reserve, or ``None`` if the tree cannot be read even so.
+
+        The first failure of a spell is reported (``walk_failed``), not every
+        one: a supervisor short of descriptors looks at the tree on every SIGCHLD.
+        """
+        try:
+            answer = self.reserve.call(look)
+        except OSError as error:
+            if not self._blind:
+                self._blind = True
+                self._report("walk_failed", error=error.strerror or str(error))
+            return None
+        self._blind = False
+        return answer
 
     # -- acting ---------------------------------------------------------------
 
@@ -131,45 +216,87 @@ class ProcessTree:
         The tree is walked *before* anything is sent: a process that dies of
         the group's signal in the meantime was still reached by it.
         """
-        snapshot = [
-            (pid, stat)
-            for pid, _parent in proctree.descendants(self._me)
-            if (stat := proctree.stat_of(pid)) is not None and stat.state != "Z"
-        ]
+        snapshot = self._read(self._snapshot) or []
         walked = {pid for pid, _stat in snapshot}
-        members = [] if self.cgroup is None else self.cgroup.pids()
+        members = self._members()
         killed_by_cgroup = signum == signal.SIGKILL and self._kill_cgroup()
-        with contextlib.suppress(OSError):
-            os.killpg(self.pgid, signum)
+        self._signal_group(signum)
         known = walked | {self._me}
         for pid, stat in snapshot:
             if pid == self.leader:
                 continue
             self.stopped.add(pid)
             if stat.pgid != self.pgid:
-                _signal_one(pid, signum, lambda p: proctree.parent_of(p) in known)
+                self._signal_one(pid, signum, lambda p: proctree.parent_of(p) in known)
         outside_walk = [pid for pid in members if pid not in walked and pid != self.leader]
         self._signal_members(outside_walk, signum, already=killed_by_cgroup)
         return len(walked) + len(outside_walk)
 
+    def _snapshot(self) -> list[tuple[int, proctree.ProcStat]]:
+        return [
+            (pid, stat)
+            for pid, _parent in proctree.descendants(self._me)
+            if (stat := proctree.stat_of(pid)) is not None and stat.state != "Z"
+        ]
+
+    def _signal_group(self, signum: int) -> None:
+        """Signal the command's group, only while its leader is unreaped (so the id is its)."""
+        if not self.leader_reaped and _is_my_child(self.leader):
+            with contextlib.suppress(OSError):
+                os.killpg(self.pgid, signum)
+
     def _kill_cgroup(self) -> bool:
-        return self.cgroup is not None and self.cgroup.kill()
+        if self.cgroup is None:
+            return False
+        with self.reserve.lent():
+            return self.cgroup.kill()
 
     def _signal_members(self, pids: Iterable[int], signum: int, *, already: bool) -> None:
         """Signal processes of the cgroup the walk did not find (checked to be members)."""
         cgroup = self.cgroup
         if cgroup is None:
             return
-        for pid in pids:
-            if not _alive(pid):
-                continue
-            self.stopped.add(pid)
-            if not already:
-                _signal_one(pid, signum, cgroup.holds)
+        # The membership check reads a failed open as "not a member": lend it everything.
+        with self.reserve.lent():
+            for pid in pids:
+                if not _maybe_alive(pid):
+                    continue
+                self.stopped.add(pid)
+                if not already:
+                    self._signal_one(pid, signum, cgroup.holds)
+
+    def _signal_one(self, pid: int, signum: int, still_ours: Callable[[int], bool]) -> None:
+        """Signal ``pid`` through a pidfd where one can be had, by its pid (checked) otherwise."""
+        try:
+            self.reserve.call(lambda: _signal_through_pidfd(pid, signum, still_ours))
+        except OSError:
+            self._signal_by_pid(pid, signum, still_ours)
+
+    def _signal_by_pid(self, pid: int, signum: int, still_ours: Callable[[int], bool]) -> None:
+        """Signal ``pid`` with ``kill``, right after checking that it still belongs to the tree.
+
+        A child of the supervisor is checked without a descriptor and without a
+        race (:func:`_is_my_child`); any other process is checked in ``/proc``,
+        and only a pid freed and reused in the instant between the check and
+        the signal could be hit. A process that cannot be checked is not
+        signalled: a pid is not a process.
+        """
+        if not _is_my_child(pid):
+            try:
+                if not self.reserve.call(lambda: still_ours(pid)):
+                    return
+            except OSError:
+                return
+        try:
+            os.kill(pid, signum)
+        except OSError:
+            return
+        self.signals_without_pidfd += 1
+        self._report("signal_by_pid", pid=pid, signal=signal.Signals(signum).name)
 
     def reap_adopted(self) -> None:
         """Reap every dead child of the supervisor except the leader."""
-        for pid in proctree.children(self._me):
+        for pid in self._read(lambda: proctree.children(self._me)) or []:
             if pid != self.leader:
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
@@ -179,9 +306,11 @@ class ProcessTree:
         try:
             pid, status, usage = os.wait4(self.leader, 0 if block else os.WNOHANG)
         except ChildProcessError:
+            self.leader_reaped = True
             return None, None
         if pid == 0:
             return None, None
+        self.leader_reaped = True
         with contextlib.suppress(OSError):
             os.close(self.pidfd)
         return os.waitstatus_to_exitcode(status), ResourceUsage(
@@ -191,15 +320,71 @@ class ProcessTree:
         )
 
     def release(self) -> bool:
-        """Remove the tree's cgroup, if it has one; return whether nothing was left behind."""
-        return self.cgroup is None or self.cgroup.remove()
+        """Remove the tree's cgroup, if it has one; return whether nothing was left behind.
+
+        The spare descriptors go back too: the tree needs them no more, and the
+        record written next may.
+        """
+        try:
+            if self.cgroup is None:
+                return True
+            with self.reserve.lent():
+                return self.cgroup.remove()
+        finally:
+            self.reserve.close()
+
+    # -- the last resort ------------------------------------------------------
+
+    def kill_everything(self, wait: Callable[[float], object], *, bound: float) -> bool:
+        """SIGKILL the tree until nothing is left or ``bound`` seconds pass; whether it emptied.
+
+        No grace and no questions: this is how a supervisor that failed inside
+        keeps its promise (:mod:`tether.supervisor.last_resort`). ``wait(seconds)``
+        blocks until a child of the supervisor may have died, or the time is up.
+        """
+        end = time.monotonic() + bound
+        while True:
+            self.signal(signal.SIGKILL)
+            if self._leader_gone() and not self.others():
+                return True
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                return False
+            wait(remaining)
+
+    def _leader_gone(self) -> bool:
+        try:
+            return self.leader_reaped or self.leader_returncode() is not None
+        except ChildProcessError:
+            return True
 
 
 def _alive(pid: int) -> bool:
     return proctree.state_of(pid) not in (None, "Z")
 
 
-def _signal_one(pid: int, signum: int, still_ours: Callable[[int], bool]) -> None:
+def _maybe_alive(pid: int) -> bool:
+    """Whether ``pid`` may be alive: a state that cannot be read does not say it is not."""
+    try:
+        return _alive(pid)
+    except OSError:
+        return True
+
+
+def _is_my_child(pid: int) -> bool:
+    """Whether ``pid`` is an unreaped child of this process, asked without a descriptor.
+
+    Until this (single-threaded) process reaps it, a child's pid names that
+    child and nothing else, alive or a zombie.
+    """
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
+
+
+def _signal_through_pidfd(pid: int, signum: int, still_ours: Callable[[int], bool]) -> None:
     """Signal ``pid`` through a pidfd, only if ``still_ours(pid)`` holds once the pidfd is open.
 
     The pidfd pins one process (not its pid number). While that process is
@@ -210,16 +395,16 @@ def _signal_one(pid: int, signum: int, still_ours: Callable[[int], bool]) -> Non
 
     A refusal (a process that changed its uid, when the supervisor is not
     root) is swallowed: the settle bound and ``unkillable`` report what could
-    not be stopped.
+    not be stopped. A pidfd that cannot be had, or a check that cannot be
+    read (no descriptor for it), is raised, for the caller to fall back on.
     """
     try:
         pidfd = os.pidfd_open(pid)
-    except OSError:
+    except ProcessLookupError:
         return
     try:
         if still_ours(pid):
-            signal.pidfd_send_signal(pidfd, signum)
-    except OSError:
-        pass
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                signal.pidfd_send_signal(pidfd, signum)
     finally:
         os.close(pidfd)

@@ -93,6 +93,7 @@ def main(spec_fd: int) -> int:
     # The launcher built and checked the spec before sending it; the command
     # starts from its raw fields, before the spec's own class is even loaded.
     from tether.shared.protocol import StatusWriter
+    from tether.supervisor import last_resort
     from tether.supervisor.launch import launch
 
     if "record_dir" in fds:
@@ -115,18 +116,25 @@ def main(spec_fd: int) -> int:
         close_after_launch=for_the_command,
     )
 
-    from tether.core.spec import RunSpec
-    from tether.supervisor.loop import supervise
+    try:
+        from tether.core.spec import RunSpec
+        from tether.supervisor.loop import supervise
 
-    exit_now(
-        supervise(
+        outcome = supervise(
             RunSpec.from_json(raw),
             launched,
             lifeline=fds["lifeline"],
             status=status,
-            on_message=lambda _message: None,
+            on_message=_say_nothing,
         )
-    )
+    except BaseException as error:
+        # supervise() has a last resort of its own; this one is for reaching it.
+        outcome = last_resort.abandon(launched, error, status=status, say=_say_nothing)
+    exit_now(outcome)
+
+
+def _say_nothing(_message: str) -> None:
+    """Stderr is /dev/null here: the caller hears how the run ended on the status pipe."""
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised as a subprocess

@@ -15,6 +15,9 @@ needs (``os``, ``signal``, ``subprocess``, ``ctypes``): no ``dataclasses``, no
 3. **The command**, through :func:`tether.supervisor.command.start_command`.
 4. **``started``** goes to the caller at once, and the caller's stdio, which
    only the command needs, is let go of.
+5. **The reserve**: a few spare descriptors for stopping the tree
+   (:mod:`tether.supervisor.reserve`, which says why right after the spawn and
+   not before it).
 
 Everything else (the core, the event log, the record) is built afterwards by
 :mod:`tether.supervisor.loop`, from the :class:`LaunchAttempt` returned here.
@@ -23,6 +26,7 @@ Everything else (the core, the event log, the record) is built afterwards by
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import time
@@ -30,6 +34,7 @@ import time
 from tether.linux.prctl import set_child_subreaper
 from tether.shared.protocol import Started, StatusWriter
 from tether.supervisor.command import Command, CommandNotStarted, start_command
+from tether.supervisor.reserve import NEEDED, DescriptorReserve, free_descriptors
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -71,9 +76,13 @@ def _wake_only(_number: int, _frame: object) -> None:
 
 
 class LaunchAttempt:
-    """How the launch went: the command (or why there is none), when, and the wakeup pipe."""
+    """How the launch went: the command (or why there is none), when, and the wakeup pipe.
 
-    __slots__ = ("at", "command", "failure", "wakeup")
+    ``reserve`` holds the spare descriptors kept for stopping the command's
+    tree (empty when there is no command).
+    """
+
+    __slots__ = ("at", "command", "failure", "reserve", "wakeup")
 
     def __init__(
         self,
@@ -87,6 +96,7 @@ class LaunchAttempt:
         self.at = at
         self.command = command
         self.failure = failure
+        self.reserve = DescriptorReserve()
 
 
 def launch(
@@ -111,11 +121,16 @@ def launch(
     wakeup = SignalWakeup()
     set_child_subreaper()
     try:
+        _check_descriptors(close_after_launch)
         command = start_command(
             argv, cwd=cwd, env=env, umask=umask, stdin=stdin, stdout=stdout, stderr=stderr
         )
     except CommandNotStarted as failure:
         result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), failure=failure)
+    except OSError as error:
+        # No pidfd on the command (which start_command then killed and reaped):
+        # a command tether cannot watch is a command it does not run.
+        result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), failure=_unwatchable(error))
     else:
         result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), command=command)
         status.send(
@@ -129,4 +144,29 @@ def launch(
     for fd in close_after_launch:
         with contextlib.suppress(OSError):
             os.close(fd)
+    if result.command is not None:
+        result.reserve = DescriptorReserve.take()
     return result
+
+
+def _check_descriptors(freed_after_launch: tuple[int, ...]) -> None:
+    """Refuse to start a command the supervisor would lack the descriptors to stop.
+
+    Under a low open-file limit (the caller's, which the supervisor shares so
+    that the command gets it), the supervisor's own descriptors may leave too
+    few free to watch the command and walk its tree; it would then start a
+    command it could not promise to stop.
+    """
+    free = free_descriptors(NEEDED) + len(freed_after_launch)
+    if free < NEEDED:
+        raise CommandNotStarted(
+            errno.EMFILE,
+            f"too few file descriptors free under the open-file limit to supervise a command "
+            f"({free} free, {NEEDED} needed; raise ulimit -n)",
+            "setup",
+        )
+
+
+def _unwatchable(error: OSError) -> CommandNotStarted:
+    reason = error.strerror or str(error)
+    return CommandNotStarted(error.errno, f"cannot watch the command: {reason}", "setup")

@@ -33,6 +33,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import select
 import selectors
 import signal
 import socket
@@ -56,7 +57,7 @@ from tether.core.events import (
     TreeEmptied,
 )
 from tether.core.machine import Phase, RunMachine
-from tether.core.reasons import TETHER_FAILED
+from tether.core.reasons import TETHER_FAILED, Reason
 from tether.shared.clock import wall_clock_at
 from tether.shared.protocol import CANCEL, KILL_NOW, Finished, Signalled, StatusWriter
 from tether.shared.record_document import (
@@ -66,7 +67,8 @@ from tether.shared.record_document import (
     build_document,
 )
 from tether.shared.record_file import RecordError, write_record
-from tether.supervisor.containment import ProcessTree
+from tether.supervisor import last_resort
+from tether.supervisor.containment import ProcessTree, Report
 
 if TYPE_CHECKING:
     from tether.core.redaction import Redactor
@@ -78,6 +80,11 @@ __all__ = ["EventSink", "NullEventLog", "supervise"]
 
 #: The longest single wait in ``select()``, in seconds (see :func:`_wait_bound`).
 _LONGEST_WAIT: Final = 86400.0
+
+#: One read of the lifeline, and the most read in one turn of the loop: a
+#: caller that streams bytes gets one turn per MiB, and the loop its deadlines.
+_LIFELINE_READ: Final = 1 << 16
+_LIFELINE_TURN: Final = 1 << 20
 
 
 class EventSink(Protocol):
@@ -123,8 +130,14 @@ class Supervision:
         self.tree: ProcessTree | None = None
         if command is not None:
             self.tree = ProcessTree(
-                leader=command.pid, pgid=command.pgid, pidfd=command.pidfd, cgroup=command.cgroup
+                leader=command.pid,
+                pgid=command.pgid,
+                pidfd=command.pidfd,
+                cgroup=command.cgroup,
+                reserve=attempt.reserve,
+                report=_tree_reporter(self),
             )
+        self.lifeline_bytes = LifelineBytes()
         self.machine = RunMachine(
             deadline_at=spec.deadline_at,
             grace_seconds=spec.grace_seconds,
@@ -264,24 +277,27 @@ class Supervision:
         return events
 
     def _read_lifeline(self, now: float) -> list[Event]:
+        """The requests the caller wrote since the last turn, then ``CallerLost`` at end of file.
+
+        Each request is fed to the core once: a second ``c`` or ``k`` would
+        change nothing. Any other byte is counted, not logged one by one
+        (:class:`LifelineBytes`), so a caller writing junk costs the log a
+        few lines and the loop one turn per MiB.
+        """
         assert self.lifeline is not None
-        try:
-            data = os.read(self.lifeline, 64)
-        except BlockingIOError:
-            return []
-        except OSError:
-            data = b""
-        if not data:
-            self.selector.unregister(self.lifeline)
-            self.log.emit("lifeline_closed")
-            return [CallerLost(now)]
+        data, closed = _drain(self.lifeline, _LIFELINE_TURN)
+        tally = self.lifeline_bytes
         events: list[Event] = []
-        for byte in (data[i : i + 1] for i in range(len(data))):
-            if byte == CANCEL:
-                events.append(CancelRequested(now))
-            elif byte == KILL_NOW:
-                events.append(KillRequested(now))
-            self.log.emit("lifeline_request", request=byte.decode("ascii", "replace"))
+        for request in tally.fresh_requests(data):
+            events.append(CancelRequested(now) if request == CANCEL else KillRequested(now))
+            self.log.emit("lifeline_request", request=request.decode("ascii"))
+        if tally.unknown_report_due():
+            self.log.emit("lifeline_unknown_bytes", count=tally.unknown)
+        if closed:
+            self.selector.unregister(self.lifeline)
+            extra = {"unknown_bytes": tally.unknown} if tally.unknown else {}
+            self.log.emit("lifeline_closed", **extra)
+            events.append(CallerLost(now))
         return events
 
     def _observe_tree(self, now: float) -> list[Event]:
@@ -433,6 +449,7 @@ class Supervision:
             event_log_lines_dropped=None
             if self.event_log is None
             else self.event_log.lines_dropped,
+            signals_without_pidfd=0 if tree is None else tree.signals_without_pidfd,
         )
 
     def _reap(
@@ -479,6 +496,82 @@ class Supervision:
         )
 
 
+def _tree_reporter(supervision: Supervision) -> Report:
+    """What the tree reports goes to the event log of the day (opened after the tree is built).
+
+    Best effort: a log that cannot be written must not stop the tree from
+    being stopped.
+    """
+
+    def report(event: str, /, **fields: object) -> None:
+        with contextlib.suppress(Exception):
+            supervision.log.emit(event, **fields)
+
+    return report
+
+
+class LifelineBytes:
+    """What came over the lifeline: requests heard once, other bytes counted.
+
+    Unknown bytes are reported on a doubling scale, when their count first
+    reaches 1, 2, 4, 8... bytes (per turn, at most once): a caller that writes
+    a gigabyte of junk costs the log a few dozen lines, and the first line
+    still says at once that something odd is coming.
+    """
+
+    def __init__(self) -> None:
+        self.heard: set[bytes] = set()
+        #: How many bytes were neither ``c`` nor ``k``.
+        self.unknown = 0
+        self._report_at = 1
+
+    def fresh_requests(self, data: bytes) -> list[bytes]:
+        """The requests in ``data`` not heard before, in the order they came; count the rest."""
+        found = sorted(
+            (data.index(request), request)
+            for request in (CANCEL, KILL_NOW)
+            if request in data and request not in self.heard
+        )
+        self.heard.update(request for _at, request in found)
+        self.unknown += len(data) - data.count(CANCEL) - data.count(KILL_NOW)
+        return [request for _at, request in found]
+
+    def unknown_report_due(self) -> bool:
+        """Whether the count of unknown bytes reached the next report since the last one."""
+        if self.unknown < self._report_at:
+            return False
+        self._report_at = 2 * self.unknown
+        return True
+
+
+def _drain(fd: int, bound: int) -> tuple[bytes, bool]:
+    """Read what is waiting on ``fd`` (up to about ``bound`` bytes); and whether it was closed.
+
+    Never blocks, whether or not ``fd`` is in non-blocking mode (the seed
+    door's caller chose): it was readable when the loop woke, and each further
+    read waits for ``poll`` to say there is more. A read error counts as end of
+    file, as the caller can no longer be heard.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    more = select.poll()
+    more.register(fd, select.POLLIN)
+    while size < bound:
+        try:
+            chunk = os.read(fd, _LIFELINE_READ)
+        except BlockingIOError:
+            break
+        except OSError:
+            return b"".join(chunks), True
+        if not chunk:
+            return b"".join(chunks), True
+        chunks.append(chunk)
+        size += len(chunk)
+        if not more.poll(0):
+            break
+    return b"".join(chunks), False
+
+
 def _wait_bound(seconds: float) -> float:
     """A ``select()`` timeout for a deadline ``seconds`` away.
 
@@ -519,12 +612,72 @@ def supervise(
 ) -> int:
     """Watch the command :func:`tether.supervisor.launch.launch` started until it is recorded.
 
-    Returns the exit status for the run.
+    Returns the exit status for the run. Whatever goes wrong inside, the
+    tree is stopped: any exception ends in :func:`_last_resort`, never in a
+    traceback and a tree left running.
     """
-    # transitions logs every step through stdlib logging; this process is
-    # tether's own, and its story goes to the event log instead.
-    logging.getLogger("transitions").setLevel(logging.WARNING)
-    supervision = Supervision(
-        spec, attempt, lifeline=lifeline, status=status, on_message=on_message
+    tap = last_resort.StatusTap(status)
+    supervision: Supervision | None = None
+    try:
+        # transitions logs every step through stdlib logging; this process is
+        # tether's own, and its story goes to the event log instead.
+        logging.getLogger("transitions").setLevel(logging.WARNING)
+        supervision = Supervision(
+            spec, attempt, lifeline=lifeline, status=tap, on_message=on_message
+        )
+        return supervision.run(Supervision.first_event(attempt))
+    except BaseException as error:
+        return _last_resort(error, attempt, supervision, tap, on_message)
+
+
+def _last_resort(
+    error: BaseException,
+    attempt: LaunchAttempt,
+    supervision: Supervision | None,
+    status: last_resort.StatusTap,
+    on_message: Callable[[str], None],
+) -> int:
+    """Kill the tree, tell the caller (once) and the person; return the status to exit with.
+
+    A failure after ``finished`` went out (the run was recorded, the tree
+    stopped) changes nothing the caller was told: the status stands.
+    """
+    tree = None if supervision is None else supervision.tree
+    if supervision is not None:
+        with contextlib.suppress(Exception):
+            supervision.log.emit("internal_error", error=last_resort.describe(error))
+        # What the loop held is free for the sweep: the failure may be the lack of it.
+        with contextlib.suppress(Exception):
+            supervision.selector.close()
+        with contextlib.suppress(Exception):
+            supervision.log.close()
+    if supervision is not None and status.finished_sent:
+        last_resort.kill_tree(attempt, tree)
+        return supervision.exit_status
+    return last_resort.abandon(
+        attempt,
+        error,
+        status=status,
+        say=on_message,
+        tree=tree,
+        reason=_reason_so_far(supervision),
+        record=_record_so_far(supervision),
     )
-    return supervision.run(Supervision.first_event(attempt))
+
+
+def _reason_so_far(supervision: Supervision | None) -> str:
+    """Why the run was ending when the supervisor failed, as far as it knew."""
+    if supervision is not None:
+        if supervision.verdict is not None:
+            return supervision.verdict.reason.value
+        if supervision.machine.reason is not None:
+            return supervision.machine.reason.value
+        if supervision.exited:
+            return Reason.COMPLETED.value
+    return Reason.SUPERVISOR_LOST.value
+
+
+def _record_so_far(supervision: Supervision | None) -> str | None:
+    if supervision is not None and supervision.record_written:
+        return supervision.spec.record_path
+    return None

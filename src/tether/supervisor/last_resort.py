@@ -1,0 +1,185 @@
+"""The last resort: a supervisor that fails inside still stops the tree.
+
+The supervisor's promise is that nothing the command started outlives the
+run. An exception nobody planned for (a full disk under the event log, a
+descriptor limit reached while loading code, a bug) must not break it: the
+interpreter would print a traceback nobody reads and exit, and every process
+that left the command's group (or the run's whole cgroup) would be left
+running. So every door wraps what follows the launch, and on any exception:
+
+1. the spare descriptors are handed back (the failure may be the lack of
+   them), and the whole tree is SIGKILLed: ``cgroup.kill`` where there is a
+   cgroup, the process group while its leader is unreaped (so its id is still
+   the command's), and the sweep of every descendant, repeated on every
+   SIGCHLD until nothing is left, for at most the same bound the core keeps
+   after SIGKILL;
+2. everything is reaped and the cgroup removed where it can be;
+3. the caller is told on the status pipe, once: a ``finished`` message with
+   status 125 (tether failed) and one line saying what failed; the reason is
+   the one the run was ending for if there was one, and ``supervisor_lost``
+   (the supervisor could not see the run to its end) if not. No record is
+   written: the record's writer may be what failed, and the caller already
+   knows how to report a run without one;
+4. the seed door prints that line on stderr (no traceback), and the
+   supervisor exits 125.
+
+If even the tree cannot be built or walked (the failure was the import of
+that very code), what needs no descriptor and no import is still done: the
+group is SIGKILLed if its leader is unreaped.
+
+Imported before the command starts (it must be there when anything after the
+launch fails), so it imports only what the launch already loaded; the sweep
+(:mod:`tether.supervisor.containment`) is imported when it is needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import select
+import signal
+
+from tether.core.reasons import TETHER_FAILED, Reason
+from tether.shared.protocol import Finished, StatusWriter
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Final
+
+    from tether.shared.protocol import Signalled, Started
+    from tether.supervisor.command import Command
+    from tether.supervisor.containment import ProcessTree
+    from tether.supervisor.launch import LaunchAttempt, SignalWakeup
+
+__all__ = ["SETTLE_SECONDS", "StatusTap", "abandon", "describe", "kill_tree"]
+
+#: How long the tree may take to die after SIGKILL (the core's own bound after SIGKILL).
+SETTLE_SECONDS: Final = 5.0
+
+
+class StatusTap(StatusWriter):
+    """The status pipe, noting whether ``finished`` went out: the caller must get one, not two."""
+
+    def __init__(self, inner: StatusWriter) -> None:
+        super().__init__(None)
+        self._inner = inner
+        self.finished_sent = False
+
+    def send(self, message: Started | Signalled | Finished) -> None:
+        """Pass ``message`` on; remember a ``finished``."""
+        self._inner.send(message)
+        if isinstance(message, Finished):
+            self.finished_sent = True
+
+    def close(self) -> None:
+        """Close the pipe underneath."""
+        self._inner.close()
+
+
+def describe(error: BaseException) -> str:
+    """One line for a person: what failed inside the supervisor.
+
+    For a system error, the system's words only: its file name may be one the
+    person never chose to show (this line is not redacted).
+    """
+    if isinstance(error, OSError) and error.errno is not None:
+        detail = f"[Errno {error.errno}] {os.strerror(error.errno)}"
+    else:
+        detail = " ".join(str(error).split())[:200]
+    what = type(error).__name__ + (f": {detail}" if detail else "")
+    return f"internal error in the supervisor ({what})"
+
+
+def abandon(
+    attempt: LaunchAttempt,
+    error: BaseException,
+    *,
+    status: StatusWriter,
+    say: Callable[[str], None],
+    tree: ProcessTree | None = None,
+    reason: str = Reason.SUPERVISOR_LOST.value,
+    record: str | None = None,
+) -> int:
+    """Kill the run's whole tree, tell the caller and the person; return 125. Never raises."""
+    emptied = kill_tree(attempt, tree)
+    message = describe(error) + (
+        "; every process of the run was killed"
+        if emptied
+        else "; the run's processes were killed, but not all could be seen to end"
+    )
+    already_told = isinstance(status, StatusTap) and status.finished_sent
+    if not already_told:
+        with contextlib.suppress(Exception):
+            status.send(
+                Finished(reason=reason, exit_status=TETHER_FAILED, record=record, message=message)
+            )
+    with contextlib.suppress(Exception):
+        say(message)
+    return TETHER_FAILED
+
+
+def kill_tree(attempt: LaunchAttempt, tree: ProcessTree | None = None) -> bool:
+    """SIGKILL everything the run started, reap it, remove its cgroup; whether it all ended.
+
+    ``tree`` is the supervisor's own view of the tree, when it got that far
+    (it knows whether the leader was reaped); otherwise one is built from the
+    launch. Never raises.
+    """
+    command = attempt.command
+    if command is None:
+        return True
+    with contextlib.suppress(Exception):
+        attempt.reserve.close()
+    try:
+        return _sweep(attempt.wakeup, command, tree)
+    except BaseException:  # the last resort of the last resort
+        _kill_group_bare(command)
+        return False
+
+
+def _sweep(wakeup: SignalWakeup, command: Command, tree: ProcessTree | None) -> bool:
+    from tether.supervisor.containment import ProcessTree
+
+    if tree is None:
+        tree = ProcessTree(
+            leader=command.pid, pgid=command.pgid, pidfd=command.pidfd, cgroup=command.cgroup
+        )
+    emptied = tree.kill_everything(_wait_for_a_child(wakeup), bound=SETTLE_SECONDS)
+    _reap_everything(tree, command)
+    return tree.release() and emptied
+
+
+def _wait_for_a_child(wakeup: SignalWakeup) -> Callable[[float], None]:
+    """A wait that ends at the next signal (SIGCHLD: a child died) or after ``seconds``."""
+
+    def wait(seconds: float) -> None:
+        poller = select.poll()
+        poller.register(wakeup.read_fd, select.POLLIN)
+        poller.poll(math.ceil(seconds * 1000))
+        wakeup.drain()
+
+    return wait
+
+
+def _reap_everything(tree: ProcessTree, command: Command) -> None:
+    """Reap the leader (it is dead, or the bound ran out) and every other child left."""
+    returncode, _usage = tree.reap_leader(block=False)
+    if returncode is not None:
+        # Popen must not try to reap it again.
+        command.popen.returncode = returncode
+    tree.reap_adopted()
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+
+
+def _kill_group_bare(command: Command) -> None:
+    """SIGKILL the cgroup, and the group if its leader is unreaped: nothing left to import."""
+    with contextlib.suppress(Exception):
+        if command.cgroup is not None:
+            command.cgroup.kill()
+    with contextlib.suppress(OSError):
+        os.waitid(os.P_PID, command.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        os.killpg(command.pgid, signal.SIGKILL)
