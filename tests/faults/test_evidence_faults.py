@@ -681,12 +681,6 @@ def test_tether_run_under_any_descriptor_limit_runs_whole_or_refuses_in_one_line
     assert "refused" in outcomes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="containment, not the evidence: os.wait4 imports the resource module the first "
-    "time it reaps (an ImportError once no descriptor is left), and proctree reads an "
-    "unreadable /proc as an empty tree",
-)
 def test_descriptors_running_out_mid_run_cost_the_record_not_the_stop(
     env: dict[str, str], processes: Processes, ready: ReadyPipe, tmp_path: Path
 ) -> None:
