@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["run", "wait_finished"]
 
 _USAGE_RUN: Final = "tether run [OPTIONS] -- CMD [ARG]..."
-_FLAGS: Final = {"deadline": "--deadline", "grace": "--grace"}
+_FLAGS: Final = {"deadline": "--deadline", "grace": "--grace", "label": "--name"}
 
 
 def _run_parser() -> argparse.ArgumentParser:
