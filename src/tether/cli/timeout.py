@@ -31,6 +31,7 @@ import time
 from typing import TYPE_CHECKING, Final, NoReturn
 
 from tether._version import __version__
+from tether.cli.messages import say, write_out
 from tether.core.reasons import DEADLINE_EXCEEDED, TETHER_FAILED, status_of
 
 if TYPE_CHECKING:
@@ -83,8 +84,19 @@ Exit status:
 
 def _usage_error(message: str | None) -> NoReturn:
     if message is not None:
-        print(f"timeout: {message}", file=sys.stderr)
-    print("Try 'tether timeout --help' for more information.", file=sys.stderr, flush=True)
+        _say(message)
+    say("Try 'tether timeout --help' for more information.")
+    raise SystemExit(TETHER_FAILED)
+
+
+def _print_and_exit(text: str) -> NoReturn:
+    """Print ``--help`` or ``--version`` and exit 0, or say why it could not be printed (125)."""
+    error = write_out(text)
+    if error is None:
+        raise SystemExit(0)
+    if isinstance(error, BrokenPipeError):
+        raise SystemExit(128 + signal.SIGPIPE)
+    _say(f"write error: {error.strerror or error}")
     raise SystemExit(TETHER_FAILED)
 
 
@@ -142,11 +154,9 @@ def _parse(argv: list[str]) -> tuple[_Options, float, list[str]]:
         _usage_error(_getopt_message(error))
     for flag, value in pairs:
         if flag == "--help":
-            print(_HELP, end="")
-            raise SystemExit(0)
+            _print_and_exit(_HELP)
         if flag == "--version":
-            print(f"tether timeout {__version__}")
-            raise SystemExit(0)
+            _print_and_exit(f"tether timeout {__version__}\n")
         if flag in ("-k", "--kill-after"):
             options.kill_after = _duration(value)
         elif flag in ("-s", "--signal"):
@@ -214,8 +224,9 @@ def _die_like_gnu(finished: Finished, status: int) -> None:
 
     with contextlib.suppress(OSError, ValueError):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):  # either may be closed (None), or full
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
     if number not in (signal.SIGKILL, signal.SIGSTOP):
         signal.signal(number, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {number})
@@ -223,7 +234,7 @@ def _die_like_gnu(finished: Finished, status: int) -> None:
 
 
 def _say(message: str) -> None:
-    print(f"timeout: {message}", file=sys.stderr, flush=True)
+    say(f"timeout: {message}")
 
 
 def main(argv: list[str], *, asked_at: float | None = None) -> int:
