@@ -112,7 +112,7 @@ def _duration(text: str) -> float:
 def _signal_name(text: str) -> str:
     """``TERM``, ``SIGTERM``, ``term`` or ``15`` -> ``"SIGTERM"``; refuse anything else."""
     try:
-        if text.isdigit():
+        if text.isascii() and text.isdigit():  # not "٣": int() would read three
             number = signal.Signals(int(text))
         else:
             upper = text.upper()
