@@ -35,6 +35,7 @@ from tether.cli.messages import say, write_out
 from tether.core.reasons import DEADLINE_EXCEEDED, TETHER_FAILED, status_of
 
 if TYPE_CHECKING:
+    from tether.core.spec import RunSpec
     from tether.shared.protocol import Finished
 
 __all__ = ["main"]
@@ -237,17 +238,15 @@ def _say(message: str) -> None:
     say(f"timeout: {message}")
 
 
-def main(argv: list[str], *, asked_at: float | None = None) -> int:
-    """``tether timeout ARGS``; return the exit status (the deadline counts from ``asked_at``)."""
-    if asked_at is None:
-        asked_at = time.monotonic()
+def _request(argv: list[str], asked_at: float) -> tuple[_Options, RunSpec]:
+    """Read the command line into its options and the request, or refuse it.
+
+    A refusal is GNU's message (or tether's, for what GNU does not check:
+    the record path) and status 125, and leaves nothing behind.
+    """
     options, duration, command = _parse(argv)
 
-    from tether.caller.interrupts import LifelineRequests
     from tether.caller.request import RequestError, build_request
-    from tether.caller.start import LaunchError, start
-    from tether.cli.run import wait_finished
-    from tether.shared.protocol import Signalled
     from tether.shared.record_file import RecordError
 
     try:
@@ -262,7 +261,21 @@ def main(argv: list[str], *, asked_at: float | None = None) -> int:
         )
     except (RequestError, RecordError) as error:
         _say(str(error))
-        return TETHER_FAILED
+        raise SystemExit(TETHER_FAILED) from None
+    return options, spec
+
+
+def main(argv: list[str], *, asked_at: float | None = None) -> int:
+    """``tether timeout ARGS``; return the exit status (the deadline counts from ``asked_at``)."""
+    if asked_at is None:
+        asked_at = time.monotonic()
+    options, spec = _request(argv, asked_at)
+
+    from tether.caller.interrupts import LifelineRequests
+    from tether.caller.start import LaunchError, start
+    from tether.cli.run import wait_finished
+    from tether.shared.protocol import Signalled
+
     requests = LifelineRequests(second_interrupt_kills=False)
     try:
         spawn = start(spec)
@@ -271,7 +284,7 @@ def main(argv: list[str], *, asked_at: float | None = None) -> int:
         return TETHER_FAILED
     requests.attach(spawn.lifeline)
 
-    name = command[0].rsplit("/", 1)[-1]
+    name = spec.argv[0].rsplit("/", 1)[-1]
     status = spawn.status
     while status.finished is None:
         for message in status.wait():
