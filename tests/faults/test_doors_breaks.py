@@ -522,4 +522,4 @@ def test_timeout_without_kill_after_stops_a_command_whose_caller_died(
     processes.track(command)
     caller.kill()
     caller.wait(timeout=BOUND)
-    assert wait_gone(command, timeout=3.0)
+    assert wait_gone(command, timeout=2.0)
