@@ -35,10 +35,22 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["RequestError", "build_request", "command_words", "record_path_for"]
+__all__ = [
+    "MAX_LABEL_CHARACTERS",
+    "RequestError",
+    "build_request",
+    "command_words",
+    "record_path_for",
+]
 
 #: How the API names its options in messages; each door passes its own words.
-_API_NAMES: Final = {"deadline": "deadline", "grace": "grace"}
+_API_NAMES: Final = {"deadline": "deadline", "grace": "grace", "label": "label"}
+
+#: The longest label a request takes, in characters. A label names a run in a
+#: table; the record that keeps it must stay far below the size a reader of
+#: records accepts (1 MiB), even with every character written as a ``\\u``
+#: escape, or the evidence of the run could not be read back.
+MAX_LABEL_CHARACTERS: Final = 4096
 
 
 class RequestError(ValueError):
@@ -72,14 +84,13 @@ def build_request(
     means never escalate to SIGKILL (``tether timeout`` without ``-k``).
     ``record`` is ``None`` or ``True`` for a new file in the default directory,
     a path for that file, ``False`` for no record; the default directory is created if
-    needed. ``flags`` maps ``deadline`` and ``grace`` to the names the door's
-    users know them by, for messages.
+    needed. ``flags`` maps ``deadline``, ``grace`` and ``label`` to the names the
+    door's users know them by, for messages.
     """
     words = command_words(argv)
     deadline_seconds = _seconds(deadline, "deadline", flags) if deadline is not None else 0.0
     grace_seconds = math.inf if grace is None else _seconds(grace, "grace", flags)
-    if label is not None and not isinstance(label, str):
-        raise TypeError(f"label must be a string or None, not {label!r}")
+    checked_label = _label(label, flags)
     if not (stop_signal.startswith("SIG") and stop_signal[3:].isalnum()):
         raise RequestError(f"not a signal name: {stop_signal!r}", option="stop_signal")
     return RunSpec(
@@ -88,7 +99,7 @@ def build_request(
         grace_seconds=grace_seconds,
         asked_at=asked_at,
         record_path=record_path_for(record),
-        label=label,
+        label=checked_label,
         cwd=None if cwd is None else os.fspath(cwd),
         env=environment_copy(env),
         stop_signal=stop_signal,
@@ -100,6 +111,26 @@ def _seconds(value: object, option: str, flags: Mapping[str, str]) -> float:
         return duration_seconds(value, flag=flags.get(option, option))
     except DurationError as error:
         raise RequestError(str(error), option=option) from None
+
+
+def _label(label: object, flags: Mapping[str, str]) -> str | None:
+    """``label``, checked: a string no longer than :data:`MAX_LABEL_CHARACTERS`, or ``None``.
+
+    Any characters are kept (the record's JSON escapes what is not printable
+    ASCII, lone surrogates from undecodable argv bytes included); only the
+    length is refused, in a message that does not repeat the label.
+    """
+    if label is None:
+        return None
+    if not isinstance(label, str):
+        raise TypeError(f"label must be a string or None, not {type(label).__name__}")
+    if len(label) > MAX_LABEL_CHARACTERS:
+        raise RequestError(
+            f"{flags.get('label', 'label')}: a label of {len(label)} characters is too long "
+            f"(at most {MAX_LABEL_CHARACTERS})",
+            option="label",
+        )
+    return label
 
 
 def command_words(argv: Sequence[str | os.PathLike[str]]) -> tuple[str, ...]:

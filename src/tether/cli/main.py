@@ -15,7 +15,7 @@ import time
 
 import tether
 from tether._version import __version__
-from tether.cli.messages import UsageParser
+from tether.cli.messages import UsageParser, say_help
 from tether.core.reasons import TETHER_FAILED
 
 __all__ = ["console_main", "main"]
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
         from tether.cli.review import ls
 
         return ls(parsed)
-    _main_parser().print_help(sys.stderr)
+    say_help(_main_parser())
     return TETHER_FAILED
 
 

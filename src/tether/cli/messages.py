@@ -4,49 +4,143 @@ A usage error exits 125 (tether's own failure, as ``timeout(1)`` does), with
 the usage line and one line saying what was wrong; any other refusal is one
 line on stderr, ``tether: ...``; output that a reader stopped reading
 (``tether ls | head``) is not an error to report.
+
+Streams that cannot be written change nothing of that. A message to a closed
+stderr (``2>&-``) is dropped, not printed on stdout (where ``print`` would put
+it, and where ``$(tether run ...)`` would capture it); one to a stderr that
+refuses it (``2>/dev/full``) is dropped too, and the exit status still tells.
+Output on stdout that cannot be written (``--help >/dev/full``) is tether's
+failure: ``write error``, 125. Either way no traceback, and no different exit
+status from the interpreter's own last flush.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
-from typing import NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from tether.core.reasons import TETHER_FAILED
 
-__all__ = ["UsageParser", "fail", "print_out", "warn"]
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
+__all__ = ["UsageParser", "fail", "print_out", "say", "say_help", "warn", "write_out"]
 
 
 class UsageParser(argparse.ArgumentParser):
-    """An argument parser whose usage errors exit 125, tether's own-failure status."""
+    """An argument parser whose usage errors exit 125, tether's own-failure status.
+
+    It also hands every option its value as typed, ``--`` included
+    (``--name=--``): argparse before Python 3.13 drops a ``--`` it finds among
+    an option's values and stores the empty list that is left, which is no
+    value at all (a label of ``[]``, a duration of ``[]``) for the request
+    builder to choke on.
+    """
+
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
+        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
+            value = self._get_value(action, "--")
+            self._check_value(action, value)
+            return value
+        return super()._get_values(action, arg_strings)
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        """Help and version on stdout (a failed write is tether's failure); the rest on stderr."""
+        if not message:
+            return
+        if file is not None and file is sys.stderr:
+            _write_err(message)
+        else:
+            status = print_out(message)
+            if status:
+                raise SystemExit(status)
 
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(TETHER_FAILED, f"{self.prog}: error: {message}\n")
+        _write_err(self.format_usage())
+        say(f"{self.prog}: error: {message}")
+        raise SystemExit(TETHER_FAILED)
 
 
 def fail(message: str) -> NoReturn:
     """Refuse: one line on stderr, status 125."""
-    print(f"tether: {message}", file=sys.stderr, flush=True)
+    say(f"tether: {message}")
     raise SystemExit(TETHER_FAILED)
 
 
 def warn(message: str) -> None:
     """Say something a person should know, on stderr, and carry on."""
-    print(f"tether: {message}", file=sys.stderr, flush=True)
+    say(f"tether: {message}")
+
+
+def say_help(parser: argparse.ArgumentParser) -> None:
+    """Write ``parser``'s help on stderr (never on stdout, even with stderr closed)."""
+    _write_err(parser.format_help())
+
+
+def say(line: str) -> None:
+    """Write ``line`` on stderr, if stderr will take it (see the module)."""
+    _write_err(line + "\n")
+
+
+def _write_err(text: str) -> None:
+    stream = sys.stderr
+    if stream is None:  # started with stderr closed: print() would fall back to stdout
+        return
+    try:
+        stream.write(text)
+        stream.flush()
+    except (OSError, ValueError):
+        _discard(stream)
+
+
+def write_out(text: str) -> OSError | None:
+    """Write ``text`` to stdout, flushed; return why it could not be written, if it could not.
+
+    After a failure stdout is pointed at ``/dev/null``, so that the
+    interpreter's own flush at exit cannot fail again (and exit 120).
+    """
+    stream = sys.stdout
+    try:
+        if stream is None:  # started with stdout closed
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+        stream.write(text)
+        stream.flush()
+    except (OSError, ValueError) as error:
+        _discard(stream)
+        if isinstance(error, OSError):
+            return error
+        return OSError(errno.EBADF, os.strerror(errno.EBADF))
+    return None
 
 
 def print_out(text: str) -> int:
-    """Write ``text`` to stdout; a reader that went away (``| head``) is not an error to report."""
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # Keep the interpreter's own flush at exit from failing again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+    """Write ``text`` to stdout; return 0, or 141 for a reader that went away (``| head``).
+
+    That is not an error to report; any other failure to write is (one line, 125).
+    """
+    error = write_out(text)
+    if error is None:
+        return 0
+    if isinstance(error, BrokenPipeError):
         return 128 + signal.SIGPIPE
-    return 0
+    fail(f"write error: {error.strerror or error}")
+
+
+def _discard(stream: IO[str] | None) -> None:
+    """Point ``stream``'s descriptor at ``/dev/null``: what is still buffered goes nowhere."""
+    if stream is None:
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.dup2(devnull, stream.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)

@@ -15,10 +15,9 @@ Ctrl-C reaches it only through tether, and always the same way.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Final, NoReturn
 
-from tether.cli.messages import UsageParser, fail
+from tether.cli.messages import UsageParser, fail, warn
 from tether.core.durations import format_duration
 from tether.core.reasons import Reason
 from tether.core.spec import DEFAULT_GRACE_SECONDS
@@ -32,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["run", "wait_finished"]
 
 _USAGE_RUN: Final = "tether run [OPTIONS] -- CMD [ARG]..."
-_FLAGS: Final = {"deadline": "--deadline", "grace": "--grace"}
+_FLAGS: Final = {"deadline": "--deadline", "grace": "--grace", "label": "--name"}
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -138,7 +137,7 @@ def run(argv: list[str], asked_at: float) -> int:
     if finished.message:
         lost = finished.reason == Reason.SUPERVISOR_LOST
         where = f" (record: {finished.record})" if lost and finished.record else ""
-        print(f"tether: {finished.message}{where}", file=sys.stderr, flush=True)
+        warn(f"{finished.message}{where}")
     if verbose and finished.record:
-        print(f"tether: record: {finished.record}", file=sys.stderr, flush=True)
+        warn(f"record: {finished.record}")
     return finished.exit_status

@@ -41,6 +41,7 @@ import subprocess
 import sys
 import time
 
+from tether.cli.messages import UsageParser, say
 from tether.core.reasons import TETHER_FAILED
 from tether.linux import UnsupportedPlatform, require_linux
 
@@ -52,12 +53,32 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 _PROG = "python -m tether.supervisor"
-_FLAGS = {"deadline": "--deadline-seconds", "grace": "--grace-seconds"}
+#: A descriptor number is below 2**31: ten digits at most.
+_MAX_DESCRIPTOR_DIGITS = 10
+_FLAGS = {"deadline": "--deadline-seconds", "grace": "--grace-seconds", "label": "--variant"}
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(UsageParser):
+    """The seed's parser: one line per usage error (no usage text), status 125."""
+
     def error(self, message: str) -> NoReturn:
-        self.exit(TETHER_FAILED, f"{self.prog}: error: {message}\n")
+        _fail(message)
+
+
+def _descriptor_number(text: str) -> int:
+    """``--parent-fd``'s value: plain ASCII digits, as a worker in any language writes a number.
+
+    ``int()`` alone would also take ``" 3"``, ``"+3"``, ``"1_0"`` (ten) and
+    ``"٣"`` (Arabic-Indic three): a descriptor named in a way no C worker
+    meant is refused rather than guessed at. So is one of more digits than any
+    descriptor has (``int()`` refuses over 4300 digits with an error of its own).
+    """
+    if not (text.isascii() and text.isdigit() and len(text) <= _MAX_DESCRIPTOR_DIGITS):
+        shown = (
+            text if len(text) <= _MAX_DESCRIPTOR_DIGITS else text[:_MAX_DESCRIPTOR_DIGITS] + "..."
+        )
+        raise argparse.ArgumentTypeError(f"not a descriptor number: {shown!r}")
+    return int(text)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -69,7 +90,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--variant", required=True, help="the run's label, kept in the record")
     parser.add_argument(
-        "--parent-fd", required=True, type=int, help="read end of a pipe the caller holds open"
+        "--parent-fd",
+        required=True,
+        type=_descriptor_number,
+        help="read end of a pipe the caller holds open",
     )
     parser.add_argument("--record", required=True, help="where to write the JSON record")
     parser.add_argument(
@@ -80,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _fail(message: str) -> NoReturn:
-    print(f"{_PROG}: error: {message}", file=sys.stderr, flush=True)
+    say(f"{_PROG}: error: {message}")
     raise SystemExit(TETHER_FAILED)
 
 

@@ -31,9 +31,11 @@ import time
 from typing import TYPE_CHECKING, Final, NoReturn
 
 from tether._version import __version__
+from tether.cli.messages import say, write_out
 from tether.core.reasons import DEADLINE_EXCEEDED, TETHER_FAILED, status_of
 
 if TYPE_CHECKING:
+    from tether.core.spec import RunSpec
     from tether.shared.protocol import Finished
 
 __all__ = ["main"]
@@ -83,8 +85,19 @@ Exit status:
 
 def _usage_error(message: str | None) -> NoReturn:
     if message is not None:
-        print(f"timeout: {message}", file=sys.stderr)
-    print("Try 'tether timeout --help' for more information.", file=sys.stderr, flush=True)
+        _say(message)
+    say("Try 'tether timeout --help' for more information.")
+    raise SystemExit(TETHER_FAILED)
+
+
+def _print_and_exit(text: str) -> NoReturn:
+    """Print ``--help`` or ``--version`` and exit 0, or say why it could not be printed (125)."""
+    error = write_out(text)
+    if error is None:
+        raise SystemExit(0)
+    if isinstance(error, BrokenPipeError):
+        raise SystemExit(128 + signal.SIGPIPE)
+    _say(f"write error: {error.strerror or error}")
     raise SystemExit(TETHER_FAILED)
 
 
@@ -100,7 +113,7 @@ def _duration(text: str) -> float:
 def _signal_name(text: str) -> str:
     """``TERM``, ``SIGTERM``, ``term`` or ``15`` -> ``"SIGTERM"``; refuse anything else."""
     try:
-        if text.isdigit():
+        if text.isascii() and text.isdigit():  # not "٣": int() would read three
             number = signal.Signals(int(text))
         else:
             upper = text.upper()
@@ -142,11 +155,9 @@ def _parse(argv: list[str]) -> tuple[_Options, float, list[str]]:
         _usage_error(_getopt_message(error))
     for flag, value in pairs:
         if flag == "--help":
-            print(_HELP, end="")
-            raise SystemExit(0)
+            _print_and_exit(_HELP)
         if flag == "--version":
-            print(f"tether timeout {__version__}")
-            raise SystemExit(0)
+            _print_and_exit(f"tether timeout {__version__}\n")
         if flag in ("-k", "--kill-after"):
             options.kill_after = _duration(value)
         elif flag in ("-s", "--signal"):
@@ -214,8 +225,9 @@ def _die_like_gnu(finished: Finished, status: int) -> None:
 
     with contextlib.suppress(OSError, ValueError):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):  # either may be closed (None), or full
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
     if number not in (signal.SIGKILL, signal.SIGSTOP):
         signal.signal(number, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {number})
@@ -223,20 +235,18 @@ def _die_like_gnu(finished: Finished, status: int) -> None:
 
 
 def _say(message: str) -> None:
-    print(f"timeout: {message}", file=sys.stderr, flush=True)
+    say(f"timeout: {message}")
 
 
-def main(argv: list[str], *, asked_at: float | None = None) -> int:
-    """``tether timeout ARGS``; return the exit status (the deadline counts from ``asked_at``)."""
-    if asked_at is None:
-        asked_at = time.monotonic()
+def _request(argv: list[str], asked_at: float) -> tuple[_Options, RunSpec]:
+    """Read the command line into its options and the request, or refuse it.
+
+    A refusal is GNU's message (or tether's, for what GNU does not check:
+    the record path) and status 125, and leaves nothing behind.
+    """
     options, duration, command = _parse(argv)
 
-    from tether.caller.interrupts import LifelineRequests
     from tether.caller.request import RequestError, build_request
-    from tether.caller.start import LaunchError, start
-    from tether.cli.run import wait_finished
-    from tether.shared.protocol import Signalled
     from tether.shared.record_file import RecordError
 
     try:
@@ -251,7 +261,21 @@ def main(argv: list[str], *, asked_at: float | None = None) -> int:
         )
     except (RequestError, RecordError) as error:
         _say(str(error))
-        return TETHER_FAILED
+        raise SystemExit(TETHER_FAILED) from None
+    return options, spec
+
+
+def main(argv: list[str], *, asked_at: float | None = None) -> int:
+    """``tether timeout ARGS``; return the exit status (the deadline counts from ``asked_at``)."""
+    if asked_at is None:
+        asked_at = time.monotonic()
+    options, spec = _request(argv, asked_at)
+
+    from tether.caller.interrupts import LifelineRequests
+    from tether.caller.start import LaunchError, start
+    from tether.cli.run import wait_finished
+    from tether.shared.protocol import Signalled
+
     requests = LifelineRequests(second_interrupt_kills=False)
     try:
         spawn = start(spec)
@@ -260,7 +284,7 @@ def main(argv: list[str], *, asked_at: float | None = None) -> int:
         return TETHER_FAILED
     requests.attach(spawn.lifeline)
 
-    name = command[0].rsplit("/", 1)[-1]
+    name = spec.argv[0].rsplit("/", 1)[-1]
     status = spawn.status
     while status.finished is None:
         for message in status.wait():

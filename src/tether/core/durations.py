@@ -37,6 +37,25 @@ class DurationError(ValueError):
     """A duration that cannot be a duration; the message is ready for a person."""
 
 
+#: How much of a refused value a message repeats: enough to recognise it, and
+#: a message stays one readable line whatever was typed (or passed).
+_SHOWN_CHARACTERS: Final = 40
+
+
+def _shown(value: object) -> str:
+    """``value`` as a message quotes it: its ``repr``, cut short if long.
+
+    A huge integer is described, not printed: Python refuses to turn one of
+    more than 4300 digits into text at all.
+    """
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"(an integer of {value.bit_length()} bits)"
+    text = repr(value)
+    if len(text) > _SHOWN_CHARACTERS:
+        return text[: _SHOWN_CHARACTERS - 3] + "..."
+    return text
+
+
 def parse_duration(text: str, *, flag: str) -> float:
     """Return ``text`` as seconds, or raise :class:`DurationError` naming ``flag``."""
     raw = text.strip()
@@ -44,22 +63,38 @@ def parse_duration(text: str, *, flag: str) -> float:
     if raw and raw[-1] in _UNIT_SECONDS:
         number, unit = raw[:-1], raw[-1]
     try:
-        if not number or number.lstrip("+").startswith(("0x", "0X")) or "_" in number:
+        if not _plain_number(number):
             raise ValueError(number)
         value = float(number)
     except ValueError:
         raise DurationError(
-            f"{flag}: invalid duration {text!r} (use a number of seconds, "
+            f"{flag}: invalid duration {_shown(text)} (use a number of seconds, "
             "optionally with a suffix s, m, h or d, e.g. 30s, 5m, 1.5h)"
         ) from None
     if math.isnan(value) or math.isinf(value):
-        raise DurationError(f"{flag}: invalid duration {text!r} (must be a finite number)")
+        raise DurationError(f"{flag}: invalid duration {_shown(text)} (must be a finite number)")
     if value < 0:
-        raise DurationError(f"{flag}: invalid duration {text!r} (must not be negative)")
+        raise DurationError(f"{flag}: invalid duration {_shown(text)} (must not be negative)")
     seconds = value * _UNIT_SECONDS[unit]
     if math.isinf(seconds):  # a finite number times a unit can still overflow: "1e308d"
-        raise DurationError(f"{flag}: invalid duration {text!r} (too large)")
+        raise DurationError(f"{flag}: invalid duration {_shown(text)} (too large)")
     return seconds
+
+
+def _plain_number(text: str) -> bool:
+    """Whether ``float()`` may read ``text``: ASCII, no hex, no digit-grouping underscores.
+
+    ``float()`` reads more than people write on a command line, and more than
+    ``timeout(1)`` reads: ``0x10``, ``1_0`` (ten) and digits of any script
+    (``٣`` is three to it). Each is refused rather than taken for a number the
+    person may not have meant.
+    """
+    return (
+        bool(text)
+        and text.isascii()
+        and not text.lstrip("+").startswith(("0x", "0X"))
+        and "_" not in text
+    )
 
 
 def duration_seconds(value: object, *, flag: str) -> float:
@@ -75,16 +110,18 @@ def duration_seconds(value: object, *, flag: str) -> float:
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(
-            f"{flag} must be a number of seconds, a timedelta or a string like '5m', not {value!r}"
+            f"{flag} must be a number of seconds, a timedelta or a string like '5m', "
+            f"not {_shown(value)}"
         )
     try:
         seconds = float(value)
-    except OverflowError:
-        raise DurationError(f"{flag}: invalid duration {value!r} (too large)") from None
+    except OverflowError:  # an integer beyond any float
+        problem = "must not be negative" if value < 0 else "too large"
+        raise DurationError(f"{flag}: invalid duration {_shown(value)} ({problem})") from None
     if math.isnan(seconds) or math.isinf(seconds):
-        raise DurationError(f"{flag}: invalid duration {value!r} (must be a finite number)")
+        raise DurationError(f"{flag}: invalid duration {_shown(value)} (must be a finite number)")
     if seconds < 0:
-        raise DurationError(f"{flag}: invalid duration {value!r} (must not be negative)")
+        raise DurationError(f"{flag}: invalid duration {_shown(value)} (must not be negative)")
     return seconds
 
 

@@ -33,6 +33,7 @@ the launch (a missing working directory: 125).
 
 from __future__ import annotations
 
+import errno as errno_codes
 import os
 import signal
 import subprocess
@@ -157,6 +158,13 @@ def start_command(
     ``cwd`` is a path, or a descriptor of the directory (the caller's own, held
     open because its name may be gone or lead elsewhere by now).
     """
+    if not argv[0]:
+        # "Not found", as execvp("") says in C (GNU timeout: 127). Python's own
+        # PATH search would try each directory name itself as the program, and
+        # report a directory that cannot be executed (126).
+        not_found = errno_codes.ENOENT
+        message = f"failed to run command '': {os.strerror(not_found)}"
+        raise CommandNotStarted(not_found, message, "exec")
     supervisor = os.getpid()
     setting = containment_setting()
     cgroup = _make_cgroup(setting)
