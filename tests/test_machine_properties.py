@@ -8,7 +8,8 @@ at launch, some absent) and random graces. Whatever happens, the promises
 tether makes must hold:
 
 * SIGTERM (then SIGCONT) comes before any SIGKILL, unless somebody asked to kill
-  now; SIGKILL never comes before the grace ran out, unless asked;
+  now; SIGKILL never comes before the grace ran out, unless asked; once the
+  caller is lost, even an endless grace ends (after the default grace);
 * an overdue timer is never left pending, and an overdue deadline is acted on
   before the event that arrived after it;
 * at most one record, and the exit right after it iff the run is recorded;
@@ -37,7 +38,7 @@ from tether.core.events import (
     Tick,
     TreeEmptied,
 )
-from tether.core.machine import IllegalEvent, Phase, RunMachine
+from tether.core.machine import CALLER_LOST_GRACE_SECONDS, IllegalEvent, Phase, RunMachine
 from tether.core.reasons import Reason, status_of
 
 SETTINGS = settings(max_examples=300, deadline=None)
@@ -92,7 +93,8 @@ class Scenario:
 scenarios = st.builds(
     Scenario,
     deadline_at=st.one_of(st.none(), times),
-    grace=durations,
+    # Long and endless graces too: a lost caller must bound them.
+    grace=st.one_of(durations, _finite(10.0, 40.0), st.just(math.inf)),
     settle=_finite(0.001, 10.0),
     launch_at=times,
     launch_fails=st.integers(min_value=0, max_value=9).map(lambda n: n == 0),
@@ -116,6 +118,13 @@ class Trace:
     steps: list[tuple[Event, list[Effect]]] = field(default_factory=list)
     term_at: float | None = None
     kill_at: float | None = None
+    caller_lost: bool = False
+
+    def grace(self, scenario: Scenario) -> float:
+        """The grace the machine must keep: the caller's loss bounds it."""
+        if self.caller_lost:
+            return min(scenario.grace, CALLER_LOST_GRACE_SECONDS)
+        return scenario.grace
 
     @property
     def effects(self) -> list[Effect]:
@@ -185,6 +194,8 @@ def feed(machine: RunMachine, event: Event, trace: Trace, scenario: Scenario) ->
 
     effects = machine.feed(event)
     trace.steps.append((event, effects))
+    if isinstance(event, CallerLost) and before in (Phase.WATCHING, Phase.TERMINATING):
+        trace.caller_lost = True
 
     for effect in effects:
         if effect == TERM:
@@ -201,7 +212,8 @@ def feed(machine: RunMachine, event: Event, trace: Trace, scenario: Scenario) ->
             assert machine.next_deadline == scenario.deadline_at
         case Phase.TERMINATING:
             assert trace.term_at is not None
-            assert machine.next_deadline == trace.term_at + scenario.grace
+            grace_over = trace.term_at + trace.grace(scenario)
+            assert machine.next_deadline == (None if math.isinf(grace_over) else grace_over)
         case Phase.KILLING:
             assert trace.kill_at is not None
             assert machine.next_deadline == trace.kill_at + scenario.settle
@@ -241,7 +253,7 @@ def test_signals_come_in_order_and_never_early(scenario: Scenario) -> None:
         assert TERM in effects[: effects.index(KILL)]
         assert trace.term_at is not None
         assert trace.kill_at is not None
-        assert trace.kill_at >= trace.term_at + scenario.grace
+        assert trace.kill_at >= trace.term_at + trace.grace(scenario)
 
 
 @SETTINGS

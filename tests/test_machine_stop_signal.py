@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from tether.core.effects import Exit, SignalTree, WriteRecord
-from tether.core.events import CommandExited, Launched, Tick
-from tether.core.machine import Phase, RunMachine
+from tether.core.events import CallerLost, CommandExited, Launched, Tick
+from tether.core.machine import CALLER_LOST_GRACE_SECONDS, Phase, RunMachine
 
 
 def test_the_stop_signal_replaces_sigterm() -> None:
@@ -27,3 +27,25 @@ def test_an_infinite_grace_never_escalates_and_never_asks_for_a_tick() -> None:
     assert isinstance(effects[0], WriteRecord)
     assert not effects[0].verdict.escalated_to_sigkill
     assert effects[1] == Exit(124)
+
+
+def test_a_lost_caller_bounds_an_infinite_grace() -> None:
+    """Nobody is left to wait: the command gets the default grace, then SIGKILL."""
+    machine = RunMachine(deadline_at=10.0, grace_seconds=math.inf, stop_signal="SIGCHLD")
+    machine.feed(Launched(0.0, 42))
+    machine.feed(Tick(10.0))
+    assert machine.next_deadline is None
+    # Lost 3 s into the stop: the grace counts from the first stop signal.
+    assert machine.feed(CallerLost(13.0)) == []
+    assert machine.next_deadline == 10.0 + CALLER_LOST_GRACE_SECONDS
+    assert machine.feed(Tick(10.0 + CALLER_LOST_GRACE_SECONDS)) == [SignalTree("SIGKILL")]
+    # Lost long after the stop began: SIGKILL at once.
+    late = RunMachine(deadline_at=1.0, grace_seconds=math.inf)
+    late.feed(Launched(0.0, 42))
+    late.feed(Tick(1.0))
+    assert late.feed(CallerLost(500.0)) == [SignalTree("SIGKILL")]
+    # Lost while watching: the stop starts now and ends by the bound.
+    watched = RunMachine(deadline_at=None, grace_seconds=math.inf)
+    watched.feed(Launched(0.0, 42))
+    assert watched.feed(CallerLost(2.0)) == [SignalTree("SIGTERM"), SignalTree("SIGCONT")]
+    assert watched.next_deadline == 2.0 + CALLER_LOST_GRACE_SECONDS

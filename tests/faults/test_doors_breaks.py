@@ -28,6 +28,7 @@ from conftest import (
     Processes,
     ReadyPipe,
     alive,
+    parent_of,
     read_json,
     tether_argv,
     validate_record,
@@ -499,27 +500,31 @@ def test_timeout_dies_like_its_command_with_stdout_and_stderr_closed(env: dict[s
     assert result.stdout.strip() == str(128 + signal.SIGTERM)
 
 
-# -- found, left alone -----------------------------------------------------------------
+# -- an endless grace and a lost caller ------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="without -k the grace is endless, so a command that survives the stop signal "
-    "(-s CHLD, -s STOP, or a TERM it ignores) outlives a killed tether timeout: the core "
-    "never escalates when the caller is lost",
-)
 def test_timeout_without_kill_after_stops_a_command_whose_caller_died(
     tmp_path: Path, env: dict[str, str], processes: Processes, ready: ReadyPipe
 ) -> None:
+    """Without -k the grace is endless (GNU), but a lost caller bounds it: the default grace."""
+    record = tmp_path / "lost.json"
     script = f'echo "ready $$" > "{ready.path}"; exec sleep 60'
     caller = processes.start(
-        tether_argv("timeout", "--no-record", "-s", "CHLD", "100", "sh", "-c", script),
+        tether_argv("timeout", "--record", str(record), "-s", "CHLD", "100", "sh", "-c", script),
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     (command,) = ready.ready_pids()
-    processes.track(command)
+    supervisor = parent_of(command)
+    assert supervisor is not None
+    processes.track(command, supervisor)
     caller.kill()
     caller.wait(timeout=BOUND)
-    assert wait_gone(command, timeout=2.0)
+    assert wait_gone(command, timeout=BOUND)
+    assert wait_gone(supervisor)
+    data = read_json(record)
+    assert (data["reason"], data["escalated_to_sigkill"]) == ("parent_lost", True)
+    signals = data["signals"]
+    assert isinstance(signals, list)
+    assert [sent["signal"] for sent in signals] == ["SIGCHLD", "SIGCONT", "SIGKILL"]

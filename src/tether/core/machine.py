@@ -60,16 +60,29 @@ from tether.core.reasons import (
     Reason,
     status_of,
 )
+from tether.core.spec import DEFAULT_GRACE_SECONDS
 
 if TYPE_CHECKING:
     from transitions.core import TransitionConfigDict
 
-__all__ = ["DEFAULT_SETTLE_SECONDS", "IllegalEvent", "Phase", "RunMachine"]
+__all__ = [
+    "CALLER_LOST_GRACE_SECONDS",
+    "DEFAULT_SETTLE_SECONDS",
+    "IllegalEvent",
+    "Phase",
+    "RunMachine",
+]
 
 #: How long the tree may take to disappear after SIGKILL before the run is
 #: recorded anyway (with ``unkillable`` set). SIGKILL cannot be caught, so only
 #: a process stuck in the kernel (uninterruptible I/O) takes this long.
 DEFAULT_SETTLE_SECONDS: Final = 5.0
+
+#: The longest grace once the caller is gone. A grace may be endless (``tether
+#: timeout`` without ``-k``: never escalate, as GNU does), but nobody is left to
+#: wait for such a command, and it must not outlive its caller: it gets the
+#: default grace, counted from the first stop signal, and then SIGKILL.
+CALLER_LOST_GRACE_SECONDS: Final = DEFAULT_GRACE_SECONDS
 
 #: errno.ENOENT; the core keeps its own copy rather than import a module for one number.
 _ENOENT: Final = 2
@@ -141,7 +154,10 @@ _TABLE: Final[list[TransitionConfigDict]] = [
     {"trigger": "cancel", "source": _W, "dest": _T, "after": "stop_for_cancel"},
     {"trigger": "cancel", "source": [_T, _K, _R], "dest": None},
     {"trigger": "caller_lost", "source": _W, "dest": _T, "after": "stop_for_caller_lost"},
-    {"trigger": "caller_lost", "source": [_T, _K, _R], "dest": None},
+    # Already stopping, with an endless grace (timeout without -k): the caller's
+    # death still bounds it, or the command could outlive its caller.
+    {"trigger": "caller_lost", "source": _T, "dest": None, "after": "bound_the_grace"},
+    {"trigger": "caller_lost", "source": [_K, _R], "dest": None},
     {"trigger": "kill", "source": _W, "dest": _K, "after": "kill_now"},
     {"trigger": "kill", "source": _T, "dest": _K, "after": "escalate"},
     {"trigger": "kill", "source": [_K, _R], "dest": None},
@@ -213,6 +229,13 @@ class _Run:
 
     def stop_for_caller_lost(self) -> None:
         self._terminate(Reason.PARENT_LOST)
+        self.bound_the_grace()
+
+    def bound_the_grace(self) -> None:
+        assert self.stop_started_at is not None
+        bounded = self.stop_started_at + min(self.grace_seconds, CALLER_LOST_GRACE_SECONDS)
+        if self.timer_at is None or bounded < self.timer_at:
+            self.timer_at = max(bounded, self.now)
 
     def stop_stragglers(self) -> None:
         self._terminate(Reason.COMPLETED)
