@@ -296,7 +296,8 @@ def test_grandchildren_ignoring_sigterm_are_killed_after_the_grace(
     signals = data["signals"]
     assert isinstance(signals, list)
     assert [entry["signal"] for entry in signals] == ["SIGTERM", "SIGCONT", "SIGKILL"]
-    assert signals[2]["at_seconds"] - signals[0]["at_seconds"] >= 0.3
+    # Times are rounded to the millisecond in the record: allow for that, no more.
+    assert signals[2]["at_seconds"] - signals[0]["at_seconds"] >= 0.3 - 0.0015
     assert signals[2]["processes"] == 4
     assert data["descendants_stopped"] == 4
 

@@ -164,7 +164,8 @@ def test_term_ignored_is_killed_after_the_grace(
     signals = data["signals"]
     assert isinstance(signals, list)
     assert [s["signal"] for s in signals] == ["SIGTERM", "SIGCONT", "SIGKILL"]
-    assert signals[2]["at_seconds"] - signals[0]["at_seconds"] >= 0.3
+    # Rounded to the millisecond in the record.
+    assert signals[2]["at_seconds"] - signals[0]["at_seconds"] >= 0.3 - 0.0015
 
 
 def test_second_ctrl_c_kills_now(tmp_path: Path, processes: Processes, ready: ReadyPipe) -> None:

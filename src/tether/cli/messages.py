@@ -61,7 +61,8 @@ class UsageParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         _write_err(self.format_usage())
-        say(f"{self.prog}: error: {message}")
+        # The message quotes what was typed: control characters are shown, not sent.
+        say(f"{self.prog}: error: {_visible(message)}")
         raise SystemExit(TETHER_FAILED)
 
 
@@ -144,3 +145,10 @@ def _discard(stream: IO[str] | None) -> None:
         pass
     finally:
         os.close(devnull)
+
+
+def _visible(text: str) -> str:
+    """``text`` with control characters escaped, so a terminal shows them rather than obeys."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)

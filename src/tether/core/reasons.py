@@ -49,8 +49,9 @@ class Reason(StrEnum):
     DEADLINE_EXCEEDED = "deadline_exceeded"
     PARENT_LOST = "parent_lost"
     LAUNCH_FAILED = "launch_failed"
-    #: Written by the caller, never by a supervisor: the supervisor vanished
-    #: without saying how the run ended.
+    #: The supervisor vanished, or failed, without saying how the run ended:
+    #: written by the caller that noticed, or said by a supervisor's last resort
+    #: when even it does not know.
     SUPERVISOR_LOST = "supervisor_lost"
 
 

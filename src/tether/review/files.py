@@ -27,7 +27,7 @@ from tether.review._text import (
     _safe,
 )
 from tether.shared.paths import EVENTS_SUFFIX, events_path_for
-from tether.shared.record_file import RecordError, _JSONRefused, _parse_json, read_record
+from tether.shared.record_file import JSONRefused, RecordError, parse_bounded_json, read_record
 
 #: An event log is a few kilobytes; past this much, the rest is not read (and
 #: the operator is told), so that pointing ``show`` at a huge file stays cheap.
@@ -96,8 +96,8 @@ def _os_problem(error: OSError | ValueError) -> str:
 def _parse_event(line: bytes) -> tuple[dict[str, object] | None, str]:
     """One log line as an event (a JSON object with a string ``event``), or why it is not one."""
     try:
-        value = _parse_json(line)
-    except _JSONRefused as refusal:
+        value = parse_bounded_json(line)
+    except JSONRefused as refusal:
         return None, str(refusal)
     if isinstance(value, dict) and isinstance(value.get("event"), str):
         return value, ""

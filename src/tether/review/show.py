@@ -341,6 +341,22 @@ def _record_written(f: _Fields) -> str:
     return f"record written: {f.text('path')}"
 
 
+def _signal_by_pid(f: _Fields) -> str:
+    return f"{f.text('signal')} to pid {f.text('pid')} by its pid: no pidfd could be had"
+
+
+def _walk_failed(f: _Fields) -> str:
+    return f"the tree could not be read from /proc ({f.text('error')})"
+
+
+def _internal_error(f: _Fields) -> str:
+    return f"tether failed ({f.text('error')}): the whole tree was SIGKILLed"
+
+
+def _lifeline_unknown_bytes(f: _Fields) -> str:
+    return f"{_plural(f.take('count'), 'byte')} on the lifeline that are no request, so far"
+
+
 def _event_log_incomplete(f: _Fields) -> str:
     dropped = _plural(f.take("lines_dropped"), "line")
     return f"the event log is incomplete: {dropped} could not be written ({f.text('error')})"
@@ -363,6 +379,10 @@ _DESCRIBE: Final[Mapping[str, Callable[[_Fields], str]]] = {
     "record_written": _record_written,
     "record_failed": _record_failed,
     "event_log_incomplete": _event_log_incomplete,
+    "signal_by_pid": _signal_by_pid,
+    "walk_failed": _walk_failed,
+    "internal_error": _internal_error,
+    "lifeline_unknown_bytes": _lifeline_unknown_bytes,
 }
 
 

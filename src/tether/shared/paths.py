@@ -32,10 +32,14 @@ EVENTS_SUFFIX = ".events.jsonl"
 
 
 def default_records_dir() -> Path:
-    """``$XDG_STATE_HOME/tether/runs``, or ``~/.local/state/tether/runs``."""
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
+    """``$XDG_STATE_HOME/tether/runs``, or ``~/.local/state/tether/runs``.
+
+    A relative ``XDG_STATE_HOME`` is ignored, as the XDG specification says:
+    it would put records wherever the caller happens to be.
+    """
+    state = os.environ.get("XDG_STATE_HOME", "")
+    if not os.path.isabs(state):
+        state = os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(state) / "tether" / "runs"
 
 

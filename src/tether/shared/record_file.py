@@ -95,11 +95,13 @@ __all__ = [
     "RECORD_DIRECTORY_MODE",
     "RECORD_FILE_MODE",
     "RECORD_SCHEMA_VERSION",
+    "JSONRefused",
     "RecordError",
     "check_record_path",
     "ensure_private_directory",
     "hold_record_directory",
     "open_record_directory",
+    "parse_bounded_json",
     "read_record",
     "record_schema",
     "write_record",
@@ -528,11 +530,11 @@ def _sync_directory(path: Path, directory_fd: int) -> None:
 # Records are read by people reviewing runs, often from a directory anything
 # could have been dropped into, so reading is bounded in everything a file
 # controls: its size (read_record), the kind of file (nothing but a regular
-# file is even opened), and what the JSON may hold (_parse_json). What is read
+# file is even opened), and what the JSON may hold (parse_bounded_json). What is read
 # can then be printed, compared and serialised again without any care: no
 # value nests deeply enough to exhaust the interpreter's recursion, no number
 # is NaN or infinite, and no integer is too long to print. The event-log reader
-# of ``tether show`` parses its lines with the same _parse_json.
+# of ``tether show`` parses its lines with the same parse_bounded_json.
 
 #: How deeply a document may nest. A record nests three levels deep and an
 #: event-log line two; this keeps every later recursion (printing, ``json.dumps``,
@@ -545,24 +547,24 @@ _MAX_JSON_DEPTH: Final = 32
 _MAX_INT_DIGITS: Final = 640
 
 
-class _JSONRefused(ValueError):
+class JSONRefused(ValueError):
     """Bytes that are not JSON a reader will hold; the message says why, in a few words."""
 
 
 def _refuse_constant(name: str) -> object:
-    raise _JSONRefused(f"holds {name}, which JSON does not allow")
+    raise JSONRefused(f"holds {name}, which JSON does not allow")
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if math.isinf(value):
-        raise _JSONRefused("holds a number too large for a float")
+        raise JSONRefused("holds a number too large for a float")
     return value
 
 
 def _bounded_int(text: str) -> int:
     if len(text.lstrip("-")) > _MAX_INT_DIGITS:
-        raise _JSONRefused(f"holds an integer of more than {_MAX_INT_DIGITS} digits")
+        raise JSONRefused(f"holds an integer of more than {_MAX_INT_DIGITS} digits")
     return int(text)
 
 
@@ -585,10 +587,10 @@ def _nests_too_deeply(value: object) -> bool:
     return False
 
 
-def _parse_json(data: bytes) -> object:
+def parse_bounded_json(data: bytes) -> object:
     """Return ``data`` as a JSON value, bounded so that it is safe to print and compare.
 
-    Raise :class:`_JSONRefused` if ``data`` is not JSON (or not UTF-8), holds
+    Raise :class:`JSONRefused` if ``data`` is not JSON (or not UTF-8), holds
     ``NaN``, ``Infinity`` or a number beyond a float's range (Python's json takes
     them; ``jq`` and every comparison choke on them), an integer of more than
     :data:`_MAX_INT_DIGITS` digits, or nests deeper than :data:`_MAX_JSON_DEPTH`.
@@ -600,17 +602,17 @@ def _parse_json(data: bytes) -> object:
             parse_float=_finite_float,
             parse_int=_bounded_int,
         )
-    except _JSONRefused:
+    except JSONRefused:
         raise
     except RecursionError:
         # json recurses once per level and stops at the interpreter's limit.
-        raise _JSONRefused(f"nested deeper than {_MAX_JSON_DEPTH} levels") from None
+        raise JSONRefused(f"nested deeper than {_MAX_JSON_DEPTH} levels") from None
     except ValueError:  # JSONDecodeError, UnicodeDecodeError
-        raise _JSONRefused("not JSON") from None
+        raise JSONRefused("not JSON") from None
     # Only so many brackets cannot nest deeper than their number: no walk needed.
     brackets = data.count(b"[") + data.count(b"{")
     if brackets > _MAX_JSON_DEPTH and _nests_too_deeply(value):
-        raise _JSONRefused(f"nested deeper than {_MAX_JSON_DEPTH} levels")
+        raise JSONRefused(f"nested deeper than {_MAX_JSON_DEPTH} levels")
     return value
 
 
@@ -686,12 +688,12 @@ def read_record(path: Path) -> dict[str, object]:
     Checks only what makes a file a record of this version (a JSON object whose
     ``schema_version`` is :data:`RECORD_SCHEMA_VERSION`); validating every field
     is the schema's job (:func:`record_schema`). What is returned is bounded as
-    :func:`_parse_json` says; any field may still hold any JSON type.
+    :func:`parse_bounded_json` says; any field may still hold any JSON type.
     """
     data = _read_bytes(path)
     try:
-        document = _parse_json(data)
-    except _JSONRefused as refusal:
+        document = parse_bounded_json(data)
+    except JSONRefused as refusal:
         raise _read_error(path, f"not a tether record ({refusal})") from None
     if not isinstance(document, dict):
         raise _read_error(path, "not a tether record (not a JSON object)")

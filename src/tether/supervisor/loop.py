@@ -125,7 +125,9 @@ class Supervision:
         self.log: EventSink = NullEventLog()
         self.on_message = on_message
         self.wakeup = attempt.wakeup
-        self.selector = selectors.DefaultSelector()
+        # poll(), not epoll: it needs no descriptor of its own, and under a low
+        # open-file limit every descriptor counts (three are watched).
+        self.selector = selectors.PollSelector()
         self.command = command = attempt.command
         self.tree: ProcessTree | None = None
         if command is not None:

@@ -22,14 +22,15 @@ duration.
 
 Before the command is spawned, the supervisor checks that it will have the
 descriptors it needs at all (:data:`NEEDED`: a pidfd on the command, its
-selector, its event log, and one free for the walk), and refuses to start a
+event log, one free for the walk, and one the spawn itself needs: the
+cgroup's ``cgroup.procs``; its selector is ``poll()``, which holds none), and refuses to start a
 command it could not stop (:func:`free_descriptors`). The reserve itself is
 taken right after the spawn, never before: the spawn needs descriptors of
 its own (its error pipe, the cgroup's ``cgroup.procs``), and a reserve taken
 first would make a launch fail, or silently lose its cgroup, under a limit it
 would otherwise fit. Nothing is opened between the spawn and the reserve. It
 never takes the last few free descriptors (:data:`HEADROOM`): the supervisor
-still has to open its selector and its event log and to load the code that
+still has to open its event log and to load the code that
 watches the command, and a reserve that took those would only move the
 failure from stopping the tree to watching it. Under a limit that leaves no
 room for spares, the reserve is empty: the stop path then has the one
@@ -56,8 +57,9 @@ if TYPE_CHECKING:
 __all__ = ["HEADROOM", "NEEDED", "SIZE", "DescriptorReserve", "exhausted", "free_descriptors"]
 
 #: How many free descriptors a supervisor needs when its command starts: a
-#: pidfd on the command, its selector, its event log, and one for the walk of
-#: the tree (which opens one file at a time).
+#: pidfd on the command, its event log, one for the walk of the tree (which
+#: opens one file at a time), and one for the spawn (the cgroup's
+#: ``cgroup.procs``). Its selector, ``poll()``, holds none.
 NEEDED: Final = 4
 
 #: How many spares the reserve holds at most: what one step of the stop path
@@ -65,8 +67,8 @@ NEEDED: Final = 4
 SIZE: Final = 3
 
 #: How many free descriptors the reserve leaves for the supervisor's own
-#: needs after the launch: its selector, its event log, one to load code with.
-HEADROOM: Final = 3
+#: needs after the launch: its event log, and one to load code with.
+HEADROOM: Final = 2
 
 #: The errors a spare descriptor can cure.
 _EXHAUSTED: Final = frozenset({errno.EMFILE, errno.ENFILE})
