@@ -324,3 +324,22 @@ def test_a_closed_standard_stream_becomes_dev_null_for_the_command(
     )  # fmt: skip
     assert result.returncode == 3
     assert read_json(record)["reason"] == "completed"
+
+
+def test_a_relative_xdg_state_home_is_ignored(tmp_path: Path) -> None:
+    """The XDG specification: a relative path is invalid; records go under ~/.local/state."""
+    home, elsewhere = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    elsewhere.mkdir()
+    env = {**os.environ, "HOME": str(home), "XDG_STATE_HOME": "relative/state"}
+    result = run("run", "-v", "--", "true", env=env, cwd=elsewhere)
+    assert result.returncode == 0, result.stderr
+    assert list(elsewhere.iterdir()) == []
+    assert list((home / ".local" / "state" / "tether" / "runs").glob("*.json"))
+
+
+def test_a_usage_error_shows_control_characters_escaped(tmp_path: Path) -> None:
+    result = run("run", "--bogus\x1b[2J", "--", "true")
+    assert result.returncode == 125
+    assert "\x1b" not in result.stderr
+    assert "\\x1b[2J" in result.stderr

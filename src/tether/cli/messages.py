@@ -61,8 +61,7 @@ class UsageParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         _write_err(self.format_usage())
-        # The message quotes what was typed: control characters are shown, not sent.
-        say(f"{self.prog}: error: {_visible(message)}")
+        say(f"{self.prog}: error: {message}")
         raise SystemExit(TETHER_FAILED)
 
 
@@ -83,8 +82,12 @@ def say_help(parser: argparse.ArgumentParser) -> None:
 
 
 def say(line: str) -> None:
-    """Write ``line`` on stderr, if stderr will take it (see the module)."""
-    _write_err(line + "\n")
+    """Write ``line`` on stderr, if stderr will take it (see the module).
+
+    Messages quote what was typed (an option, a path): its control characters
+    are shown escaped, never sent to the terminal to obey.
+    """
+    _write_err(_visible(line) + "\n")
 
 
 def _write_err(text: str) -> None:

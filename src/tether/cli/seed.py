@@ -223,4 +223,4 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
 
 
 def _say(message: str) -> None:
-    print(f"tether: {message}", file=sys.stderr, flush=True)
+    say(f"tether: {message}")
