@@ -16,10 +16,11 @@ from __future__ import annotations
 import signal
 from types import FrameType
 
-from tether.caller.start import Lifeline
+from tether.caller.start import Lifeline, Spawn, start
+from tether.core.spec import RunSpec
 from tether.shared.protocol import CANCEL, KILL_NOW
 
-__all__ = ["LifelineRequests"]
+__all__ = ["LifelineRequests", "start_interruptible"]
 
 
 class LifelineRequests:
@@ -49,3 +50,15 @@ class LifelineRequests:
         for byte in self._pending:
             lifeline.request(byte)
         self._pending.clear()
+
+
+def start_interruptible(spec: RunSpec, *, second_interrupt_kills: bool) -> Spawn:
+    """Start ``spec``'s supervisor with this program's signals turned into requests to it.
+
+    The handlers go in before the start, so that a Ctrl-C during the launch
+    is not lost. Raises :class:`~tether.caller.start.LaunchError`.
+    """
+    requests = LifelineRequests(second_interrupt_kills=second_interrupt_kills)
+    spawn = start(spec)
+    requests.attach(spawn.lifeline)
+    return spawn

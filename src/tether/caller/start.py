@@ -270,11 +270,7 @@ def spawn_supervisor(
         raise LaunchError(str(error), errno=error.errno, exit_status=TETHER_FAILED) from None
     except OSError as error:
         _close_all(opened)
-        raise LaunchError(
-            f"cannot start the supervisor: {error.strerror or error}",
-            errno=error.errno,
-            exit_status=TETHER_FAILED,
-        ) from None
+        raise _cannot_start(error) from None
     *ours, lifeline_r, lifeline_w, status_r, status_w, spec_r, spec_w = opened
     roles = {"stdin": ours[0], "stdout": ours[1], "stderr": ours[2]}
     if spec.cwd is None:
@@ -299,11 +295,7 @@ def spawn_supervisor(
         )
     except OSError as error:
         _close_all(opened)
-        raise LaunchError(
-            f"cannot start the supervisor: {error.strerror or error}",
-            errno=error.errno,
-            exit_status=TETHER_FAILED,
-        ) from None
+        raise _cannot_start(error) from None
     # The caller keeps the record's directory, for the record it writes itself
     # should the supervisor be lost; everything else passed is the supervisor's now.
     _close_all([fd for fd in passed if fd != record_dir])
@@ -362,6 +354,14 @@ class _HoldingStatusClient(StatusClient):
     def close(self) -> None:
         super().close()
         self._let_go_of_record_dir()
+
+
+def _cannot_start(error: OSError) -> LaunchError:
+    return LaunchError(
+        f"cannot start the supervisor: {error.strerror or error}",
+        errno=error.errno,
+        exit_status=TETHER_FAILED,
+    )
 
 
 def _close_all(fds: tuple[int, ...] | list[int]) -> None:

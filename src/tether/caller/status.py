@@ -104,6 +104,17 @@ class StatusClient:
             poller.register(self.fd, select.POLLIN)
             poller.poll(None if remaining is None else math.ceil(remaining * 1000))
 
+    def wait_finished(self) -> Finished:
+        """Block until the run is over, close the pipe, and say how it ended.
+
+        For the command line, which has nothing else to wait for; a lost
+        supervisor is handled on the way (:meth:`read_available`).
+        """
+        while self.finished is None:
+            self.wait()
+        self.close()
+        return self.finished
+
     def close(self) -> None:
         """Close the pipe, once ``finished`` is in and nothing waits on the descriptor.
 

@@ -24,11 +24,9 @@ from tether.core.spec import DEFAULT_GRACE_SECONDS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from tether.caller.status import StatusClient
     from tether.core.spec import RunSpec
-    from tether.shared.protocol import Finished
 
-__all__ = ["run", "wait_finished"]
+__all__ = ["run"]
 
 _USAGE_RUN: Final = "tether run [OPTIONS] -- CMD [ARG]..."
 _FLAGS: Final = {"deadline": "--deadline", "grace": "--grace", "label": "--name"}
@@ -112,27 +110,17 @@ def _request(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
     return spec, args.verbose
 
 
-def wait_finished(status: StatusClient) -> Finished:
-    """Block until the run is over (the status client handles a lost supervisor)."""
-    while status.finished is None:
-        status.wait()
-    status.close()
-    return status.finished
-
-
 def run(argv: list[str], asked_at: float) -> int:
     """``tether run ARGS``; return the exit status (the deadline counts from ``asked_at``)."""
     spec, verbose = _request(argv, asked_at)
-    from tether.caller.interrupts import LifelineRequests
-    from tether.caller.start import LaunchError, start
+    from tether.caller.interrupts import start_interruptible
+    from tether.caller.start import LaunchError
 
-    requests = LifelineRequests(second_interrupt_kills=True)
     try:
-        spawn = start(spec)
+        spawn = start_interruptible(spec, second_interrupt_kills=True)
     except LaunchError as error:
         fail(str(error))
-    requests.attach(spawn.lifeline)
-    finished = wait_finished(spawn.status)
+    finished = spawn.status.wait_finished()
     spawn.lifeline.release()
     if finished.message:
         lost = finished.reason == Reason.SUPERVISOR_LOST

@@ -271,18 +271,15 @@ def main(argv: list[str], *, asked_at: float | None = None) -> int:
         asked_at = time.monotonic()
     options, spec = _request(argv, asked_at)
 
-    from tether.caller.interrupts import LifelineRequests
-    from tether.caller.start import LaunchError, start
-    from tether.cli.run import wait_finished
+    from tether.caller.interrupts import start_interruptible
+    from tether.caller.start import LaunchError
     from tether.shared.protocol import Signalled
 
-    requests = LifelineRequests(second_interrupt_kills=False)
     try:
-        spawn = start(spec)
+        spawn = start_interruptible(spec, second_interrupt_kills=False)
     except LaunchError as error:
         _say(str(error))
         return TETHER_FAILED
-    requests.attach(spawn.lifeline)
 
     name = spec.argv[0].rsplit("/", 1)[-1]
     status = spawn.status
@@ -291,9 +288,10 @@ def main(argv: list[str], *, asked_at: float | None = None) -> int:
             if options.verbose and isinstance(message, Signalled) and message.signal != "SIGCONT":
                 sent = message.signal.removeprefix("SIG")
                 _say(f"sending signal {sent} to command '{name}'")
-    finished = wait_finished(status)
+    finished = status.wait_finished()
     spawn.lifeline.release()
-    if finished.reason in ("launch_failed", "supervisor_lost"):
+    if finished.reason == "launch_failed" or finished.message:
+        # The command's own troubles, or tether's (a lost supervisor, a record not written).
         _say(finished.message or "cannot run the command")
     status_code = exit_status(
         finished, preserve_status=options.preserve_status, stop_signal=options.stop_signal
