@@ -4,8 +4,9 @@
 re-parent to it rather than to init, which is how a descendant that escaped
 with ``setsid()`` or a double fork stays findable. ``PR_SET_PDEATHSIG`` is the
 backstop for the one case the supervisor cannot handle itself: its own
-SIGKILL. Both are plain integers passed to libc; ctypes is loaded lazily so
-that processes which never call these do not pay for it.
+SIGKILL. Both are plain integers passed to libc through ctypes; only the
+supervisor imports this module, and the C library's handle is opened on first
+use.
 """
 
 from __future__ import annotations

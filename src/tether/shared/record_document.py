@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import errno as errno_codes
 import functools
-import json
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Final
 
 from tether._version import __version__
@@ -33,7 +31,7 @@ from tether.core.durations import seconds_for_json
 from tether.core.effects import Verdict
 from tether.core.reasons import TETHER_FAILED, Reason
 from tether.core.spec import RunSpec
-from tether.shared.record_file import RECORD_SCHEMA_VERSION
+from tether.shared.record_file import RECORD_SCHEMA_VERSION, record_schema
 
 __all__ = [
     "CONTAINMENTS",
@@ -44,9 +42,6 @@ __all__ = [
     "build_lost_document",
     "record_keys",
 ]
-
-#: The schema shipped with the package, beside this floor.
-_SCHEMA_PATH: Final = Path(__file__).resolve().parent.parent / "schema" / "record.v1.json"
 
 #: How a supervisor can contain the command's tree (the record's ``containment``;
 #: a caller's fallback record says ``unknown``).
@@ -275,9 +270,8 @@ def record_keys() -> frozenset[str]:
     keys: never mistaken for secret-looking keys, never scrubbed as text, so a
     record keeps its shape whatever secret it had to hide.
     """
-    schema = json.loads(_SCHEMA_PATH.read_text(encoding="utf-8"))
     keys: set[str] = set()
-    todo: list[object] = [schema]
+    todo: list[object] = [record_schema()]
     while todo:
         node = todo.pop()
         if isinstance(node, dict):
