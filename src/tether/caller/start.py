@@ -262,9 +262,10 @@ def spawn_supervisor(
         record_dir = _record_directory(spec)
         if record_dir is not None:
             opened.append(record_dir)
-        for _ in range(3):  # lifeline, status, spec
-            read_end, write_end = os.pipe()
-            opened += [_above_stdio(read_end), _above_stdio(write_end)]
+        # In the order unpacked below: each channel's reading end, then its writing end.
+        for _ in range(2):  # lifeline, status
+            opened += [_above_stdio(end) for end in _socket_pair()]
+        opened += [_above_stdio(end) for end in os.pipe()]  # the spec: read before the launch
     except RecordError as error:
         _close_all(opened)
         raise LaunchError(str(error), errno=error.errno, exit_status=TETHER_FAILED) from None
@@ -312,6 +313,23 @@ def spawn_supervisor(
         spec_data=complete.to_json(),
         intermediate=intermediate,
     )
+
+
+def _socket_pair() -> tuple[int, int]:
+    """A connected pair of Unix stream sockets, as two close-on-exec descriptors.
+
+    The lifeline and the status channel are socket pairs, not pipes, because a
+    pipe can be opened again through ``/proc/PID/fd/N`` by any process of the
+    same user, the command included: a command that opened its own lifeline
+    for writing that way would hold it open after its caller died, and one
+    that opened the status channel could write the caller a ``finished`` of its
+    own. A socket cannot be opened through ``/proc`` at all (``ENXIO``). End of
+    file, ``poll`` and ``read``/``write`` work on them as on a pipe.
+    """
+    import socket
+
+    first, second = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    return first.detach(), second.detach()
 
 
 def _record_directory(spec: RunSpec) -> int | None:

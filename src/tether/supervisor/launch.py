@@ -48,6 +48,9 @@ __all__ = ["CANCEL_SIGNALS", "LaunchAttempt", "SignalWakeup", "launch"]
 #: Signals that mean "stop the command gracefully" when sent to the supervisor.
 CANCEL_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
+#: Every signal whose number the wakeup pipe carries.
+_HANDLED: Final = frozenset((*CANCEL_SIGNALS, signal.SIGCHLD))
+
 
 class SignalWakeup:
     """Signals delivered as bytes on a pipe, read in the loop, never handled in a handler."""
@@ -55,11 +58,16 @@ class SignalWakeup:
     def __init__(self) -> None:
         self.read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
-        for number in (*CANCEL_SIGNALS, signal.SIGCHLD):
+        for number in _HANDLED:
             signal.signal(number, _wake_only)
 
     def drain(self) -> list[int]:
-        """Return the signals received since the last call, in order."""
+        """Return the signals received since the last call, in order.
+
+        Only the signals handled here count: any other byte on the pipe was not
+        written by a signal handler (the command, as the same user, can open
+        the pipe through ``/proc`` and write to it), and is ignored.
+        """
         received: list[int] = []
         while True:
             try:
@@ -68,7 +76,7 @@ class SignalWakeup:
                 return received
             if not chunk:
                 return received
-            received += list(chunk)
+            received += [number for number in chunk if number in _HANDLED]
 
 
 def _wake_only(_number: int, _frame: object) -> None:

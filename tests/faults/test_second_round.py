@@ -1,0 +1,197 @@
+"""The second adversarial round: each break it found, as a test with real processes.
+
+The first round hardened the doors, the evidence and the supervisor. This one
+went looking, as an attacker and as an unlucky operator, for what was left:
+a command that reaches its caller's pipes through ``/proc``, a supervisor
+lost in the instant between starting the command and saying so, a fork that
+fails, a home directory that is not there, a secret in a label. Each test
+checks what must hold whatever happens: nothing tether started is left
+running, nothing is written outside the record directory, no secret is
+written down, the status is the documented one, and no traceback reaches a
+person. Where the fix is a design decision, the test is an ``xfail`` that
+says why.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import (
+    BOUND,
+    Processes,
+    ReadyPipe,
+    parent_of,
+    read_json,
+    tether_argv,
+    wait_gone,
+)
+
+running_as_root = os.geteuid() == 0
+SETPRIV = shutil.which("setpriv")
+SEED = [sys.executable, "-m", "tether.supervisor"]
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """The environment of every door started here: its home and state inside ``tmp_path``."""
+    return {
+        **os.environ,
+        "HOME": str(tmp_path / "home"),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+    }
+
+
+@functools.cache
+def cgroup_problem() -> str | None:
+    """Why no cgroup of a run's own can be made here, or ``None`` if one can."""
+    from tether.linux.cgroup import CgroupUnavailable, RunCgroup
+
+    try:
+        probe = RunCgroup.create()
+    except CgroupUnavailable as why:
+        return str(why)
+    probe.discard()
+    return None
+
+
+@pytest.fixture(params=("sweep", "cgroup"))
+def containment(request: pytest.FixtureRequest) -> str:
+    chosen: str = request.param
+    if chosen == "cgroup" and cgroup_problem() is not None:
+        pytest.skip(f"no writable cgroup v2 hierarchy here: {cgroup_problem()}")
+    return chosen
+
+
+def files_under(root: Path) -> list[Path]:
+    return sorted(path for path in root.rglob("*") if path.is_file())
+
+
+# -- a command that reaches its caller's pipes through /proc -------------------------
+
+#: The command of the /proc attacks: for each pid given (its supervisor, its
+#: caller), open every pipe and socket it holds, for writing, through
+#: /proc/PID/fd/N (a pipe can be reopened that way by any process of the same
+#: user), keep them, write WHAT into each, announce itself and live on.
+_REOPENER = r"""
+import json, os, sys, time
+ready, what, pids = sys.argv[1], sys.argv[2].encode(), [int(p) for p in sys.argv[3:]]
+held = []
+for pid in pids:
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        continue
+    for name in names:
+        path = f"/proc/{pid}/fd/{name}"
+        try:
+            target = os.readlink(path)
+        except OSError:
+            continue
+        if not target.startswith(("pipe:", "socket:")):
+            continue
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        held.append(fd)
+        if what:
+            try:
+                os.write(fd, what)
+            except OSError:
+                pass
+with open(ready, "w") as announce:
+    announce.write(f"ready {os.getpid()} {len(held)}\n")
+if what:
+    time.sleep(0.5)
+    sys.exit(3)
+time.sleep(120)
+"""
+
+
+def _start_reopener(
+    tmp_path: Path,
+    env: dict[str, str],
+    processes: Processes,
+    ready: ReadyPipe,
+    what: str,
+) -> tuple[subprocess.Popen[bytes], int, int]:
+    """Start ``tether run`` on the reopener; return the caller, the command and its supervisor.
+
+    The command learns its caller's pid from a small launcher script that
+    waits for it in a file the test writes once the caller runs.
+    """
+    script = tmp_path / "reopener.py"
+    script.write_text(_REOPENER)
+    caller_pid = tmp_path / "caller.pid"
+    launcher = (
+        "import os, sys, time\n"
+        f"path = {str(caller_pid)!r}\n"
+        "while not os.path.exists(path): time.sleep(0.01)\n"
+        "caller = open(path).read().strip()\n"
+        f"sys.argv = [{str(script)!r}, {str(ready.path)!r}, {what!r}, str(os.getppid()), caller]\n"
+        f"exec(compile(open({str(script)!r}).read(), 'reopener', 'exec'))\n"
+    )
+    caller = processes.start(
+        tether_argv(
+            "run", "--record", str(tmp_path / "r.json"), "--", sys.executable, "-c", launcher
+        ),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    temporary = caller_pid.with_suffix(".tmp")
+    temporary.write_text(str(caller.pid))
+    temporary.rename(caller_pid)
+    words = ready.line()
+    assert words[0] == "ready", words
+    command = int(words[1])
+    supervisor = parent_of(command)
+    assert supervisor is not None
+    processes.track(command, supervisor)
+    return caller, command, supervisor
+
+
+def test_a_command_cannot_reopen_its_lifeline_through_proc(
+    tmp_path: Path, env: dict[str, str], processes: Processes, ready: ReadyPipe
+) -> None:
+    """A command that opened its supervisor's and its caller's pipes for writing, through
+    /proc/PID/fd, held its own lifeline open: SIGKILLing the caller no longer stopped it.
+
+    The lifeline and the status channel are socket pairs now, which no process
+    can reopen through /proc (``ENXIO``).
+    """
+    caller, command, supervisor = _start_reopener(tmp_path, env, processes, ready, what="")
+    caller.kill()
+    caller.wait(timeout=BOUND)
+    assert wait_gone(command), "the command outlived its SIGKILLed caller"
+    assert wait_gone(supervisor)
+    assert read_json(tmp_path / "r.json")["reason"] == "parent_lost"
+
+
+def test_a_command_cannot_forge_how_its_run_ended_through_proc(
+    tmp_path: Path, env: dict[str, str], processes: Processes, ready: ReadyPipe
+) -> None:
+    """A command that wrote a ``finished`` line into every pipe of its supervisor and caller
+    made ``tether run`` report what it wrote (or cancelled itself through the lifeline)."""
+    forged = json.dumps(
+        {"event": "finished", "reason": "completed", "exit_status": 0, "returncode": 0}
+    )
+    caller, command, supervisor = _start_reopener(
+        tmp_path, env, processes, ready, what=forged + "\n"
+    )
+    _out, err = caller.communicate(timeout=BOUND)
+    assert caller.returncode == 3, err
+    assert b"Traceback" not in err
+    assert wait_gone(command)
+    assert wait_gone(supervisor)
+    record = read_json(tmp_path / "r.json")
+    assert (record["reason"], record["eval_exit_code"]) == ("completed", 3)
