@@ -18,8 +18,10 @@ import functools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,7 @@ from conftest import (
     parent_of,
     read_json,
     tether_argv,
+    validate_record,
     wait_gone,
 )
 
@@ -195,3 +198,101 @@ def test_a_command_cannot_forge_how_its_run_ended_through_proc(
     assert wait_gone(supervisor)
     record = read_json(tmp_path / "r.json")
     assert (record["reason"], record["eval_exit_code"]) == ("completed", 3)
+
+
+# -- a supervisor lost between starting the command and saying so ------------------
+
+
+def _session_members(session: int) -> list[int]:
+    """The processes of ``session`` (by /proc), the intermediate's own included."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                raw = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue
+            if int(raw[raw.rindex(")") + 2 :].split()[3]) == session:
+                found.append(int(name))
+    return found
+
+
+def _supervisor_of(intermediate: int) -> int:
+    """The supervisor the intermediate forked: the other member of its new session."""
+    end = time.monotonic() + BOUND
+    while time.monotonic() < end:
+        others = [pid for pid in _session_members(intermediate) if pid != intermediate]
+        if others:
+            return others[0]
+        time.sleep(0.001)
+    pytest.fail("no supervisor appeared")
+
+
+def _stop_at_its_first_child(supervisor: int) -> None:
+    """SIGSTOP ``supervisor`` the moment its first child (the command, just forked) exists.
+
+    The supervisor is then inside ``Popen``, waiting for the command's exec:
+    it has not said ``started``, and cannot until it is continued.
+    """
+    children = Path(f"/proc/{supervisor}/task/{supervisor}/children")
+    end = time.monotonic() + BOUND
+    while time.monotonic() < end:
+        if children.read_bytes().split():
+            os.kill(supervisor, signal.SIGSTOP)
+            return
+    pytest.fail("the supervisor started no command")
+
+
+def test_a_supervisor_lost_before_it_said_started_leaves_nothing_running(
+    tmp_path: Path,
+    processes: Processes,
+    ready: ReadyPipe,
+    containment: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The supervisor killed after the command started but before ``started`` reached the
+    caller: the caller knew nothing of the command, and its children ran on for ever.
+
+    The command's leader died of its parent-death signal, but the two ``sleep``s it had
+    started were nobody's to stop. The command now says where it is from between fork and
+    exec (``spawned``), so a caller that loses its supervisor at any moment after the fork
+    can stop what is left, as it does after ``started``.
+    """
+    from tether.caller.request import build_request
+    from tether.caller.start import send_spec, spawn_supervisor
+    from tether.shared.protocol import Started
+
+    monkeypatch.setenv("TETHER_CONTAINMENT", containment)
+    record = tmp_path / "r.json"
+    script = f'sleep 60 & a=$!; sleep 60 & echo "ready $a $! $$" > "{ready.path}"; wait'
+    for _attempt in range(5):
+        spec = build_request(["sh", "-c", script], asked_at=time.monotonic(), record=str(record))
+        spawn = spawn_supervisor(spec)
+        processes.track(spawn.intermediate.pid)
+        send_spec(spawn)
+        supervisor = _supervisor_of(spawn.intermediate.pid)
+        processes.track(supervisor)
+        _stop_at_its_first_child(supervisor)
+        spawn.intermediate.wait(timeout=BOUND)
+        *sleeps, leader = ready.ready_pids()
+        processes.track(*sleeps, leader)
+        if not any(isinstance(message, Started) for message in spawn.status.read_available()):
+            break
+        # Too late: the supervisor said "started" before it could be stopped. Again.
+        spawn.lifeline.release()
+        os.kill(supervisor, signal.SIGCONT)
+        spawn.status.wait_finished()
+        assert wait_gone(supervisor)
+    else:
+        pytest.fail("the supervisor always said started before it could be stopped")
+
+    os.kill(supervisor, signal.SIGKILL)
+    finished = spawn.status.wait_finished()
+    spawn.lifeline.release()
+
+    assert finished.reason == "supervisor_lost"
+    for pid in (leader, *sleeps):
+        assert wait_gone(pid), f"{pid} outlived the lost supervisor"
+    data = read_json(record)
+    validate_record(data)
+    assert (data["reason"], data["eval_pid"]) == ("supervisor_lost", leader)
