@@ -296,3 +296,72 @@ def test_a_supervisor_lost_before_it_said_started_leaves_nothing_running(
     data = read_json(record)
     validate_record(data)
     assert (data["reason"], data["eval_pid"]) == ("supervisor_lost", leader)
+
+
+# -- a fork that fails ------------------------------------------------------------
+
+
+@pytest.mark.skipif(
+    not running_as_root or SETPRIV is None,
+    reason="needs root and setpriv, to run the seed door as a user under RLIMIT_NPROC",
+)
+def test_a_fork_that_fails_is_tethers_failure_not_the_commands(tmp_path: Path) -> None:
+    """A supervisor that could not fork the command (``ulimit -u``: EAGAIN) said the command
+    "cannot be executed" (126, ``failed to run command``). It is tether's own failure, as
+    GNU timeout says (``fork system call failed``, 125): the command was never tried."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    os.chown(runs, 65534, 65534)
+    record = runs / "r.json"
+    read_end, write_end = os.pipe()
+    os.set_inheritable(read_end, True)
+
+    def one_process_at_most() -> None:  # root is not held to it; the user it becomes is
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NPROC, (1, 1))
+
+    argv = [
+        str(SETPRIV),
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        # Only to reach this interpreter wherever it is installed (a home directory).
+        "--inh-caps=+dac_read_search",
+        "--ambient-caps=+dac_read_search",
+        *SEED,
+        "--variant",
+        "v",
+        "--parent-fd",
+        str(read_end),
+        "--record",
+        str(record),
+        "--deadline-seconds",
+        "10",
+        "--grace-seconds",
+        "1",
+        "--",
+        "true",
+    ]
+    try:
+        result = subprocess.run(
+            argv,
+            pass_fds=(read_end,),
+            preexec_fn=one_process_at_most,
+            capture_output=True,
+            text=True,
+            timeout=BOUND,
+            env={**os.environ, "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "s")},
+        )
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert result.returncode == 125, result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    data = read_json(record)
+    validate_record(data)
+    assert data["reason"] == "launch_failed"
+    launch_error = data["launch_error"]
+    assert isinstance(launch_error, dict)
+    assert launch_error["errno_name"] == "EAGAIN"

@@ -257,9 +257,20 @@ def _discard(cgroup: RunCgroup | None) -> None:
 
 
 def _launch_failure(argv: Sequence[str], cwd: str | None, error: OSError) -> CommandNotStarted:
+    """What an ``OSError`` from ``Popen`` means: the program's (``exec``) or tether's (``setup``).
+
+    ``Popen`` names the program in the error when its exec failed, and the
+    directory when its ``chdir`` did. An error that names neither happened
+    before either was tried: the fork itself (``EAGAIN`` under ``ulimit -u``,
+    ``ENOMEM``) or the child's own setup. The command was never tried, so that
+    is tether's failure (125, as GNU ``timeout`` says for a failed fork), not
+    a command that "cannot be executed" (126).
+    """
     reason = error.strerror or str(error)
     if cwd is not None and error.filename == cwd and cwd != argv[0]:
         return CommandNotStarted(
             error.errno, f"cannot change to directory {cwd!r}: {reason}", "setup"
         )
+    if error.filename is None:
+        return CommandNotStarted(error.errno, f"cannot start {argv[0]!r}: {reason}", "setup")
     return CommandNotStarted(error.errno, f"failed to run command {argv[0]!r}: {reason}", "exec")
