@@ -365,3 +365,38 @@ def test_a_fork_that_fails_is_tethers_failure_not_the_commands(tmp_path: Path) -
     launch_error = data["launch_error"]
     assert isinstance(launch_error, dict)
     assert launch_error["errno_name"] == "EAGAIN"
+
+
+# -- a refused API call leaves nothing behind ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        ({"stdout": 9999}, ValueError),
+        ({"stdin": "not a file"}, TypeError),
+        ({"stderr": -1}, ValueError),
+        ({"env": {"A": 1}}, TypeError),
+        ({"env": {1: "a"}}, TypeError),
+        ({"cwd": 5}, TypeError),
+    ],
+)
+@pytest.mark.parametrize("where", ["given", "default"])
+def test_an_api_call_refused_for_a_bad_argument_makes_no_record_directory(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    bad: dict[str, object],
+    error: type[Exception],
+    where: str,
+) -> None:
+    """``tether.launch`` checks every argument before it starts anything, but the record's
+    directory was made (0700, parents and all) before the streams, ``env`` and ``cwd``
+    were looked at: a call refused for them left it behind."""
+    import tether
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    record = str(tmp_path / "new" / "deeper" / "r.json") if where == "given" else None
+    with pytest.raises(error):
+        tether.launch(["true"], record=record, **bad)  # type: ignore[arg-type]
+    assert sorted(tmp_path.iterdir()) == []
