@@ -400,3 +400,66 @@ def test_an_api_call_refused_for_a_bad_argument_makes_no_record_directory(
     with pytest.raises(error):
         tether.launch(["true"], record=record, **bad)  # type: ignore[arg-type]
     assert sorted(tmp_path.iterdir()) == []
+
+
+# -- no home directory --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("home", ["", "relative/home", "~"])
+def test_without_an_absolute_home_there_is_no_default_record_directory(
+    monkeypatch: pytest.MonkeyPatch, home: str
+) -> None:
+    """``HOME=`` put the default records in ``/.local/state`` (root's ``/``), a relative
+    ``HOME`` in the working directory: there is no default directory then, and it is said."""
+    from tether.shared.paths import default_records_dir
+    from tether.shared.record_file import RecordError
+
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    monkeypatch.setenv("HOME", home)
+    with pytest.raises(RecordError, match="no default directory for records"):
+        default_records_dir()
+
+
+@pytest.mark.skipif(
+    not running_as_root or SETPRIV is None,
+    reason="needs root and setpriv, to run as a uid the password database does not know",
+)
+@pytest.mark.parametrize(
+    "door",
+    [("run", "--", "true"), ("timeout", "5", "true"), ("ls",)],
+    ids=["run", "timeout", "ls"],
+)
+def test_a_user_without_a_home_gets_a_refusal_not_records_in_the_working_directory(
+    tmp_path: Path, door: tuple[str, ...]
+) -> None:
+    """A uid with no password entry and no ``HOME`` (a container run as ``--user 4242``):
+    ``~`` stayed ``~``, and the records went to ``./~/.local/state/tether/runs`` in whatever
+    directory the job ran in (a checkout, say)."""
+    workdir = tmp_path / "checkout"
+    workdir.mkdir()
+    os.chown(workdir, 4242, 4242)
+    environment = {
+        name: value for name, value in os.environ.items() if name not in ("HOME", "XDG_STATE_HOME")
+    }
+    result = subprocess.run(
+        [
+            str(SETPRIV),
+            "--reuid=4242",
+            "--regid=4242",
+            "--clear-groups",
+            # Only to reach this interpreter wherever it is installed (a home directory).
+            "--inh-caps=+dac_read_search",
+            "--ambient-caps=+dac_read_search",
+            *tether_argv(*door),
+        ],
+        cwd=workdir,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+    )
+    assert result.returncode == 125, result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "no default directory for records" in result.stderr
+    assert list(workdir.iterdir()) == []
