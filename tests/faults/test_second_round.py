@@ -531,3 +531,30 @@ def test_the_working_directory_and_words_ending_in_pass_are_not_secrets(name: st
     from tether.core.redaction import is_secret_key
 
     assert not is_secret_key(name)
+
+
+# -- the caller's cgroup.kill, given a path that is no cgroup --------------------------
+
+
+def test_the_callers_cgroup_kill_never_creates_or_follows_a_file(tmp_path: Path) -> None:
+    """The caller that lost its supervisor writes ``1`` to ``<cgroup>/cgroup.kill``, the
+    cgroup as the status channel named it. It opened the file ``wb``: in a directory that is
+    no cgroup it created a file, and through a link at that name it wrote into the link's
+    target (as root, any file). A channel the command could write to (a pipe reopened
+    through /proc, before the socket pairs) could name any directory. A real cgroup always
+    has its ``cgroup.kill``: the file is now opened without creating, truncating or
+    following anything."""
+    from tether.linux.cgroup import kill_cgroup
+
+    plain = tmp_path / "tether-1-00000000"
+    plain.mkdir()
+    assert kill_cgroup(str(plain)) is False
+    assert list(plain.iterdir()) == []
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    linked = tmp_path / "tether-2-00000000"
+    linked.mkdir()
+    (linked / "cgroup.kill").symlink_to(victim)
+    assert kill_cgroup(str(linked)) is False
+    assert victim.read_text() == "precious\n"
