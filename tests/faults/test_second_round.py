@@ -533,6 +533,91 @@ def test_the_working_directory_and_words_ending_in_pass_are_not_secrets(name: st
     assert not is_secret_key(name)
 
 
+# -- what a command of the same user can still do to its supervisor (design limits) ----
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="design: a command of the same user may SIGSTOP its supervisor (kill -STOP $PPID); "
+    "a stopped supervisor keeps no deadline and hears no lifeline, and nothing else is left "
+    "to stop the command once the caller is gone. Closing it needs a supervisor the command "
+    "cannot signal (another uid, a PID namespace) or a second watcher (the caller polling "
+    "/proc and SIGCONTing it while it lives), both design decisions.",
+)
+def test_a_command_that_stops_its_supervisor_does_not_outlive_its_caller(
+    tmp_path: Path, env: dict[str, str], processes: Processes, ready: ReadyPipe
+) -> None:
+    script = f'kill -STOP $PPID; echo "ready $$" > "{ready.path}"; exec sleep 60'
+    caller = processes.start(
+        tether_argv(
+            "run", "--deadline", "1", "--record", str(tmp_path / "r.json"), "--", "sh", "-c", script
+        ),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    (command,) = ready.ready_pids()
+    supervisor = parent_of(command)
+    assert supervisor is not None
+    processes.track(command, supervisor)
+    caller.kill()
+    caller.wait(timeout=BOUND)
+    assert wait_gone(command, timeout=5), "the command outlived its deadline and its caller"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="design: the seed door's lifeline is the worker's own pipe, and a pipe can be "
+    "reopened through /proc/PID/fd by any process of the same user: a command that opens its "
+    "worker's (or its supervisor's) end for writing holds the lifeline open. tether run and "
+    "the API use socket pairs; the seed door would need to accept a socket as --parent-fd, "
+    "and its workers to pass one (an interface change).",
+)
+def test_a_seed_door_command_cannot_keep_its_workers_pipe_open(
+    tmp_path: Path, processes: Processes, ready: ReadyPipe
+) -> None:
+    script = tmp_path / "reopener.py"
+    script.write_text(_REOPENER)
+    read_end, write_end = os.pipe()
+    os.set_inheritable(read_end, True)
+    launcher = (
+        "import os, sys\n"
+        f"sys.argv = [{str(script)!r}, {str(ready.path)!r}, '', str(os.getppid()), "
+        f"{str(os.getpid())!r}]\n"
+        f"exec(compile(open({str(script)!r}).read(), 'reopener', 'exec'))\n"
+    )
+    seed = processes.start(
+        [
+            *SEED,
+            "--variant",
+            "v",
+            "--parent-fd",
+            str(read_end),
+            "--record",
+            str(tmp_path / "r.json"),
+            "--deadline-seconds",
+            "0",
+            "--grace-seconds",
+            "1",
+            "--",
+            sys.executable,
+            "-c",
+            launcher,
+        ],
+        pass_fds=(read_end,),
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(read_end)
+    try:
+        words = ready.line()
+        command = int(words[1])
+        processes.track(command)
+    finally:
+        os.close(write_end)  # the worker is gone
+    assert wait_gone(command, timeout=5), "the command outlived its worker"
+    seed.wait(timeout=BOUND)
+
+
 # -- the caller's cgroup.kill, given a path that is no cgroup --------------------------
 
 
