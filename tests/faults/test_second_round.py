@@ -643,3 +643,31 @@ def test_the_callers_cgroup_kill_never_creates_or_follows_a_file(tmp_path: Path)
     (linked / "cgroup.kill").symlink_to(victim)
     assert kill_cgroup(str(linked)) is False
     assert victim.read_text() == "precious\n"
+
+
+# -- a request to a run that is over ------------------------------------------------
+
+
+def test_cancelling_a_run_that_is_over_is_harmless_with_sigpipe_at_its_default(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """``cancel()`` is "harmless once the run is over", but the request was written to a
+    channel whose supervisor had exited: a program with SIGPIPE at its default (as command
+    line tools set it, to end quietly in ``| head``) died of it, status 141."""
+    program = (
+        "import signal, time, tether\n"
+        "signal.signal(signal.SIGPIPE, signal.SIG_DFL)\n"
+        "handle = tether.launch(['true'], record=False)\n"
+        "time.sleep(0.2)\n"
+        "while handle.supervisor_pid and __import__('os').path.exists(\n"
+        "    f'/proc/{handle.supervisor_pid}'):\n"
+        "    time.sleep(0.02)\n"
+        "handle.cancel()\n"
+        "handle.kill()\n"
+        "print(handle.wait().reason)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=BOUND
+    )
+    assert result.returncode == 0, (result.returncode, result.stderr)
+    assert result.stdout.strip() == "completed"

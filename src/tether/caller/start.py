@@ -133,11 +133,16 @@ class Lifeline:
             _open_lifelines.add(fd)
 
     def request(self, byte: bytes) -> None:
-        """Send a request (:data:`CANCEL`, :data:`KILL_NOW`); harmless once the run is over."""
+        """Send a request (:data:`CANCEL`, :data:`KILL_NOW`); harmless once the run is over.
+
+        Sent with ``MSG_NOSIGNAL``: a supervisor that has exited leaves a channel
+        whose write would raise SIGPIPE, and a program that keeps SIGPIPE at its
+        default (as command line tools do) would die of a cancel that came late.
+        """
         with self._lock:  # so the descriptor cannot be closed (and its number reused) meanwhile
             if self._fd is not None:
                 with contextlib.suppress(OSError):
-                    os.write(self._fd, byte)
+                    _send_quietly(self._fd, byte)
 
     def cancel(self) -> None:
         """Ask for a graceful stop: the stop signal, the grace, then SIGKILL."""
@@ -156,6 +161,21 @@ class Lifeline:
                 _open_lifelines.discard(fd)
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _send_quietly(fd: int, data: bytes) -> None:
+    """Send ``data`` on the socket ``fd`` without SIGPIPE; raise :class:`OSError` if it fails.
+
+    The socket object only borrows the descriptor (``detach``): closing or
+    collecting it must never close a number the lifeline owns.
+    """
+    import socket
+
+    borrowed = socket.socket(fileno=fd)
+    try:
+        borrowed.send(data, socket.MSG_NOSIGNAL)
+    finally:
+        borrowed.detach()
 
 
 def caller_umask() -> int | None:
