@@ -671,3 +671,28 @@ def test_cancelling_a_run_that_is_over_is_harmless_with_sigpipe_at_its_default(
     )
     assert result.returncode == 0, (result.returncode, result.stderr)
     assert result.stdout.strip() == "completed"
+
+
+# -- a command that dies of a real-time signal --------------------------------------
+
+
+@pytest.mark.parametrize("number", [signal.SIGRTMIN + 6, signal.SIGRTMAX - 1])
+def test_timeout_dies_of_a_real_time_signal_like_its_command(
+    env: dict[str, str], number: int
+) -> None:
+    """``tether timeout`` dies of the signal its command died of, as GNU does; for a
+    real-time signal (``SIGRTMIN+6``) ``signal.Signals(40)`` raised, and a traceback reached
+    the person, status 1."""
+    script = f"kill -s {number} $$"
+    result = subprocess.run(
+        tether_argv("timeout", "--no-record", "5", "sh", "-c", script),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+    )
+    assert "Traceback" not in result.stderr
+    assert result.returncode == -number, result.stderr
+    if shutil.which("timeout"):
+        gnu = subprocess.run(["timeout", "5", "sh", "-c", script], timeout=BOUND)
+        assert gnu.returncode == result.returncode
