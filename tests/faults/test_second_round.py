@@ -21,7 +21,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -696,3 +698,54 @@ def test_timeout_dies_of_a_real_time_signal_like_its_command(
     if shutil.which("timeout"):
         gnu = subprocess.run(["timeout", "5", "sh", "-c", script], timeout=BOUND)
         assert gnu.returncode == result.returncode
+
+
+# -- a umask that takes the owner's own permissions ---------------------------------
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A temporary directory another user can reach (pytest's own are root's, 0700)."""
+    directory = Path(tempfile.mkdtemp(prefix="tether-second-round-"))
+    directory.chmod(0o755)
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.mark.skipif(not running_as_root, reason="needs root, to become a user root is not")
+@pytest.mark.parametrize("umask", [0o777, 0o477])
+def test_a_umask_without_the_owners_read_still_makes_a_private_record_directory(
+    shared_tmp: Path, umask: int
+) -> None:
+    """Under ``umask 0777`` (any umask without the owner's read), ``mkdir(0700)`` made a
+    directory its own maker could not open: the run was refused and a mode-000 directory
+    was left behind. (Root opens it anyway, so the test runs as another user, in a fork.)"""
+    from tether.shared.record_file import RecordError, hold_record_directory
+
+    home = shared_tmp / "home"
+    home.mkdir()
+    os.chown(home, 65534, 65534)
+    record = home / "state" / "tether" / "runs" / "r.json"
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        answer = "ok"
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            os.umask(umask)
+            os.close(hold_record_directory(record))
+        except RecordError as error:
+            answer = str(error)
+        except BaseException as error:
+            answer = f"{type(error).__name__}: {error}"
+        os.write(write_end, answer.encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as report:
+        answer = report.read().decode()
+    os.waitpid(child, 0)
+    assert answer == "ok"
+    modes = {path: path.stat().st_mode & 0o777 for path in sorted(home.rglob("*"))}
+    assert set(modes.values()) == {0o700}, modes
