@@ -749,3 +749,33 @@ def test_a_umask_without_the_owners_read_still_makes_a_private_record_directory(
     assert answer == "ok"
     modes = {path: path.stat().st_mode & 0o777 for path in sorted(home.rglob("*"))}
     assert set(modes.values()) == {0o700}, modes
+
+
+# -- Ctrl-C while tether is still loading -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "words", [("run", "--", "sleep", "60"), ("timeout", "60", "sleep", "60"), ("ls",)]
+)
+def test_ctrl_c_while_tether_loads_ends_it_quietly(
+    env: dict[str, str], words: tuple[str, ...]
+) -> None:
+    """A Ctrl-C before a door had installed its handler (while Python imported the
+    subcommand: tens of milliseconds) showed a KeyboardInterrupt traceback. It now ends
+    tether as it ends a C program, by the signal, quietly; nothing had been started."""
+    program = (
+        "import os, signal, sys\n"
+        "import tether.cli.main as cli\n"
+        "real_main = cli.main\n"
+        "def main(*args, **kwargs):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)  # the person's Ctrl-C, while loading\n"
+        "    return real_main(*args, **kwargs)\n"
+        "cli.main = main\n"
+        f"sys.argv = ['tether', *{list(words)!r}]\n"
+        "sys.exit(cli.console_main())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=BOUND
+    )
+    assert result.returncode == -signal.SIGINT, result.stderr
+    assert result.stderr == ""
