@@ -779,3 +779,66 @@ def test_ctrl_c_while_tether_loads_ends_it_quietly(
     )
     assert result.returncode == -signal.SIGINT, result.stderr
     assert result.stderr == ""
+
+
+# -- no /proc -------------------------------------------------------------------
+
+
+UNSHARE = shutil.which("unshare")
+
+
+@pytest.mark.skipif(
+    not running_as_root or UNSHARE is None,
+    reason="needs root and unshare, to run tether in a mount namespace without /proc",
+)
+@pytest.mark.parametrize("door", ["run", "timeout", "seed"])
+def test_without_proc_nothing_is_started_and_it_is_said(
+    tmp_path: Path, env: dict[str, str], processes: Processes, door: str
+) -> None:
+    """Without /proc (a chroot or a container that mounts none), every walk of the tree read
+    as empty: ``setsid sleep`` outlived a deadline, and the record said all was stopped
+    (``deadline_exceeded``, no descendants). tether now refuses, as it does off Linux."""
+    marker = tmp_path / "started"
+    script = f'touch "{marker}"; setsid sleep 60 & sleep 60'
+    record = tmp_path / "r.json"
+    argv = {
+        "run": tether_argv(
+            "run", "--deadline", "1", "--record", str(record), "--", "sh", "-c", script
+        ),
+        "timeout": tether_argv("timeout", "--record", str(record), "1", "sh", "-c", script),
+        "seed": [
+            *SEED,
+            "--variant",
+            "v",
+            "--parent-fd",
+            "0",
+            "--record",
+            str(record),
+            "--deadline-seconds",
+            "1",
+            "--grace-seconds",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+    }[door]
+    read_end, write_end = os.pipe()
+    try:
+        result = subprocess.run(
+            [str(UNSHARE), "-m", "sh", "-c", 'umount -l /proc && exec "$@"', "sh", *argv],
+            env=env,
+            stdin=read_end,  # the seed door's lifeline
+            capture_output=True,
+            text=True,
+            timeout=BOUND,
+        )
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert result.returncode == 125, result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "/proc/thread-self/children is missing" in result.stderr
+    assert not marker.exists()
