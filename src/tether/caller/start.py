@@ -173,6 +173,7 @@ def _send_quietly(fd: int, data: bytes) -> None:
 
     borrowed = socket.socket(fileno=fd)
     try:
+        borrowed.setblocking(False)  # whatever socket.setdefaulttimeout() says: never wait
         borrowed.send(data, socket.MSG_NOSIGNAL)
     finally:
         borrowed.detach()
