@@ -90,15 +90,23 @@ def request_of(
         raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
     arguments: dict[str, Any] = dict(options)
     request = {key: arguments[key] for key in _REQUEST if key in arguments}
-    try:
-        spec = build_request(argv, asked_at=asked_at, **request)
-    except RequestError as error:
-        raise ValueError(str(error)) from None
-    except RecordError as error:
-        raise LaunchError(str(error), errno=error.errno, exit_status=TETHER_FAILED) from None
+    # The streams first: the request's record check makes the record's
+    # directory, which a call refused for its streams must not leave behind.
     stdio, opened = stdio_descriptors(
         arguments.get("stdin"), arguments.get("stdout"), arguments.get("stderr")
     )
+    try:
+        spec = build_request(argv, asked_at=asked_at, **request)
+    except BaseException as failure:
+        for fd in opened:
+            os.close(fd)
+        if isinstance(failure, RequestError):
+            raise ValueError(str(failure)) from None
+        if isinstance(failure, RecordError):
+            raise LaunchError(
+                str(failure), errno=failure.errno, exit_status=TETHER_FAILED
+            ) from None
+        raise
     return spec, stdio, opened
 
 

@@ -16,7 +16,10 @@ run``, ``tether timeout``, the API: they all read the status pipe through
    group id cannot be reused while any member is alive, and an empty group's
    id may already belong to someone else. Descendants that had left the group
    are then out of the caller's reach; the docs say so. A supervisor lost
-   before it said ``started`` started nothing the caller could know of.
+   before it said ``started`` is no different once the command exists: the
+   command itself said where it is (``spawned``) between its fork and its
+   exec. Before that, there is no command (its parent-death signal is set
+   before it says so).
 2. Write what it knows, with ``reason: supervisor_lost``, at the path where
    the record was expected, redacted like every record, so the evidence is
    never simply missing and an operator finds it where they would look. It
@@ -43,15 +46,20 @@ from pathlib import Path
 from tether.core.reasons import TETHER_FAILED, Reason
 from tether.core.spec import RunSpec
 from tether.shared.clock import wall_clock_at
-from tether.shared.protocol import Finished, Started
+from tether.shared.protocol import Finished, Placement
 
 __all__ = ["LOST_MESSAGE", "after_supervisor_lost"]
 
 LOST_MESSAGE = "the supervisor was lost before it reported how the run ended"
 
 
-def after_supervisor_lost(spec: RunSpec, started: Started | None) -> Finished:
-    """Stop what is left of the command's tree, write the fallback record, say how it ended."""
+def after_supervisor_lost(spec: RunSpec, started: Placement | None) -> Finished:
+    """Stop what is left of the command's tree, write the fallback record, say how it ended.
+
+    ``started`` is where the command is, as ``started`` said, or as the command
+    itself said before its exec (``spawned``) if the supervisor was lost before
+    that; ``None`` if the supervisor was lost before the command existed.
+    """
     if started is not None:
         _stop_what_is_left(started)
     elapsed = time.monotonic() - spec.asked_at
@@ -70,7 +78,7 @@ def after_supervisor_lost(spec: RunSpec, started: Started | None) -> Finished:
     )
 
 
-def _stop_what_is_left(started: Started) -> None:
+def _stop_what_is_left(started: Placement) -> None:
     from tether.linux.cgroup import kill_cgroup
     from tether.linux.proctree import group_has_members
 
@@ -86,7 +94,7 @@ def _stop_what_is_left(started: Started) -> None:
 
 def _write_lost_record(
     spec: RunSpec,
-    started: Started | None,
+    started: Placement | None,
     *,
     started_at: datetime,
     finished_at: datetime,

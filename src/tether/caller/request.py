@@ -93,15 +93,19 @@ def build_request(
     checked_label = _label(label, flags)
     if not (stop_signal.startswith("SIG") and stop_signal[3:].isalnum()):
         raise RequestError(f"not a signal name: {stop_signal!r}", option="stop_signal")
+    checked_cwd = None if cwd is None else os.fspath(cwd)
+    checked_env = environment_copy(env)
     return RunSpec(
         argv=words,
         deadline_seconds=deadline_seconds or None,
         grace_seconds=grace_seconds,
         asked_at=asked_at,
+        # Last: the only check that touches the file system (it makes the
+        # record's directory), so a request refused for anything else leaves nothing.
         record_path=record_path_for(record),
         label=checked_label,
-        cwd=None if cwd is None else os.fspath(cwd),
-        env=environment_copy(env),
+        cwd=checked_cwd,
+        env=checked_env,
         stop_signal=stop_signal,
     )
 

@@ -133,11 +133,16 @@ class Lifeline:
             _open_lifelines.add(fd)
 
     def request(self, byte: bytes) -> None:
-        """Send a request (:data:`CANCEL`, :data:`KILL_NOW`); harmless once the run is over."""
+        """Send a request (:data:`CANCEL`, :data:`KILL_NOW`); harmless once the run is over.
+
+        Sent with ``MSG_NOSIGNAL``: a supervisor that has exited leaves a channel
+        whose write would raise SIGPIPE, and a program that keeps SIGPIPE at its
+        default (as command line tools do) would die of a cancel that came late.
+        """
         with self._lock:  # so the descriptor cannot be closed (and its number reused) meanwhile
             if self._fd is not None:
                 with contextlib.suppress(OSError):
-                    os.write(self._fd, byte)
+                    _send_quietly(self._fd, byte)
 
     def cancel(self) -> None:
         """Ask for a graceful stop: the stop signal, the grace, then SIGKILL."""
@@ -156,6 +161,22 @@ class Lifeline:
                 _open_lifelines.discard(fd)
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _send_quietly(fd: int, data: bytes) -> None:
+    """Send ``data`` on the socket ``fd`` without SIGPIPE; raise :class:`OSError` if it fails.
+
+    The socket object only borrows the descriptor (``detach``): closing or
+    collecting it must never close a number the lifeline owns.
+    """
+    import socket
+
+    borrowed = socket.socket(fileno=fd)
+    try:
+        borrowed.setblocking(False)  # whatever socket.setdefaulttimeout() says: never wait
+        borrowed.send(data, socket.MSG_NOSIGNAL)
+    finally:
+        borrowed.detach()
 
 
 def caller_umask() -> int | None:
@@ -262,9 +283,10 @@ def spawn_supervisor(
         record_dir = _record_directory(spec)
         if record_dir is not None:
             opened.append(record_dir)
-        for _ in range(3):  # lifeline, status, spec
-            read_end, write_end = os.pipe()
-            opened += [_above_stdio(read_end), _above_stdio(write_end)]
+        # In the order unpacked below: each channel's reading end, then its writing end.
+        for _ in range(2):  # lifeline, status
+            opened += [_above_stdio(end) for end in _socket_pair()]
+        opened += [_above_stdio(end) for end in os.pipe()]  # the spec: read before the launch
     except RecordError as error:
         _close_all(opened)
         raise LaunchError(str(error), errno=error.errno, exit_status=TETHER_FAILED) from None
@@ -312,6 +334,23 @@ def spawn_supervisor(
         spec_data=complete.to_json(),
         intermediate=intermediate,
     )
+
+
+def _socket_pair() -> tuple[int, int]:
+    """A connected pair of Unix stream sockets, as two close-on-exec descriptors.
+
+    The lifeline and the status channel are socket pairs, not pipes, because a
+    pipe can be opened again through ``/proc/PID/fd/N`` by any process of the
+    same user, the command included: a command that opened its own lifeline
+    for writing that way would hold it open after its caller died, and one
+    that opened the status channel could write the caller a ``finished`` of its
+    own. A socket cannot be opened through ``/proc`` at all (``ENXIO``). End of
+    file, ``poll`` and ``read``/``write`` work on them as on a pipe.
+    """
+    import socket
+
+    first, second = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    return first.detach(), second.detach()
 
 
 def _record_directory(spec: RunSpec) -> int | None:

@@ -28,7 +28,7 @@ import select
 import time
 
 from tether.core.spec import RunSpec
-from tether.shared.protocol import Finished, Message, Started, decode
+from tether.shared.protocol import Finished, Message, Spawned, Started, decode
 
 __all__ = ["StatusClient"]
 
@@ -44,6 +44,9 @@ class StatusClient:
         self.spec = spec
         self.fd: int | None = fd
         self.started: Started | None = None
+        #: What the command said of itself before its exec: where it is, for a
+        #: supervisor lost before it said ``started``.
+        self.spawned: Spawned | None = None
         self.finished: Finished | None = None
         self._partial = b""
 
@@ -78,6 +81,8 @@ class StatusClient:
                 messages.append(message)
                 if isinstance(message, Started) and self.started is None:
                     self.started = message
+                elif isinstance(message, Spawned) and self.spawned is None:
+                    self.spawned = message
                 elif isinstance(message, Finished):
                     self.finished = message
                     break
@@ -85,7 +90,7 @@ class StatusClient:
         if self.finished is None and at_eof:
             from tether.caller.fallback import after_supervisor_lost
 
-            self.finished = after_supervisor_lost(self.spec, self.started)
+            self.finished = after_supervisor_lost(self.spec, self.started or self.spawned)
             messages.append(self.finished)
         return messages
 

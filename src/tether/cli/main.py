@@ -10,6 +10,7 @@ load ``transitions`` or ``structlog``.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 
@@ -47,7 +48,20 @@ def console_main() -> int:
     person or script asked when they started ``tether``, and the deadline
     must not grow by the time Python takes to load the command-line parser.
     """
+    quiet_interrupts()
     return main(asked_at=tether._LOADED_AT)
+
+
+def quiet_interrupts() -> None:
+    """Let Ctrl-C end the program as it ends a C program, until a door installs its own.
+
+    By SIGINT's default action: at once, quietly, with the status a shell
+    expects, never a ``KeyboardInterrupt`` traceback from whatever was being
+    imported. ``tether run`` and ``tether timeout`` install their handler (a
+    cancel on the lifeline), and the seed door its own (a cancel in the loop),
+    before they start anything; until then there is nothing to stop.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int:

@@ -151,7 +151,12 @@ def ls(args: argparse.Namespace) -> int:
         )
     except ReviewError as error:
         fail(str(error))
-    directory = Path(args.directory) if args.directory else default_records_dir()
+    from tether.shared.record_file import RecordError
+
+    try:
+        directory = Path(args.directory) if args.directory else default_records_dir()
+    except RecordError as error:
+        fail(str(error))
     shown = printable_path(directory)
     if not args.directory and not os.path.lexists(directory):
         warn(f"no runs recorded yet ({shown} does not exist)")

@@ -215,10 +215,12 @@ def _die_like_gnu(finished: Finished, status: int) -> None:
     """
     returncode = finished.returncode
     timed_out = finished.reason == "deadline_exceeded"
+    # A number, not a signal.Signals: a real-time signal (SIGRTMIN+6) has no member.
+    number: int
     if timed_out and status == _KILLED:
         number = signal.SIGKILL
     elif not timed_out and returncode is not None and returncode < 0:
-        number = signal.Signals(-returncode)
+        number = -returncode
     else:
         return
     import resource
@@ -229,9 +231,13 @@ def _die_like_gnu(finished: Finished, status: int) -> None:
         with contextlib.suppress(AttributeError, OSError, ValueError):
             stream.flush()
     if number not in (signal.SIGKILL, signal.SIGSTOP):
-        signal.signal(number, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {number})
-    os.kill(os.getpid(), number)
+        # A signal this process may not handle (one the C library keeps) is left as it is:
+        # the status returned says the same.
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(number, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {number})
+    with contextlib.suppress(OSError, ValueError):
+        os.kill(os.getpid(), number)
 
 
 def _say(message: str) -> None:

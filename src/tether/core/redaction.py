@@ -53,6 +53,7 @@ from typing import Any, Final
 __all__ = [
     "MIN_SECRET_LENGTH",
     "REDACTED",
+    "SECRET_KEY_ENDINGS",
     "SECRET_KEY_WORDS",
     "Redactor",
     "is_secret_key",
@@ -65,10 +66,21 @@ SECRET_KEY_WORDS: Final[tuple[str, ...]] = (
     "secret",
     "password",
     "passwd",
+    "passphrase",
     "key",
     "credential",
     "auth",
     "cookie",
+)
+
+#: Name endings that make a name secret-looking as a word of their own, after
+#: ``_``, ``-`` or ``.`` (``MYSQL_PWD``, ``SMTP_PASS``), or as the whole name
+#: (``pass``). Not as substrings: ``PWD`` is the working directory, whose every
+#: path would be scrubbed, and ``COMPASS`` or ``BYPASS`` hold no secret.
+SECRET_KEY_ENDINGS: Final[tuple[str, ...]] = ("pwd", "pass")
+
+_ENDING_RE: Final = re.compile(
+    r"(?:^pass|[_.-](?:" + "|".join(SECRET_KEY_ENDINGS) + r"))$", re.IGNORECASE
 )
 
 #: What a secret is replaced with.
@@ -116,10 +128,11 @@ _SHELL_PUNCTUATION: Final = "\"'`;&|()"
 def is_secret_key(name: str) -> bool:
     """Whether a key, variable or flag name looks like it holds a secret.
 
-    Case-insensitive substring match on :data:`SECRET_KEY_WORDS`.
+    Case-insensitive substring match on :data:`SECRET_KEY_WORDS`, or a name
+    ending in one of :data:`SECRET_KEY_ENDINGS` as a word of its own.
     """
     lowered = name.lower()
-    return any(word in lowered for word in SECRET_KEY_WORDS)
+    return any(word in lowered for word in SECRET_KEY_WORDS) or bool(_ENDING_RE.search(name))
 
 
 def secret_values_from(environ: Mapping[str, str], argv: Sequence[str]) -> frozenset[str]:

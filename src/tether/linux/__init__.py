@@ -10,7 +10,13 @@ quietly keep fewer promises, tether refuses to start on any other platform.
 
 from __future__ import annotations
 
+import os
 import sys
+
+# Loaded by every door before a launch: no ``typing`` at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
 
 __all__ = ["UnsupportedPlatform", "require_linux"]
 
@@ -19,10 +25,26 @@ class UnsupportedPlatform(RuntimeError):
     """tether was started somewhere it cannot keep its promises."""
 
 
+#: What the sweep reads to find a process's children; its absence must not read as "none".
+_CHILDREN: Final = "/proc/thread-self/children"
+
+
 def require_linux() -> None:
-    """Raise :class:`UnsupportedPlatform` with a clear message unless this is Linux."""
+    """Raise :class:`UnsupportedPlatform` with a clear message unless tether can work here.
+
+    That is Linux, with ``/proc`` mounted and its ``task/TID/children`` files
+    (``CONFIG_PROC_CHILDREN``): without them every walk of the command's tree
+    finds nothing, and a command whose descendants left its process group
+    would be reported stopped while they ran on. Where this process cannot
+    see them, neither can the supervisor it starts (it shares the mounts).
+    """
     if not sys.platform.startswith("linux"):
         raise UnsupportedPlatform(
             f"tether runs on Linux only (it needs pidfds, a child subreaper and /proc); "
             f"this is {sys.platform}"
+        )
+    if not os.path.exists(_CHILDREN):
+        raise UnsupportedPlatform(
+            f"{_CHILDREN} is missing (no /proc mounted here, or a kernel built without "
+            "CONFIG_PROC_CHILDREN): without it a command's descendants cannot be found"
         )

@@ -303,13 +303,21 @@ def kill_cgroup(directory: str) -> bool:
     """SIGKILL everything in the cgroup at ``directory`` and below; whether the kernel took it.
 
     One write of ``1`` to its ``cgroup.kill``: the kernel applies it to every
-    member at once, forks in flight included.
+    member at once, forks in flight included. The file is opened as it is in
+    every cgroup, never created, truncated or followed through a link: a
+    directory that is no cgroup (a caller told a wrong one) is not written to.
     """
+    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        with open(os.path.join(directory, "cgroup.kill"), "wb", buffering=0) as kill:
-            kill.write(b"1")
+        fd = os.open(os.path.join(directory, "cgroup.kill"), flags)
     except OSError:
         return False
+    try:
+        os.write(fd, b"1")
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
     return True
 
 

@@ -35,12 +35,34 @@ def default_records_dir() -> Path:
     """``$XDG_STATE_HOME/tether/runs``, or ``~/.local/state/tether/runs``.
 
     A relative ``XDG_STATE_HOME`` is ignored, as the XDG specification says:
-    it would put records wherever the caller happens to be.
+    it would put records wherever the caller happens to be. For the same
+    reason the home directory must be an absolute path: ``HOME`` if it is set,
+    else the user's entry in the password database. Without one (``HOME``
+    empty or relative, or unset for a user the database does not know, as in a
+    container run under a bare uid), there is no default directory, and
+    :class:`~tether.shared.record_file.RecordError` says so: the records would
+    otherwise land in ``./~/.local/state`` or ``/.local/state``.
     """
     state = os.environ.get("XDG_STATE_HOME", "")
     if not os.path.isabs(state):
-        state = os.path.join(os.path.expanduser("~"), ".local", "state")
+        state = os.path.join(_home(), ".local", "state")
     return Path(state) / "tether" / "runs"
+
+
+def _home() -> str:
+    """The user's home directory, an absolute path; :class:`RecordError` if there is none."""
+    home = os.environ.get("HOME")
+    if home is None:
+        home = os.path.expanduser("~")  # the password database's, or "~" unchanged
+    if not os.path.isabs(home):
+        from tether.shared.record_file import RecordError
+
+        raise RecordError(
+            "no default directory for records: neither XDG_STATE_HOME nor HOME is an absolute "
+            "path (set one of them, or name the record's path or directory)",
+            path=Path(home),
+        )
+    return home
 
 
 def new_record_name() -> str:

@@ -1,18 +1,24 @@
-"""The two pipes between a caller and its supervisor, and what travels on them.
+"""The two channels between a caller and its supervisor, and what travels on them.
 
-**The lifeline** (caller to supervisor). The caller holds the write end and
-never shares it. Its end of file is the one message a dead caller can still
-send, whatever killed it, SIGKILL included: the kernel closes the write end
-when the last holder exits. One byte on it is a request: :data:`CANCEL` (stop
-gracefully) or :data:`KILL_NOW`. A request on the pipe tells *cancelled* apart
-from *caller lost* without signalling a pid that may have been reused.
+Both are Unix socket pairs made by the caller, not pipes: a pipe can be opened
+again through ``/proc/PID/fd/N`` by any process of the same user, the command
+included, which could then hold the lifeline open or write the caller a status
+of its own; a socket cannot be opened that way.
 
-**The status pipe** (supervisor to caller). One JSON object per line, each a
-message class here: :class:`Started` (supervisor pid, command pid and group,
-the run's cgroup), :class:`Signalled` for each signal sent to the tree, then
-:class:`Finished` (how the run ended). End of file without ``finished`` means
-the supervisor itself was lost. A line that cannot be read is decoded as
-:class:`Garbled`, never as an exception: the pipe's other end may be a dying
+**The lifeline** (caller to supervisor). The caller holds its end and never
+shares it. Its end of file is the one message a dead caller can still send,
+whatever killed it, SIGKILL included: the kernel closes the caller's end when
+the last holder exits. One byte on it is a request: :data:`CANCEL` (stop
+gracefully) or :data:`KILL_NOW`. A request on the lifeline tells *cancelled*
+apart from *caller lost* without signalling a pid that may have been reused.
+
+**The status channel** (supervisor to caller). One JSON object per line, each
+a message class here: :class:`Spawned` (written by the command itself between
+fork and exec: where it is), :class:`Started` (supervisor pid, command pid and
+group, the run's cgroup), :class:`Signalled` for each signal sent to the tree,
+then :class:`Finished` (how the run ended). End of file without ``finished``
+means the supervisor itself was lost. A line that cannot be read is decoded
+as :class:`Garbled`, never as an exception: the other end may be a dying
 process.
 
 Messages are plain classes with slots rather than dataclasses: the supervisor
@@ -33,7 +39,7 @@ from tether.core.reasons import TETHER_FAILED, Reason
 # On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Final
+    from typing import Final, Self
 
 __all__ = [
     "CANCEL",
@@ -41,7 +47,9 @@ __all__ = [
     "Finished",
     "Garbled",
     "Message",
+    "Placement",
     "Signalled",
+    "Spawned",
     "Started",
     "StatusWriter",
     "decode",
@@ -65,16 +73,16 @@ def _number(value: object) -> float | None:
     return float(value)
 
 
-class Started:
-    """The command runs: who is who, which is what a caller needs if the supervisor is lost.
+class Placement:
+    """Where a run's command is: its supervisor, its pid and group, its cgroup.
 
-    ``cgroup`` is the directory of the run's own cgroup when cgroup
-    containment is in use, so that a caller whose supervisor vanished can
-    still end the whole tree with ``cgroup.kill``.
+    What a caller needs to stop what is left of the tree if the supervisor is
+    lost. ``cgroup`` is the directory of the run's own cgroup when cgroup
+    containment is in use, so that such a caller can still end the whole tree
+    with ``cgroup.kill``.
     """
 
     __slots__ = ("cgroup", "pgid", "pid", "supervisor_pid")
-    KIND: Final = "started"
 
     def __init__(
         self, *, supervisor_pid: int | None, pid: int | None, pgid: int | None, cgroup: str | None
@@ -93,13 +101,35 @@ class Started:
         }
 
     @classmethod
-    def read(cls, data: dict[str, object]) -> Started:
+    def read(cls, data: dict[str, object]) -> Self:
         return cls(
             supervisor_pid=_int(data.get("supervisor_pid")),
             pid=_int(data.get("pid")),
             pgid=_int(data.get("pgid")),
             cgroup=_str(data.get("cgroup")),
         )
+
+
+class Spawned(Placement):
+    """The command exists and is about to run: sent by the command itself, before its exec.
+
+    Written between fork and exec, once the command's parent-death signal is
+    set, so that no moment exists in which the command runs and its caller
+    does not know where: a supervisor lost after the fork but before it said
+    :class:`Started` leaves a caller that can still stop what the command
+    started. It says nothing else; :class:`Started` (or a ``finished`` for a
+    command that could not be executed) follows.
+    """
+
+    __slots__ = ()
+    KIND: Final = "spawned"
+
+
+class Started(Placement):
+    """The command runs: who is who, which is what a caller needs if the supervisor is lost."""
+
+    __slots__ = ()
+    KIND: Final = "started"
 
 
 class Signalled:
@@ -202,12 +232,12 @@ class Garbled:
         self.text = text
 
 
-Message = Started | Signalled | Finished | Garbled
+Message = Spawned | Started | Signalled | Finished | Garbled
 
-_READERS: Final = {cls.KIND: cls for cls in (Started, Signalled, Finished)}
+_READERS: Final = {cls.KIND: cls for cls in (Spawned, Started, Signalled, Finished)}
 
 
-def encode(message: Started | Signalled | Finished) -> bytes:
+def encode(message: Spawned | Started | Signalled | Finished) -> bytes:
     """One status line for ``message``."""
     return (json.dumps({"event": message.KIND, **message.fields()}) + "\n").encode()
 
@@ -234,7 +264,7 @@ class StatusWriter:
     def __init__(self, fd: int | None) -> None:
         self._fd: int | None = fd
 
-    def send(self, message: Started | Signalled | Finished) -> None:
+    def send(self, message: Spawned | Started | Signalled | Finished) -> None:
         """Write one message; once the caller is gone, stop trying."""
         if self._fd is None:
             return

@@ -269,7 +269,14 @@ def _make_directory(parent: int, name: str, *, shown: str) -> int | None:
             path=Path(shown),
             error_number=error.errno,
         ) from None
-    made = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        made = os.open(name, flags, dir_fd=parent)
+    except PermissionError:
+        # A umask without the owner's read (umask 0777) made a directory its
+        # maker cannot open: give it its mode first, then open it.
+        _make_private(parent, name)
+        made = os.open(name, flags, dir_fd=parent)
     try:
         # mkdir's mode is masked by the umask; say exactly what was meant (of
         # this very directory, found without following anything).
@@ -279,6 +286,22 @@ def _make_directory(parent: int, name: str, *, shown: str) -> int | None:
         os.close(made)
         raise
     return made
+
+
+def _make_private(parent: int, name: str) -> None:
+    """Set directory ``name`` in ``parent`` to ``0700``, if it is the effective user's own.
+
+    Through an ``O_PATH`` descriptor of the directory itself (found without
+    following a link, and opened without any permission on it) and its
+    ``/proc/self/fd`` name, never through the name in ``parent``, which could
+    lead elsewhere by then.
+    """
+    found = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    try:
+        if os.fstat(found).st_uid == os.geteuid():
+            os.chmod(f"/proc/self/fd/{found}", RECORD_DIRECTORY_MODE)
+    finally:
+        os.close(found)
 
 
 def _trusted_link_target(parent: int, name: str, *, shown: str, directory: Path) -> str:

@@ -1,7 +1,12 @@
 """``python -m tether.supervisor``: the seed door (:mod:`tether.cli.seed`)."""
 
-import tether
-from tether.cli.seed import main
-from tether.supervisor.detach import exit_now
+import signal
+
+# Ctrl-C before the supervisor's own handlers are in: the default action, no traceback.
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+import tether  # noqa: E402
+from tether.cli.seed import main  # noqa: E402
+from tether.supervisor.detach import exit_now  # noqa: E402
 
 exit_now(main(asked_at=tether._LOADED_AT))

@@ -33,6 +33,7 @@ the launch (a missing working directory: 125).
 
 from __future__ import annotations
 
+import contextlib
 import errno as errno_codes
 import os
 import signal
@@ -44,10 +45,12 @@ from tether.linux.prctl import set_parent_death_signal
 # Run before the command starts: no ``typing`` or ``dataclasses`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from typing import IO, Final, Literal
 
     _Stdio = int | IO[bytes] | None
+    #: Told, in the child before its exec, the child's pid and its cgroup's directory.
+    Announce = Callable[[int, str | None], None]
 
 __all__ = [
     "CONTAINMENT_SETTINGS",
@@ -100,12 +103,27 @@ class CommandNotStarted(Exception):
 
 
 def _prepare_child(
-    supervisor: int, cgroup: RunCgroup | None, *, required: bool, directory: int | None
+    supervisor: int,
+    cgroup: RunCgroup | None,
+    *,
+    required: bool,
+    directory: int | None,
+    announce: Announce | None,
 ) -> None:
-    """Run in the child between fork and exec: the backstop, the directory, then the cgroup."""
+    """Run in the child between fork and exec: the backstop, the announcement, the directory,
+    then the cgroup.
+
+    The announcement comes once the backstop holds: from then on, a supervisor
+    that dies takes the child with it before its exec, and a caller that hears
+    of the child first knows where to find what it starts if the supervisor
+    dies later. It is best effort: a failure there must not cost the launch.
+    """
     set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != supervisor:
         os.kill(os.getpid(), signal.SIGKILL)
+    if announce is not None:
+        with contextlib.suppress(BaseException):  # nothing here may stop the launch
+            announce(os.getpid(), None if cgroup is None else cgroup.directory)
     if directory is not None:
         os.fchdir(directory)
     if cgroup is not None:
@@ -151,12 +169,15 @@ def start_command(
     stdin: _Stdio,
     stdout: _Stdio,
     stderr: _Stdio,
+    announce: Announce | None = None,
 ) -> Command:
     """Start ``argv``; raise :class:`CommandNotStarted` if it cannot be started.
 
     ``cwd``, ``env`` and ``umask`` are the caller's (``None``: the supervisor's own);
     ``cwd`` is a path, or a descriptor of the directory (the caller's own, held
-    open because its name may be gone or lead elsewhere by now).
+    open because its name may be gone or lead elsewhere by now). ``announce``
+    is called in the child before its exec, with the child's pid and the
+    directory of the cgroup it is joining (``None`` without one).
     """
     if not argv[0]:
         # "Not found", as execvp("") says in C (GNU timeout: 127). Python's own
@@ -172,7 +193,9 @@ def start_command(
     path, directory = (cwd, None) if not isinstance(cwd, int) else (None, cwd)
 
     def prepare() -> None:
-        _prepare_child(supervisor, cgroup, required=required, directory=directory)
+        _prepare_child(
+            supervisor, cgroup, required=required, directory=directory, announce=announce
+        )
 
     try:
         popen = subprocess.Popen(
@@ -234,9 +257,20 @@ def _discard(cgroup: RunCgroup | None) -> None:
 
 
 def _launch_failure(argv: Sequence[str], cwd: str | None, error: OSError) -> CommandNotStarted:
+    """What an ``OSError`` from ``Popen`` means: the program's (``exec``) or tether's (``setup``).
+
+    ``Popen`` names the program in the error when its exec failed, and the
+    directory when its ``chdir`` did. An error that names neither happened
+    before either was tried: the fork itself (``EAGAIN`` under ``ulimit -u``,
+    ``ENOMEM``) or the child's own setup. The command was never tried, so that
+    is tether's failure (125, as GNU ``timeout`` says for a failed fork), not
+    a command that "cannot be executed" (126).
+    """
     reason = error.strerror or str(error)
     if cwd is not None and error.filename == cwd and cwd != argv[0]:
         return CommandNotStarted(
             error.errno, f"cannot change to directory {cwd!r}: {reason}", "setup"
         )
+    if error.filename is None:
+        return CommandNotStarted(error.errno, f"cannot start {argv[0]!r}: {reason}", "setup")
     return CommandNotStarted(error.errno, f"failed to run command {argv[0]!r}: {reason}", "exec")

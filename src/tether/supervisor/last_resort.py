@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Final
 
-    from tether.shared.protocol import Signalled, Started
+    from tether.shared.protocol import Signalled, Spawned, Started
     from tether.supervisor.command import Command
     from tether.supervisor.containment import ProcessTree
     from tether.supervisor.launch import LaunchAttempt, SignalWakeup
@@ -67,7 +67,7 @@ class StatusTap(StatusWriter):
         self._inner = inner
         self.finished_sent = False
 
-    def send(self, message: Started | Signalled | Finished) -> None:
+    def send(self, message: Spawned | Started | Signalled | Finished) -> None:
         """Pass ``message`` on; remember a ``finished``."""
         self._inner.send(message)
         if isinstance(message, Finished):

@@ -12,7 +12,10 @@ needs (``os``, ``signal``, ``subprocess``, ``ctypes``): no ``dataclasses``, no
    waits in the pipe, level-triggered, for the loop.
 2. **Subreaper.** The supervisor becomes the reaper of its orphaned
    descendants before there are any.
-3. **The command**, through :func:`tether.supervisor.command.start_command`.
+3. **The command**, through :func:`tether.supervisor.command.start_command`;
+   between its fork and its exec, the command itself tells the caller where
+   it is (``spawned``), so that no moment exists in which it runs unknown to
+   the caller.
 4. **``started``** goes to the caller at once, and the caller's stdio, which
    only the command needs, is let go of.
 5. **The reserve**: a few spare descriptors for stopping the tree
@@ -32,13 +35,13 @@ import signal
 import time
 
 from tether.linux.prctl import set_child_subreaper
-from tether.shared.protocol import Started, StatusWriter
+from tether.shared.protocol import Spawned, Started, StatusWriter
 from tether.supervisor.command import Command, CommandNotStarted, start_command
 from tether.supervisor.reserve import NEEDED, DescriptorReserve, free_descriptors
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from typing import IO, Final
 
     _Stdio = int | IO[bytes] | None
@@ -48,6 +51,9 @@ __all__ = ["CANCEL_SIGNALS", "LaunchAttempt", "SignalWakeup", "launch"]
 #: Signals that mean "stop the command gracefully" when sent to the supervisor.
 CANCEL_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
+#: Every signal whose number the wakeup pipe carries.
+_HANDLED: Final = frozenset((*CANCEL_SIGNALS, signal.SIGCHLD))
+
 
 class SignalWakeup:
     """Signals delivered as bytes on a pipe, read in the loop, never handled in a handler."""
@@ -55,11 +61,16 @@ class SignalWakeup:
     def __init__(self) -> None:
         self.read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
-        for number in (*CANCEL_SIGNALS, signal.SIGCHLD):
+        for number in _HANDLED:
             signal.signal(number, _wake_only)
 
     def drain(self) -> list[int]:
-        """Return the signals received since the last call, in order."""
+        """Return the signals received since the last call, in order.
+
+        Only the signals handled here count: any other byte on the pipe was not
+        written by a signal handler (the command, as the same user, can open
+        the pipe through ``/proc`` and write to it), and is ignored.
+        """
         received: list[int] = []
         while True:
             try:
@@ -68,7 +79,7 @@ class SignalWakeup:
                 return received
             if not chunk:
                 return received
-            received += list(chunk)
+            received += [number for number in chunk if number in _HANDLED]
 
 
 def _wake_only(_number: int, _frame: object) -> None:
@@ -123,7 +134,14 @@ def launch(
     try:
         _check_descriptors(close_after_launch)
         command = start_command(
-            argv, cwd=cwd, env=env, umask=umask, stdin=stdin, stdout=stdout, stderr=stderr
+            argv,
+            cwd=cwd,
+            env=env,
+            umask=umask,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            announce=_announcer(status),
         )
     except CommandNotStarted as failure:
         result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), failure=failure)
@@ -147,6 +165,21 @@ def launch(
     if result.command is not None:
         result.reserve = DescriptorReserve.take()
     return result
+
+
+def _announcer(status: StatusWriter) -> Callable[[int, str | None], None]:
+    """What the command says to the caller from between its fork and its exec: ``spawned``.
+
+    Without it, a supervisor lost after the fork and before ``started`` left
+    the caller knowing nothing of a command that runs, and whatever it started
+    ran on for ever.
+    """
+    supervisor = os.getpid()
+
+    def announce(pid: int, cgroup: str | None) -> None:
+        status.send(Spawned(supervisor_pid=supervisor, pid=pid, pgid=pid, cgroup=cgroup))
+
+    return announce
 
 
 def _check_descriptors(freed_after_launch: tuple[int, ...]) -> None:
