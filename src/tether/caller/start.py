@@ -55,7 +55,7 @@ __all__ = [
 _PACKAGE_ROOT: Final = str(Path(__file__).resolve().parents[2])
 
 _BOOTSTRAP: Final = (
-    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "import gc, sys; gc.disable(); sys.path.insert(0, sys.argv[1]); "
     "from tether.supervisor.detach import main; raise SystemExit(main(int(sys.argv[2])))"
 )
 

@@ -212,10 +212,15 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
         stdout=None,
         stderr=None,
         status=status,
+        lifeline=parsed.parent_fd,
+        deadline_at=spec.deadline_at,
+        stop_signal=spec.stop_signal,
     )
     try:
+        from tether.supervisor.detach import loaded
         from tether.supervisor.loop import supervise
 
+        loaded()
         return supervise(spec, attempt, lifeline=parsed.parent_fd, status=status)
     except BaseException as error:
         # supervise() has a last resort of its own; this one is for loading it.

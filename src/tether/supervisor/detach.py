@@ -33,6 +33,7 @@ inherits it.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import sys
@@ -44,7 +45,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import NoReturn
 
-__all__ = ["exit_now", "main"]
+__all__ = ["exit_now", "loaded", "loading", "main"]
 
 
 def exit_now(status: int) -> NoReturn:
@@ -78,6 +79,7 @@ def _read_all(fd: int) -> bytes:
 
 def main(spec_fd: int) -> int:
     """Become the detached supervisor of the run described on ``spec_fd``."""
+    loading()
     _leave_intermediate()
     try:
         raw = _read_all(spec_fd)
@@ -114,12 +116,16 @@ def main(spec_fd: int) -> int:
         stderr=fds["stderr"],
         status=status,
         close_after_launch=for_the_command,
+        lifeline=fds["lifeline"],
+        deadline_at=_deadline_at(data),
+        stop_signal=str(data.get("stop_signal", "SIGTERM")),
     )
 
     try:
         from tether.core.spec import RunSpec
         from tether.supervisor.loop import supervise
 
+        loaded()
         outcome = supervise(
             RunSpec.from_json(raw),
             launched,
@@ -131,6 +137,35 @@ def main(spec_fd: int) -> int:
         # supervise() has a last resort of its own; this one is for reaching it.
         outcome = last_resort.abandon(launched, error, status=status, say=_say_nothing)
     exit_now(outcome)
+
+
+def _deadline_at(data: dict[str, object]) -> float | None:
+    """The deadline in the raw spec, for the sentry; ``None`` if none (or none that makes sense).
+
+    The spec is checked whole once its class is loaded, after the launch; a
+    deadline that cannot be read here is the check's to refuse.
+    """
+    asked_at, seconds = data.get("asked_at"), data.get("deadline_seconds")
+    if isinstance(asked_at, int | float) and isinstance(seconds, int | float):
+        return float(asked_at) + float(seconds)
+    return None
+
+
+def loading() -> None:
+    """Start loading code: no garbage collection until :func:`loaded`.
+
+    A collection while modules load finds nothing to free (every new object
+    is a module's, alive for good) and costs milliseconds each time; a
+    supervisor loads thousands of objects, and the allocations trigger several.
+    """
+    gc.disable()
+
+
+def loaded() -> None:
+    """Everything is loaded: freeze what is there (never collected, never written by the
+    collector, so pages shared with a parent stay shared) and collect again from here on."""
+    gc.freeze()
+    gc.enable()
 
 
 def _say_nothing(_message: str) -> None:
