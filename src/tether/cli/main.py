@@ -49,7 +49,21 @@ def console_main() -> int:
     must not grow by the time Python takes to load the command-line parser.
     """
     quiet_interrupts()
+    _fork_supervisors()
     return main(asked_at=tether._LOADED_AT)
+
+
+def _fork_supervisors() -> None:
+    """``tether run`` and ``tether timeout`` fork their supervisor: this program is tether's own.
+
+    Single-threaded, so forking it is safe, and a forked supervisor needs no
+    second interpreter. Only the program does this: :func:`main`, called from
+    a Python program (a test, say), spawns its supervisors like the API.
+    """
+    from tether.caller.start import fork_supervisors
+    from tether.supervisor.detach import become
+
+    fork_supervisors(become)
 
 
 def quiet_interrupts() -> None:

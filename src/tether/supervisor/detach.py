@@ -43,9 +43,12 @@ from tether.core.reasons import TETHER_FAILED
 # On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import NoReturn
 
-__all__ = ["exit_now", "loaded", "loading", "main"]
+    from tether.core.spec import RunSpec
+
+__all__ = ["become", "exit_now", "loaded", "loading", "main"]
 
 
 def exit_now(status: int) -> NoReturn:
@@ -87,6 +90,42 @@ def main(spec_fd: int) -> int:
         argv, fds = data["argv"], data["fds"]
     except (OSError, ValueError, KeyError, TypeError):
         return TETHER_FAILED
+
+    def checked_spec() -> RunSpec:
+        from tether.core.spec import RunSpec
+
+        return RunSpec.from_json(raw)
+
+    return _supervise(argv, fds, data, checked_spec)
+
+
+def become(spec: RunSpec) -> NoReturn:
+    """Become the supervisor of ``spec``, in a process forked from tether's own CLI.
+
+    The fork already made this process detached (see
+    :func:`tether.caller.start.fork_supervisors`) and left it only the run's
+    descriptors; the spec is the one the caller built and checked, already in
+    memory.
+    """
+    loading()
+    data: dict[str, object] = {
+        "cwd": spec.cwd,
+        "env": spec.env,
+        "umask": spec.umask,
+        "asked_at": spec.asked_at,
+        "deadline_seconds": spec.deadline_seconds,
+        "stop_signal": spec.stop_signal,
+    }
+    _supervise(list(spec.argv), dict(spec.fds), data, lambda: spec)
+
+
+def _supervise(
+    argv: list[str],
+    fds: dict[str, int],
+    data: dict[str, object],
+    checked_spec: Callable[[], RunSpec],
+) -> NoReturn:
+    """Launch ``argv`` from the spec's raw fields, then load the loop and supervise it."""
     os.chdir("/")
     # The command gets the caller's umask back (it is in the spec); tether's own
     # files are private whatever the caller's umask was.
@@ -106,11 +145,13 @@ def main(spec_fd: int) -> int:
     for_the_command = tuple(
         fds[role] for role in ("stdin", "stdout", "stderr", "cwd") if role in fds
     )
+    umask = data.get("umask")
+    env = data.get("env")
     launched = launch(
         argv,
-        cwd=fds.get("cwd", data.get("cwd")),
-        env=data.get("env"),
-        umask=data.get("umask"),
+        cwd=fds.get("cwd", data.get("cwd")),  # type: ignore[arg-type]
+        env=env if isinstance(env, dict) else None,
+        umask=umask if isinstance(umask, int) else None,
         stdin=fds["stdin"],
         stdout=fds["stdout"],
         stderr=fds["stderr"],
@@ -122,12 +163,12 @@ def main(spec_fd: int) -> int:
     )
 
     try:
-        from tether.core.spec import RunSpec
         from tether.supervisor.loop import supervise
 
+        spec = checked_spec()
         loaded()
         outcome = supervise(
-            RunSpec.from_json(raw),
+            spec,
             launched,
             lifeline=fds["lifeline"],
             status=status,
