@@ -465,7 +465,8 @@ def test_a_fifo_that_appears_after_the_check_means_no_log_not_a_hang(
         env=env,
     )
     with open(os.devnull, "r+b") as nowhere:
-        spawn = spawn_supervisor(spec, stdin=nowhere, stdout=nowhere, stderr=nowhere)
+        # Spawned, not forked by a zygote: it waits for its spec while the FIFO is made.
+        spawn = spawn_supervisor(spec, stdin=nowhere, stdout=nowhere, stderr=nowhere, zygote=False)
     os.mkfifo(events_of(record))
     send_spec(spawn)
     assert spawn.intermediate.wait(timeout=BOUND) == 0

@@ -249,7 +249,7 @@ class Intermediate(Protocol):
 
     def poll(self) -> int | None: ...
 
-    def wait(self) -> int: ...
+    def wait(self, timeout: float | None = None) -> int: ...
 
 
 @dataclass
@@ -578,7 +578,7 @@ class _Reaped:
     def poll(self) -> int | None:
         return self.returncode
 
-    def wait(self) -> int:
+    def wait(self, timeout: float | None = None) -> int:
         return self.returncode
 
 
