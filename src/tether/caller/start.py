@@ -621,6 +621,13 @@ def _fork(
     except OSError as error:
         _close_all(opened)
         raise _cannot_start(error) from None
+    try:
+        # Opened here, so that a caller out of descriptors hears it as a launch error.
+        null = _above_stdio(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
+        _check_headroom(null)
+    except OSError as error:
+        _close_all(opened)
+        raise _cannot_start(error) from None
     *ours, lifeline_r, lifeline_w, status_r, status_w = opened
     complete, passed = _completed(
         spec, cwd, ours=ours, record_dir=record_dir, lifeline_r=lifeline_r, status_w=status_w
@@ -631,10 +638,11 @@ def _fork(
     try:
         child = os.fork()
     except OSError as error:
-        _close_all(opened)
+        _close_all([*opened, null])
         raise _cannot_start(error) from None
     if child == 0:
-        _become_detached(passed, lambda: become(complete))
+        _become_detached(passed, null, lambda: become(complete))
+    os.close(null)
     os.waitpid(child, 0)
     return _handed_over(
         complete,
@@ -646,7 +654,29 @@ def _fork(
     )
 
 
-def _become_detached(keep: tuple[int, ...], become: Callable[[], object]) -> NoReturn:
+#: Descriptors a forked supervisor opens to start its command, beyond the three
+#: of the caller's it closes: its signal wakeup pipe, the command's error pipe,
+#: a pidfd and the cgroup's ``cgroup.procs`` (its own check counts the rest).
+_HEADROOM: Final = 5
+
+
+def _check_headroom(null: int) -> None:
+    """Raise ``EMFILE`` unless :data:`_HEADROOM` more descriptors can be opened now.
+
+    The forked supervisor shares this process's open-file limit: under a low
+    ``ulimit -n`` it would start, fail to start the command, and leave a
+    ``launch_failed`` record of a run that was never possible. Refused here,
+    it is one line before anything started, as when the caller itself runs out.
+    """
+    probes: list[int] = []
+    try:
+        for _ in range(_HEADROOM):
+            probes.append(os.dup(null))
+    finally:
+        _close_all(probes)
+
+
+def _become_detached(keep: tuple[int, ...], null: int, become: Callable[[], object]) -> NoReturn:
     """In the forked child: a new session, one more fork, a clean slate, then ``become``.
 
     The clean slate is what a freshly spawned supervisor would have: no
@@ -659,7 +689,8 @@ def _become_detached(keep: tuple[int, ...], become: Callable[[], object]) -> NoR
         if os.fork() > 0:
             os._exit(0)
         _reset_signals()
-        _standard_streams_to_dev_null()
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
         _close_all_but(keep)
         become()
     except BaseException:  # noqa: S110 - nobody to tell; the caller sees a lost supervisor
@@ -677,15 +708,6 @@ def _reset_signals() -> None:
         with contextlib.suppress(ValueError, OSError, TypeError):
             if callable(signal.getsignal(number)):
                 signal.signal(number, signal.SIG_DFL)
-
-
-def _standard_streams_to_dev_null() -> None:
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        if fd != null:
-            os.dup2(null, fd)
-    if null > 2:
-        os.close(null)
 
 
 def _close_all_but(keep: tuple[int, ...]) -> None:

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
     from tether.core.spec import RunSpec
 
-__all__ = ["become", "exit_now", "loaded", "loading", "main"]
+__all__ = ["become", "exit_now", "loaded", "loading", "main", "supervise_raw"]
 
 
 def exit_now(status: int) -> NoReturn:
@@ -86,9 +86,22 @@ def main(spec_fd: int) -> int:
     _leave_intermediate()
     try:
         raw = _read_all(spec_fd)
+    except OSError:
+        return TETHER_FAILED
+    return supervise_raw(raw)
+
+
+def supervise_raw(raw: bytes) -> int:
+    """Supervise the run whose spec is ``raw`` (JSON, descriptors by role); exit when done.
+
+    The command starts from the spec's raw fields, before the spec's own class
+    (and ``dataclasses`` with it) is even loaded; the spec is checked whole
+    right after. Returns only if ``raw`` is not a spec at all.
+    """
+    try:
         data = json.loads(raw)
         argv, fds = data["argv"], data["fds"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return TETHER_FAILED
 
     def checked_spec() -> RunSpec:

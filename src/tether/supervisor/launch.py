@@ -64,10 +64,10 @@ class SignalWakeup:
     """Signals delivered as bytes on a pipe, read in the loop, never handled in a handler."""
 
     def __init__(self) -> None:
-        self.read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         #: Bytes read from the pipe by someone else (the sentry), not drained yet.
         self.pending = b""
-        signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
+        signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
         for number in _HANDLED:
             signal.signal(number, _wake_only)
 
@@ -171,6 +171,7 @@ def launch(
             result.sentry = _post_sentry(
                 lifeline=lifeline,
                 wakeup=wakeup.read_fd,
+                wakeup_write=wakeup.write_fd,
                 pgid=command.pgid,
                 deadline_at=deadline_at,
                 stop_signal=_signal_number(stop_signal),
@@ -197,7 +198,13 @@ _LOOP: Final = "tether.supervisor.loop"
 
 
 def _post_sentry(
-    *, lifeline: int | None, wakeup: int, pgid: int, deadline_at: float | None, stop_signal: int
+    *,
+    lifeline: int | None,
+    wakeup: int,
+    wakeup_write: int,
+    pgid: int,
+    deadline_at: float | None,
+    stop_signal: int,
 ) -> Sentry | None:
     """A sentry on the run, or ``None`` if none can be had (no thread, no descriptor left).
 
@@ -208,6 +215,7 @@ def _post_sentry(
         return Sentry(
             lifeline=lifeline,
             wakeup=wakeup,
+            wakeup_write=wakeup_write,
             pgid=pgid,
             deadline_at=deadline_at,
             stop_signal=stop_signal,

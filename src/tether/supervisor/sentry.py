@@ -39,7 +39,6 @@ starts, so it can never wait on the import lock the main thread holds.
 from __future__ import annotations
 
 import _thread
-import contextlib
 import os
 import select
 import signal
@@ -61,6 +60,12 @@ _CANCEL_SIGNALS: Final = frozenset((signal.SIGTERM, signal.SIGINT, signal.SIGHUP
 _SWITCH_INTERVAL: Final = 0.001
 
 _READ: Final = 1 << 16
+
+#: Written to the signal wakeup pipe to stand the sentry down: no signal is numbered 0.
+_STAND_DOWN: Final = b"\0"
+
+#: How long to wait for the sentry before writing the word to stand down again.
+_RETRY_SECONDS: Final = 0.05
 
 
 class Handover:
@@ -95,19 +100,20 @@ class Sentry:
         *,
         lifeline: int | None,
         wakeup: int,
+        wakeup_write: int,
         pgid: int,
         deadline_at: float | None,
         stop_signal: int,
     ) -> None:
         self._lifeline = lifeline
         self._wakeup = wakeup
+        self._wakeup_write = wakeup_write
         self._pgid = pgid
         self._deadline_at = deadline_at
         self._stop_signal = stop_signal
         self._seen = Handover()
         self._stopping = False
         self._killed = False
-        self._stand_down_r, self._stand_down_w = os.pipe2(os.O_CLOEXEC)
         self._done = _thread.allocate_lock()
         self._done.acquire()
         self._switch_interval = sys.getswitchinterval()
@@ -120,15 +126,24 @@ class Sentry:
             raise
 
     def stand_down(self) -> Handover:
-        """Stop watching, wait for the thread to be done, and hand over what it saw and did."""
-        with contextlib.suppress(OSError):
-            os.write(self._stand_down_w, b"x")
-        with self._done:
-            pass
+        """Stop watching, wait for the thread to be done, and hand over what it saw and did.
+
+        The word to stop is :data:`_STAND_DOWN` on the signal wakeup pipe, which
+        the sentry watches anyway: the sentry costs the run no descriptor, and
+        under a low open-file limit every one is the stop path's. A full pipe
+        (the sentry is busy reading it) is tried again until the word fits.
+        """
+        while True:
+            try:
+                os.write(self._wakeup_write, _STAND_DOWN)
+            except BlockingIOError:
+                pass
+            except OSError:
+                break  # cannot happen to a pipe held open; nothing else would wake it
+            if self._done.acquire(timeout=_RETRY_SECONDS):
+                self._done.release()
+                break
         self._restore()
-        for fd in (self._stand_down_r, self._stand_down_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
         return self._seen
 
     def _restore(self) -> None:
@@ -144,19 +159,16 @@ class Sentry:
 
     def _keep_watch(self) -> None:
         poller = select.poll()
-        poller.register(self._stand_down_r, select.POLLIN)
         poller.register(self._wakeup, select.POLLIN)
         if self._lifeline is not None:
             poller.register(self._lifeline, select.POLLIN)
         while not self._killed:
             ready = {fd for fd, _mask in poller.poll(self._timeout_ms())}
             now = time.monotonic()
-            if self._stand_down_r in ready:
+            if self._wakeup in ready and self._read_signals(now):
                 return
             if self._lifeline is not None and self._lifeline in ready:
                 self._read_lifeline(poller, now)
-            if self._wakeup in ready:
-                self._read_signals(now)
             deadline = self._deadline_at
             if deadline is not None and now >= deadline:
                 self._stop(now)
@@ -189,14 +201,18 @@ class Sentry:
         elif CANCEL in chunk:
             self._stop(now)
 
-    def _read_signals(self, now: float) -> None:
+    def _read_signals(self, now: float) -> bool:
+        """Read the wakeup pipe; act on a cancel; return whether the word to stand down came."""
         try:
             chunk = os.read(self._wakeup, 256)
         except OSError:
-            return
+            return False
+        standing_down = _STAND_DOWN in chunk
+        chunk = chunk.replace(_STAND_DOWN, b"")
         self._seen.signals += chunk
         if any(number in _CANCEL_SIGNALS for number in chunk):
             self._stop(now)
+        return standing_down
 
     def _stop(self, now: float) -> None:
         if self._stopping:

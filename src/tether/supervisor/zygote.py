@@ -132,6 +132,7 @@ def _fork_supervisor(server: socket.socket, header: bytes, fds: list[int]) -> in
 
 def _become(header: bytes, fds: list[int]) -> NoReturn:
     """Take on the caller's process state as the request says, then become its supervisor."""
+    loading()
     request = json.loads(header)
     roles = dict(zip(request["roles"], fds, strict=True))
     _close_all_but(fds)
@@ -145,11 +146,10 @@ def _become(header: bytes, fds: list[int]) -> NoReturn:
             signal.signal(number, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_SETMASK, request["sigmask"])
 
-    from tether.core.spec import RunSpec
-    from tether.supervisor.detach import become
+    from tether.supervisor.detach import supervise_raw
 
-    spec = RunSpec.from_json(json.dumps({**json.loads(request["spec"]), "fds": roles}).encode())
-    become(spec)
+    supervise_raw(json.dumps({**json.loads(request["spec"]), "fds": roles}).encode())
+    os._exit(TETHER_FAILED)
 
 
 def _close_all_but(keep: list[int]) -> None:
