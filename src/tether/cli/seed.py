@@ -37,7 +37,6 @@ import argparse
 import fcntl
 import os
 import stat
-import subprocess
 import sys
 import time
 
@@ -203,12 +202,17 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
     from tether.supervisor.launch import launch
 
     status = StatusWriter(None)
+    try:
+        nothing = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as error:
+        _fail(f"cannot open {os.devnull}: {error.strerror}")
     attempt = launch(
         command,
         cwd=None,
         env=None,
         umask=None,
-        stdin=subprocess.DEVNULL,
+        stdin=nothing,
+        close_after_launch=(nothing,),
         stdout=None,
         stderr=None,
         status=status,

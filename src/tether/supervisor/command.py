@@ -8,15 +8,15 @@ In the child, between fork and exec, it asks for SIGKILL when its parent dies
 (``PR_SET_PDEATHSIG``) and then checks that the parent is still the
 supervisor: had the supervisor died in the instant before the ``prctl``, the
 signal would never come, so the child kills itself instead (the coreutils 9.11
-check, against the saved pid rather than against 1). This runs in
-``preexec_fn``, which is unsafe in a threaded process and safe here because
-the supervisor is single-threaded. It is only a backstop: it reaches the
-command's leader, not its descendants, and only when the supervisor is
-SIGKILLed; everything else is the supervisor's job.
+check, against the saved pid rather than against 1). This is Python code run
+in the child (:mod:`tether.supervisor.spawn`), which is unsafe in a threaded
+process and safe here because the supervisor is single-threaded. It is only a
+backstop: it reaches the command's leader, not its descendants, and only when
+the supervisor is SIGKILLed; everything else is the supervisor's job.
 
 Where a writable cgroup v2 hierarchy allows it, the command also gets a cgroup
 of its own (:mod:`tether.linux.cgroup`), which it joins itself in the same
-``preexec_fn``, before exec, so that nothing it starts is ever born outside
+child before its exec, so that nothing it starts is ever born outside
 it. The environment variable ``TETHER_CONTAINMENT`` chooses: ``auto`` (the
 default) uses a cgroup where one can be made and the sweep otherwise,
 silently; ``sweep`` never makes a cgroup; ``cgroup`` insists, and a run for
@@ -37,10 +37,10 @@ import contextlib
 import errno as errno_codes
 import os
 import signal
-import subprocess
 
 from tether.linux.cgroup import CgroupUnavailable, RunCgroup
 from tether.linux.prctl import set_parent_death_signal
+from tether.supervisor.spawn import SpawnFailed, spawn
 
 # Run before the command starts: no ``typing`` or ``dataclasses`` at run time.
 TYPE_CHECKING = False
@@ -74,7 +74,7 @@ class Command:
     (the sweep is then the only containment).
     """
 
-    __slots__ = ("cgroup", "pgid", "pid", "pidfd", "popen")
+    __slots__ = ("cgroup", "pgid", "pid", "pidfd")
 
     def __init__(
         self,
@@ -82,13 +82,11 @@ class Command:
         pid: int,
         pgid: int,
         pidfd: int,
-        popen: subprocess.Popen[bytes],
         cgroup: RunCgroup | None = None,
     ) -> None:
         self.pid = pid
         self.pgid = pgid
         self.pidfd = pidfd
-        self.popen = popen
         self.cgroup = cgroup
 
 
@@ -198,41 +196,35 @@ def start_command(
         )
 
     try:
-        popen = subprocess.Popen(
+        pid = spawn(
             argv,
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            cwd=path,
             env=env,
-            umask=-1 if umask is None else umask,
-            process_group=0,
-            close_fds=True,
-            preexec_fn=prepare,  # noqa: PLW1509 - the supervisor is single-threaded
+            cwd=path,
+            umask=umask,
+            stdio=(_fd(stdin), _fd(stdout), _fd(stderr)),
+            prepare=prepare,
         )
-    except OSError as error:
+    except OSError as error:  # the fork itself: EAGAIN under ulimit -u, ENOMEM
         _discard(cgroup)
-        raise _launch_failure(argv, path, error) from None
-    except (ValueError, TypeError, subprocess.SubprocessError) as error:
+        reason = error.strerror or str(error)
+        raise CommandNotStarted(
+            error.errno, f"cannot start {argv[0]!r}: {reason}", "setup"
+        ) from None
+    except SpawnFailed as failure:
         _discard(cgroup)
-        if required and isinstance(error, subprocess.SubprocessError):
-            message = f"{CONTAINMENT_VARIABLE}=cgroup, but the command could not join its cgroup"
-            raise CommandNotStarted(None, message, "setup") from None
-        raise CommandNotStarted(None, f"cannot start {argv[0]!r}: {error}", "setup") from None
+        raise _launch_failure(argv, path, failure, required=required) from None
     try:
-        pidfd = os.pidfd_open(popen.pid)
+        pidfd = os.pidfd_open(pid)
     except OSError:
-        os.kill(popen.pid, signal.SIGKILL)
-        popen.wait()
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
         _discard(cgroup)
         raise
-    return Command(
-        pid=popen.pid,
-        pgid=popen.pid,
-        pidfd=pidfd,
-        popen=popen,
-        cgroup=_joined(cgroup, popen.pid),
-    )
+    return Command(pid=pid, pgid=pid, pidfd=pidfd, cgroup=_joined(cgroup, pid))
+
+
+def _fd(stream: _Stdio) -> int | None:
+    return stream if stream is None or isinstance(stream, int) else stream.fileno()
 
 
 def _joined(cgroup: RunCgroup | None, pid: int) -> RunCgroup | None:
@@ -256,21 +248,28 @@ def _discard(cgroup: RunCgroup | None) -> None:
         cgroup.discard()
 
 
-def _launch_failure(argv: Sequence[str], cwd: str | None, error: OSError) -> CommandNotStarted:
-    """What an ``OSError`` from ``Popen`` means: the program's (``exec``) or tether's (``setup``).
+def _launch_failure(
+    argv: Sequence[str], cwd: str | None, failure: SpawnFailed, *, required: bool
+) -> CommandNotStarted:
+    """What a failed spawn means: the program's (``exec``) or tether's (``setup``).
 
-    ``Popen`` names the program in the error when its exec failed, and the
-    directory when its ``chdir`` did. An error that names neither happened
-    before either was tried: the fork itself (``EAGAIN`` under ``ulimit -u``,
-    ``ENOMEM``) or the child's own setup. The command was never tried, so that
-    is tether's failure (125, as GNU ``timeout`` says for a failed fork), not
-    a command that "cannot be executed" (126).
+    Only a failed ``exec`` is the program's (127 for not found, 126
+    otherwise, as ``timeout`` says). A working directory that cannot be
+    entered, a descriptor that cannot be set up, a cgroup that cannot be
+    joined, an argument or variable that cannot be passed (a NUL byte): the
+    command was never tried, so that is tether's failure (125), as GNU
+    ``timeout`` says for a failed fork.
     """
-    reason = error.strerror or str(error)
-    if cwd is not None and error.filename == cwd and cwd != argv[0]:
+    reason = failure.message
+    if failure.stage == "exec":
         return CommandNotStarted(
-            error.errno, f"cannot change to directory {cwd!r}: {reason}", "setup"
+            failure.errno, f"failed to run command {argv[0]!r}: {reason}", "exec"
         )
-    if error.filename is None:
-        return CommandNotStarted(error.errno, f"cannot start {argv[0]!r}: {reason}", "setup")
-    return CommandNotStarted(error.errno, f"failed to run command {argv[0]!r}: {reason}", "exec")
+    if failure.stage == "chdir" and cwd is not None:
+        return CommandNotStarted(
+            failure.errno, f"cannot change to directory {cwd!r}: {reason}", "setup"
+        )
+    if failure.stage == "prepare" and required:
+        message = f"{CONTAINMENT_VARIABLE}=cgroup, but the command could not join its cgroup"
+        return CommandNotStarted(None, message, "setup")
+    return CommandNotStarted(failure.errno, f"cannot start {argv[0]!r}: {reason}", "setup")

@@ -507,9 +507,6 @@ class Supervision:
         reaped, usage = tree.reap_leader(block=self.exited)
         if reaped is not None:
             returncode = reaped
-            # Popen must not try to reap it again, or warn that it never did.
-            assert self.command is not None
-            self.command.popen.returncode = reaped
         tree.reap_adopted()
         if not tree.release():
             assert tree.cgroup is not None
