@@ -80,6 +80,15 @@ class Outcome:
     elapsed_seconds: float | None = None
     #: The command line, kept out of the repr: it may hold credentials.
     argv: tuple[str, ...] = field(default=(), repr=False)
+    #: What ``run()`` captured (``stdout=PIPE``, ``capture_output=True``): bytes,
+    #: or text with ``text=True``; ``None`` for a stream not captured. Kept out
+    #: of the repr (it may be long, and hold secrets).
+    stdout: bytes | str | None = field(default=None, repr=False)
+    stderr: bytes | str | None = field(default=None, repr=False)
+    #: Bytes of ``stdout``/``stderr`` dropped between the head and the tail kept
+    #: (``max_output_bytes``); 0 when everything was kept.
+    stdout_dropped: int = 0
+    stderr_dropped: int = 0
 
     @classmethod
     def from_finished(cls, finished: Finished, spec: RunSpec, started: Started | None) -> Outcome:

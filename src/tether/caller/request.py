@@ -140,10 +140,7 @@ def _label(label: object, flags: Mapping[str, str]) -> str | None:
 def command_words(argv: Sequence[str | os.PathLike[str]]) -> tuple[str, ...]:
     """``argv`` as a tuple of strings; refuse one string, non-strings and an empty command."""
     if isinstance(argv, str | bytes):
-        raise TypeError(
-            f"argv must be a list of strings, not one string: write [{argv!r}] "
-            "or split the command line with shlex.split()"
-        )
+        raise TypeError(f"argv must be a list of words, not one string: {_list_hint(argv)}")
     words = tuple(os.fspath(word) for word in argv)
     for word in words:
         if not isinstance(word, str):
@@ -151,6 +148,21 @@ def command_words(argv: Sequence[str | os.PathLike[str]]) -> tuple[str, ...]:
     if not words:
         raise RequestError("there is no command to run", option="argv")
     return words
+
+
+def _list_hint(argv: str | bytes) -> str:
+    """What to write instead of a one-string ``argv``: its words, as ``shlex.split`` makes them."""
+    import shlex
+
+    text = argv.decode(errors="replace") if isinstance(argv, bytes) else argv
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        words = text.split()
+    shown = repr(words) if len(repr(words)) <= 80 else "[...]"
+    if len(words) <= 1:
+        return f"write {shown}"
+    return f"write {shown}, or shlex.split(command_line) (no shell is involved)"
 
 
 def environment_copy(env: Mapping[str, str] | None) -> dict[str, str] | None:
