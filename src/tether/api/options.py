@@ -25,8 +25,9 @@ from datetime import timedelta
 from typing import IO, Any, Final, TypedDict
 
 from tether.caller.capture import default_encoding
-from tether.caller.request import RequestError, build_request, command_words
+from tether.caller.request import LimitsUnavailable, RequestError, build_request, command_words
 from tether.caller.start import LaunchError
+from tether.core.limits import LIMIT_NAMES
 from tether.core.reasons import TETHER_FAILED
 from tether.core.spec import RunSpec
 from tether.shared.record_file import RecordError
@@ -75,6 +76,11 @@ class LaunchOptions(TypedDict, total=False):
     ``stdin``, ``stdout``, ``stderr``: its standard streams (default: this
     process's; see :data:`Stdio`). ``text``, ``encoding``, ``errors``: read
     and write the pipes as text, as :mod:`subprocess` does.
+
+    Limits the kernel enforces on the whole tree, through the run's own cgroup
+    v2 (refused with :class:`~tether.LaunchError` where there is none):
+    ``memory_max`` and ``memory_swap_max`` (bytes, or ``"8G"``), ``cpu_max``
+    (CPUs, ``1.5``), ``pids_max`` (processes and threads).
     """
 
     deadline: Duration | None
@@ -89,6 +95,10 @@ class LaunchOptions(TypedDict, total=False):
     text: bool | None
     encoding: str | None
     errors: str | None
+    memory_max: int | str | None
+    memory_swap_max: int | str | None
+    cpu_max: float | str | None
+    pids_max: int | None
 
 
 class RunOptions(LaunchOptions, total=False):
@@ -108,7 +118,8 @@ class RunOptions(LaunchOptions, total=False):
 _KNOWN: Final = frozenset(LaunchOptions.__annotations__)
 _RUN_ONLY: Final = frozenset(RunOptions.__annotations__) - _KNOWN
 #: The options that make the request; the rest are the command's standard streams.
-_REQUEST: Final = _KNOWN - {"stdin", "stdout", "stderr", "text", "encoding", "errors"}
+_LIMITS: Final = frozenset(LIMIT_NAMES)
+_REQUEST: Final = _KNOWN - {"stdin", "stdout", "stderr", "text", "encoding", "errors"} - _LIMITS
 
 
 @dataclass
@@ -155,6 +166,7 @@ def request_of(
         raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}{hint}")
     arguments: dict[str, Any] = dict(options)
     request = {key: arguments[key] for key in _REQUEST if key in arguments}
+    request["limits"] = {key: arguments[key] for key in _LIMITS if key in arguments}
     command_words(argv)  # a string argv is named before anything is opened
     # The streams first: the request's record check makes the record's
     # directory, which a call refused for its streams must not leave behind.
@@ -170,6 +182,8 @@ def request_of(
         spec = build_request(argv, asked_at=asked_at, **request)
     except BaseException as failure:
         plan.close()
+        if isinstance(failure, LimitsUnavailable):
+            raise LaunchError(str(failure), exit_status=TETHER_FAILED) from None
         if isinstance(failure, RequestError):
             raise ValueError(str(failure)) from None
         if isinstance(failure, RecordError):
