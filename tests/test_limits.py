@@ -6,16 +6,18 @@ The limits' enforcement by the kernel is tested on real processes in
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import tether
-from conftest import tether_argv
+from conftest import tether_argv, validate_record
 from tether.core.limits import (
     LimitError,
     format_size,
@@ -256,3 +258,85 @@ def test_the_supervisor_refuses_limits_the_caller_let_through(
         tether.run(["touch", str(marker)], pids_max=10, record=tmp_path / "r.json")
     assert refused.value.exit_status == 125
     assert not marker.exists()
+
+
+# -- evidence -------------------------------------------------------------------------------
+
+
+def test_read_usage_takes_what_the_kernel_counts_and_none_for_the_rest(tmp_path: Path) -> None:
+    (tmp_path / "cpu.stat").write_text(
+        "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\nnr_periods 0\n"
+    )
+    (tmp_path / "memory.events").write_text("low 0\nhigh 0\nmax 7\noom 1\noom_kill 2\n")
+    (tmp_path / "memory.peak").write_text("67108864\n")
+    assert cgroup_module.read_usage(str(tmp_path)) == {
+        "cpu_seconds": 2.5,
+        "cpu_user_seconds": 2.0,
+        "cpu_system_seconds": 0.5,
+        "memory_peak_bytes": 64 * 2**20,
+        "oom_kills": 2,
+        "pids_max_refusals": None,
+    }
+    assert set(cgroup_module.read_usage(str(tmp_path / "gone")).values()) == {None}
+
+
+def test_enable_controllers_says_which_is_missing_and_why(tmp_path: Path) -> None:
+    (tmp_path / "cgroup.controllers").write_text("cpu hugetlb\n")
+    (tmp_path / "cgroup.subtree_control").write_text("cpu\n")
+    cgroup_module.enable_controllers(str(tmp_path), ("cpu",))  # already enabled: nothing to do
+    with pytest.raises(cgroup_module.CgroupUnavailable, match=r"no memory controller.*cgroup v1"):
+        cgroup_module.enable_controllers(str(tmp_path), ("cpu", "memory"))
+
+
+def test_a_run_in_a_cgroup_records_the_whole_trees_cpu_time(tmp_path: Path) -> None:
+    record = tmp_path / "r.json"
+    outcome = tether.run(
+        ["sh", "-c", "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done"], record=record
+    )
+    data: dict[str, Any] = outcome.read_record()
+    if data["containment"] != "cgroup":
+        pytest.skip("the run had no cgroup of its own here")
+    assert data["limits"] is None
+    usage = data["tree_usage"]
+    assert usage["cpu_seconds"] > 0
+    assert usage["cpu_seconds"] == pytest.approx(
+        usage["cpu_user_seconds"] + usage["cpu_system_seconds"], abs=0.05
+    )
+    assert outcome.cpu_seconds == usage["cpu_seconds"]
+    assert data["oom_killed"] is (None if usage["oom_kills"] is None else False)
+
+
+def test_show_and_ls_say_the_oom_killer_ended_a_run(tmp_path: Path) -> None:
+    from tether.review.files import load_run
+    from tether.review.listing import render_table
+    from tether.review.show import render_run
+
+    record = tmp_path / "r.json"
+    outcome = tether.run(["true"], record=record)
+    data = outcome.read_record()
+    data.update(
+        eval_exit_code=-9,
+        limits={"memory_max": 64 * 2**20, "memory_swap_max": 0, "cpu_max": 1.5, "pids_max": None},
+        tree_usage={
+            "cpu_seconds": 1.25,
+            "cpu_user_seconds": 1.0,
+            "cpu_system_seconds": 0.25,
+            "memory_peak_bytes": 64 * 2**20,
+            "oom_kills": 2,
+            "pids_max_refusals": 3,
+        },
+        oom_killed=True,
+    )
+    validate_record(data)
+    record.write_text(json.dumps(data))
+    shown = render_run(load_run(record))
+    assert (
+        "OOM KILLED    the kernel's OOM killer ended the tree over its memory limit of "
+        "64.0 MiB (2 OOM kills)" in shown
+    )
+    assert "limits        memory 64.0 MiB, swap 0 B, 1.5 CPUs" in shown
+    assert (
+        "whole tree    CPU 1.250s (user 1.000s, system 0.250s), peak memory 64.0 MiB, "
+        "3 forks refused at pids_max" in shown
+    )
+    assert "completed (oom)" in render_table([(record, data)])

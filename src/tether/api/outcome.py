@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tether.core.reasons import Reason
 
@@ -89,6 +89,14 @@ class Outcome:
     #: (``max_output_bytes``); 0 when everything was kept.
     stdout_dropped: int = 0
     stderr_dropped: int = 0
+    #: Whether the kernel's OOM killer ended processes of the tree (with
+    #: ``memory_max``: the tree went over it, and was killed as a whole);
+    #: ``None`` where the run had no cgroup with memory accounting.
+    oom_killed: bool | None = None
+    #: CPU seconds of the whole tree, and the most memory it held at once, from
+    #: its cgroup; ``None`` without one (or where the kernel does not count it).
+    cpu_seconds: float | None = None
+    memory_peak_bytes: int | None = None
 
     @classmethod
     def from_finished(cls, finished: Finished, spec: RunSpec, started: Started | None) -> Outcome:
@@ -111,6 +119,7 @@ class Outcome:
             finished_at=_moment(finished.finished_at),
             elapsed_seconds=finished.elapsed_seconds,
             argv=spec.argv,
+            **_tree_usage(finished.tree_usage),
         )
 
     @property
@@ -136,6 +145,21 @@ class Outcome:
         from tether.shared.record_file import read_record
 
         return read_record(self.record_path)
+
+
+def _tree_usage(usage: dict[str, int | float | None] | None) -> dict[str, Any]:
+    if usage is None:
+        return {}
+    kills, cpu, peak = (
+        usage.get("oom_kills"),
+        usage.get("cpu_seconds"),
+        usage.get("memory_peak_bytes"),
+    )
+    return {
+        "oom_killed": None if kills is None else kills > 0,
+        "cpu_seconds": None if cpu is None else float(cpu),
+        "memory_peak_bytes": None if peak is None else int(peak),
+    }
 
 
 def _moment(value: str | None) -> datetime | None:
