@@ -166,7 +166,7 @@ def request_of(
         raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}{hint}")
     arguments: dict[str, Any] = dict(options)
     request = {key: arguments[key] for key in _REQUEST if key in arguments}
-    request["limits"] = {key: arguments[key] for key in _LIMITS if key in arguments}
+    request["limits"] = {key: arguments[key] for key in LIMIT_NAMES if key in arguments}
     command_words(argv)  # a string argv is named before anything is opened
     # The streams first: the request's record check makes the record's
     # directory, which a call refused for its streams must not leave behind.
