@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -340,3 +341,30 @@ def test_show_and_ls_say_the_oom_killer_ended_a_run(tmp_path: Path) -> None:
         "3 forks refused at pids_max" in shown
     )
     assert "completed (oom)" in render_table([(record, data)])
+
+
+def _a_real_cgroup_or_skip() -> None:
+    try:
+        cgroup_module.RunCgroup.create().remove()
+    except cgroup_module.CgroupUnavailable as why:
+        pytest.skip(f"no writable cgroup v2 here: {why}")
+
+
+def test_limit_files_are_written_to_a_real_cgroup_before_anyone_joins() -> None:
+    """The mechanism, with a file every cgroup v2 has (the limits' own need controllers)."""
+    _a_real_cgroup_or_skip()
+    made = cgroup_module.RunCgroup.create((), {"cgroup.max.descendants": "3"})
+    try:
+        assert made.pids() == []
+        assert Path(made.directory, "cgroup.max.descendants").read_text() == "3\n"
+    finally:
+        assert made.remove()
+
+
+def test_a_limit_the_kernel_refuses_leaves_no_cgroup_and_says_why() -> None:
+    _a_real_cgroup_or_skip()
+    _path, parent = cgroup_module.own_cgroup()
+    before = set(os.listdir(parent))
+    with pytest.raises(cgroup_module.CgroupUnavailable, match=r"cannot write 'junk' to .*"):
+        cgroup_module.RunCgroup.create((), {"cgroup.max.descendants": "junk"})
+    assert set(os.listdir(parent)) - before == set()
