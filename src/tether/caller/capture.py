@@ -277,6 +277,10 @@ class OutputStream:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
+    def __del__(self) -> None:
+        # As a file object does: a stream dropped unread lets go of its pipe.
+        self.close()
+
     def detach(self) -> int:
         """Hand the descriptor over (to ``run()``'s collector); the stream is closed after."""
         fd = self.fileno()
