@@ -272,7 +272,7 @@ class OutputStream:
 
     def close(self) -> None:
         """Let go of the pipe; a command still writing to it then gets ``EPIPE``."""
-        fd, self._fd = self._fd, None
+        fd, self._fd = getattr(self, "_fd", None), None
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
