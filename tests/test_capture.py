@@ -131,6 +131,12 @@ def test_check_raises_with_the_captured_output() -> None:
     with pytest.raises(tether.CommandFailed) as failed:
         tether.run(["sh", "-c", "echo why >&2; exit 2"], capture_output=True, check=True)
     assert failed.value.outcome.stderr == b"why\n"
+    # What an except clause written for subprocess.CalledProcessError reads:
+    assert (failed.value.returncode, failed.value.stderr, failed.value.stdout) == (2, b"why\n", b"")
+    assert failed.value.cmd == ["sh", "-c", "echo why >&2; exit 2"]
+    assert failed.value.outcome.args == failed.value.cmd
+    with pytest.raises(tether.CommandFailed):
+        failed.value.outcome.check_returncode()
 
 
 @pytest.mark.parametrize(
@@ -170,6 +176,15 @@ def test_a_path_is_created_private_truncated_and_shared_by_both_streams(tmp_path
     new = tmp_path / "new.log"
     tether.run(["echo", "x"], stdout=new)
     assert stat.S_IMODE(new.stat().st_mode) == 0o600
+
+
+def test_a_refused_call_neither_creates_nor_empties_an_output_file(tmp_path: Path) -> None:
+    kept, new = tmp_path / "kept.log", tmp_path / "new.log"
+    kept.write_text("yesterday's log\n")
+    with pytest.raises(TypeError):
+        tether.run(["true"], stdout=kept, stderr=new, env={"A": 1})  # type: ignore[dict-item]
+    assert kept.read_text() == "yesterday's log\n"
+    assert not new.exists()
 
 
 def test_a_path_as_stdin_is_read(tmp_path: Path) -> None:

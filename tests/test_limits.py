@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tether
-from conftest import tether_argv, validate_record
+from conftest import skip_without_cgroup, tether_argv, validate_record
 from tether.core.limits import (
     LimitError,
     format_size,
@@ -343,16 +343,9 @@ def test_show_and_ls_say_the_oom_killer_ended_a_run(tmp_path: Path) -> None:
     assert "completed (oom)" in render_table([(record, data)])
 
 
-def _a_real_cgroup_or_skip() -> None:
-    try:
-        cgroup_module.RunCgroup.create().remove()
-    except cgroup_module.CgroupUnavailable as why:
-        pytest.skip(f"no writable cgroup v2 here: {why}")
-
-
 def test_limit_files_are_written_to_a_real_cgroup_before_anyone_joins() -> None:
     """The mechanism, with a file every cgroup v2 has (the limits' own need controllers)."""
-    _a_real_cgroup_or_skip()
+    skip_without_cgroup()
     made = cgroup_module.RunCgroup.create((), {"cgroup.max.descendants": "3"})
     try:
         assert made.pids() == []
@@ -362,7 +355,7 @@ def test_limit_files_are_written_to_a_real_cgroup_before_anyone_joins() -> None:
 
 
 def test_a_limit_the_kernel_refuses_leaves_no_cgroup_and_says_why() -> None:
-    _a_real_cgroup_or_skip()
+    skip_without_cgroup()
     _path, parent = cgroup_module.own_cgroup()
     before = set(os.listdir(parent))
     with pytest.raises(cgroup_module.CgroupUnavailable, match=r"cannot write 'junk' to .*"):

@@ -77,10 +77,17 @@ class Tether:
         pipes = {} if plan is None else plan.pipes
         self._encoding = None if plan is None else plan.encoding
         self._errors = None if plan is None else plan.errors
-        self._stdin_fd = pipes.get("stdin")
-        self._stdin: IO[Any] | None = None
+        self._stdin = self._input(pipes.get("stdin"))
         self._stdout = self._output(pipes.get("stdout"))
         self._stderr = self._output(pipes.get("stderr"))
+
+    def _input(self, fd: int | None) -> IO[Any] | None:
+        """The write end of the stdin pipe as a file object, which closes itself when dropped."""
+        if fd is None:
+            return None
+        if self._encoding is None:
+            return open(fd, "wb", buffering=0)
+        return open(fd, "w", encoding=self._encoding, errors=self._errors, buffering=1)
 
     def _output(self, fd: int | None) -> OutputStream | None:
         if fd is None:
@@ -96,14 +103,6 @@ class Tether:
         A file object, as :attr:`subprocess.Popen.stdin` (text with
         ``text=True``); close it to give the command end of file.
         """
-        if self._stdin is None and self._stdin_fd is not None:
-            fd, self._stdin_fd = self._stdin_fd, None
-            if self._encoding is None:
-                self._stdin = open(fd, "wb", buffering=0)  # noqa: SIM115 - the handle owns it
-            else:
-                self._stdin = open(  # noqa: SIM115
-                    fd, "w", encoding=self._encoding, errors=self._errors, buffering=1
-                )
         return self._stdin
 
     @property
@@ -118,7 +117,10 @@ class Tether:
 
     def _take_pipes(self) -> tuple[int | None, dict[str, int]]:
         """Hand the pipes over to ``run()``'s exchange; the streams are closed after."""
-        stdin_fd, self._stdin_fd = self._stdin_fd, None
+        stdin_fd = None
+        if self._stdin is not None and not self._stdin.closed:
+            stdin_fd = os.dup(self._stdin.fileno())
+            self._stdin.close()
         outputs = {
             name: stream.detach()
             for name, stream in (("stdout", self._stdout), ("stderr", self._stderr))

@@ -137,13 +137,35 @@ class StdioPlan:
     pipes: dict[str, int] = field(default_factory=dict)
     encoding: str | None = None
     errors: str | None = None
+    #: Output files opened here, not truncated yet: by descriptor, the path, and
+    #: whether this plan created the file.
+    outputs: list[tuple[int, str, bool]] = field(default_factory=list)
+
+    def commit(self) -> None:
+        """The call goes ahead: truncate the output files, as a shell's ``>`` does."""
+        for fd, _path, _created in self.outputs:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.ftruncate(fd, 0)
+        self.outputs = []
 
     def close(self) -> None:
-        """Close everything this plan opened (a launch that did not happen)."""
+        """Undo this plan: a launch that did not happen leaves no file it made, truncates none."""
+        for fd, path, created in self.outputs:
+            if created:
+                _remove_if_same(path, fd)
+        self.outputs = []
         for fd in (*self.opened, *self.pipes.values()):
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.opened, self.pipes = [], {}
+
+
+def _remove_if_same(path: str, fd: int) -> None:
+    """Remove the file this plan created at ``path``, unless something else is there now."""
+    with contextlib.suppress(OSError):
+        held, there = os.fstat(fd), os.stat(path, follow_symlinks=False)
+        if (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino):
+            os.unlink(path)
 
 
 def request_of(
@@ -180,6 +202,7 @@ def request_of(
     )
     try:
         spec = build_request(argv, asked_at=asked_at, **request)
+        plan.commit()
     except BaseException as failure:
         plan.close()
         if isinstance(failure, LimitsUnavailable):
@@ -224,8 +247,10 @@ def stdio_plan(
     paths: dict[tuple[int, int], int] = {}
 
     def from_path(path: str | os.PathLike[str], name: str) -> int:
-        fd = _open_path(path, name)
+        fd, created = _open_path(path, name)
         plan.opened.append(fd)
+        if name != "stdin":
+            plan.outputs.append((fd, os.fspath(path), created))
         # stdout and stderr to one file: one descriptor, one offset, as a shell's 2>&1.
         return paths.setdefault(_identity(fd), fd)
 
@@ -271,8 +296,13 @@ def _identity(fd: int) -> tuple[int, int]:
     return status.st_dev, status.st_ino
 
 
-def _open_path(path: str | os.PathLike[str], name: str) -> int:
-    """Open a path given as a stream: stdin for reading, stdout/stderr created or truncated.
+def _open_path(path: str | os.PathLike[str], name: str) -> tuple[int, bool]:
+    """Open a path given as a stream: stdin for reading, stdout/stderr for writing, created.
+
+    Return the descriptor and whether the file was created here. An output
+    file is truncated only once the whole call has been checked
+    (:meth:`StdioPlan.commit`), and one created for a call that is then
+    refused is removed: a refused call leaves no file behind and empties none.
 
     As a shell's ``<`` and ``>``, with three differences that keep a
     mistake from doing harm: a new file is private (0600: output may hold
@@ -287,9 +317,16 @@ def _open_path(path: str | os.PathLike[str], name: str) -> int:
     if not isinstance(text, str) or not text:
         raise TypeError(f"{name}: a path must be a non-empty string, not {path!r}")
     flags = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
-    flags |= os.O_RDONLY if name == "stdin" else os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    created = False
     try:
-        fd = os.open(text, flags, 0o600)
+        if name == "stdin":
+            fd = os.open(text, flags | os.O_RDONLY)
+        else:
+            try:
+                fd = os.open(text, flags | os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                created = True
+            except FileExistsError:
+                fd = os.open(text, flags | os.O_WRONLY)
     except OSError as error:
         reason = (
             "it is a symbolic link (refused: give the file itself)"
@@ -307,7 +344,7 @@ def _open_path(path: str | os.PathLike[str], name: str) -> int:
             "directory is refused)"
         )
     os.set_blocking(fd, True)
-    return fd
+    return fd, created
 
 
 def _descriptor_of(stream: object, name: str) -> int:

@@ -40,7 +40,12 @@ class TimeoutExpired(TimeoutError):
 
 
 class CommandFailed(Exception):
-    """Raised by ``run(..., check=True)`` and :meth:`Outcome.check` when the run did not succeed."""
+    """Raised by ``run(..., check=True)`` and :meth:`Outcome.check` when the run did not succeed.
+
+    Besides ``outcome``, it has :class:`subprocess.CalledProcessError`'s
+    attributes (``returncode``, ``cmd``, ``stdout``/``output``, ``stderr``),
+    so an ``except`` clause written for ``subprocess.run`` reads the same.
+    """
 
     def __init__(self, outcome: Outcome) -> None:
         name = outcome.label or "the command"
@@ -49,6 +54,10 @@ class CommandFailed(Exception):
             + (f": {outcome.message}" if outcome.message else "")
         )
         self.outcome = outcome
+        self.returncode = outcome.returncode
+        self.cmd = list(outcome.argv)
+        self.stdout = self.output = outcome.stdout
+        self.stderr = outcome.stderr
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +141,15 @@ class Outcome:
         if not self.ok:
             raise CommandFailed(self)
         return self
+
+    def check_returncode(self) -> None:
+        """:meth:`check`, by :class:`subprocess.CompletedProcess`'s name."""
+        self.check()
+
+    @property
+    def args(self) -> list[str]:
+        """The command line, by :class:`subprocess.CompletedProcess`'s name (``argv``)."""
+        return list(self.argv)
 
     def read_record(self) -> dict[str, object]:
         """Return the full JSON record of the run.
