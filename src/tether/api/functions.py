@@ -84,14 +84,19 @@ def run(argv: Argv, *, check: bool = False, **options: Unpack[RunOptions]) -> Ou
     :class:`~tether.CommandFailed` unless the outcome is :attr:`~Outcome.ok`. An
     exception while waiting (Ctrl-C) cancels the command before it propagates.
     """
-    launch_options, data, limit = _run_options(options)
+    launch_options, data, limit = _run_options("run", options)
     with launch(argv, **launch_options) as tether:
         outcome = tether._communicate_blocking(_exchange(tether, data, limit))
     return outcome.check() if check else outcome
 
 
-def _run_options(options: RunOptions) -> tuple[LaunchOptions, bytes | None, int | None]:
+def _run_options(
+    function: str, options: RunOptions
+) -> tuple[LaunchOptions, bytes | None, int | None]:
     """Split ``run()``'s own options off: ``capture_output`` and ``input`` become pipes."""
+    unknown = sorted(set(options) - set(RunOptions.__annotations__))
+    if unknown:
+        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
     rest: dict[str, Any] = dict(options)
     capture = rest.pop("capture_output", False)
     data = rest.pop("input", None)
@@ -168,7 +173,7 @@ async def run_async(argv: Argv, *, check: bool = False, **options: Unpack[RunOpt
     Captured output and input go through the event loop too (``add_reader``,
     ``add_writer``), never a thread.
     """
-    launch_options, data, limit = _run_options(options)
+    launch_options, data, limit = _run_options("run_async", options)
     tether = await launch_async(argv, **launch_options)
     outcome = await tether._communicate_async(_exchange(tether, data, limit))
     return outcome.check() if check else outcome
