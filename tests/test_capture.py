@@ -13,6 +13,7 @@ import asyncio
 import io
 import os
 import stat
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -57,6 +58,19 @@ def test_a_command_that_never_reads_its_input_is_not_an_error() -> None:
     )
     assert outcome.ok
     assert outcome.stdout == b"done\n"
+
+
+def test_input_the_command_never_reads_does_not_kill_a_caller_with_sigpipe_at_default() -> None:
+    program = (
+        "import signal, sys, tether\n"
+        "signal.signal(signal.SIGPIPE, signal.SIG_DFL)\n"
+        f"outcome = tether.run({python('pass')!r}, input=b'x' * 1_000_000, record=False)\n"
+        "print(outcome.exit_status)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=False
+    )
+    assert (result.returncode, result.stdout) == (0, "0\n"), result.stderr
 
 
 def test_text_mode_decodes_translates_newlines_and_encodes_input() -> None:

@@ -27,6 +27,7 @@ import errno
 import io
 import os
 import select
+import signal
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -179,7 +180,7 @@ class Exchange:
     def _write(self) -> None:
         assert self._stdin is not None
         try:
-            written = os.write(self._stdin, self._input[:_CHUNK])
+            written = _write_without_sigpipe(self._stdin, self._input[:_CHUNK])
         except BlockingIOError:
             return
         except OSError as error:
@@ -235,6 +236,28 @@ class Exchange:
         for fd in outputs.values():
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _write_without_sigpipe(fd: int, data: memoryview) -> int:
+    """``os.write``, but a command that stopped reading costs ``EPIPE``, never a SIGPIPE.
+
+    Python ignores SIGPIPE, but a program may have put it back to the default
+    (command line tools do), and then the write that finds the command gone
+    would kill the caller. For a pipe there is no ``MSG_NOSIGNAL``: the
+    signal, which goes to the writing thread, is blocked in this thread
+    around the write and, if the write raised it, taken off again.
+    """
+    if signal.getsignal(signal.SIGPIPE) is signal.SIG_IGN:
+        return os.write(fd, data)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})
+    try:
+        return os.write(fd, data)
+    except BrokenPipeError:
+        if signal.SIGPIPE not in before:
+            signal.sigtimedwait({signal.SIGPIPE}, 0)
+        raise
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 class OutputStream:
