@@ -66,6 +66,8 @@ def test_a_tree_over_memory_max_is_oom_killed_whole_and_recorded_as_such(
     assert outcome.reason is tether.Reason.COMPLETED  # tether did not stop it: the kernel did
     assert outcome.returncode == -9
     assert outcome.oom_killed is True
+    with pytest.raises(tether.CommandFailed, match="OOM killer"):
+        outcome.check()
     assert not alive(sibling)
     data = json.loads(record.read_text())
     validate_record(data)

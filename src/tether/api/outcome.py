@@ -51,6 +51,7 @@ class CommandFailed(Exception):
         name = outcome.label or "the command"
         super().__init__(
             f"{name} ended with reason {outcome.reason.value}, exit status {outcome.exit_status}"
+            + (" (the kernel's OOM killer ended it)" if outcome.oom_killed else "")
             + (f": {outcome.message}" if outcome.message else "")
         )
         self.outcome = outcome
