@@ -361,3 +361,34 @@ def test_a_limit_the_kernel_refuses_leaves_no_cgroup_and_says_why() -> None:
     with pytest.raises(cgroup_module.CgroupUnavailable, match=r"cannot write 'junk' to .*"):
         cgroup_module.RunCgroup.create((), {"cgroup.max.descendants": "junk"})
     assert set(os.listdir(parent)) - before == set()
+
+
+def test_the_trees_usage_travels_to_the_outcome() -> None:
+    from tether.api.outcome import Outcome
+    from tether.shared.protocol import Finished, decode, encode
+
+    sent = Finished(
+        reason="completed",
+        exit_status=137,
+        returncode=-9,
+        tree_usage={"cpu_seconds": 1.5, "memory_peak_bytes": 67108864, "oom_kills": 1},
+    )
+    received = decode(encode(sent))
+    assert isinstance(received, Finished)
+    spec = RunSpec(argv=("x",), deadline_seconds=None, grace_seconds=1.0, asked_at=0.0)
+    outcome = Outcome.from_finished(received, spec, None)
+    assert (outcome.oom_killed, outcome.cpu_seconds, outcome.memory_peak_bytes) == (
+        True,
+        1.5,
+        64 * 2**20,
+    )
+    with pytest.raises(tether.CommandFailed, match="OOM killer"):
+        outcome.check()
+    junk = decode(
+        b'{"event": "finished", "reason": "completed", "exit_status": 0, '
+        b'"tree_usage": {"cpu_seconds": "lots", "oom_kills": true}}\n'
+    )
+    assert isinstance(junk, Finished)
+    assert junk.tree_usage == {}
+    bare = Outcome.from_finished(junk, spec, None)
+    assert (bare.oom_killed, bare.cpu_seconds, bare.memory_peak_bytes) == (None, None, None)
