@@ -128,6 +128,7 @@ def become(spec: RunSpec) -> NoReturn:
         "asked_at": spec.asked_at,
         "deadline_seconds": spec.deadline_seconds,
         "stop_signal": spec.stop_signal,
+        "limits": spec.limits,
     }
     _supervise(list(spec.argv), dict(spec.fds), data, lambda: spec)
 
@@ -160,6 +161,7 @@ def _supervise(
     )
     umask = data.get("umask")
     env = data.get("env")
+    limits = data.get("limits")
     launched = launch(
         argv,
         cwd=fds.get("cwd", data.get("cwd")),  # type: ignore[arg-type]
@@ -173,6 +175,7 @@ def _supervise(
         lifeline=fds["lifeline"],
         deadline_at=_deadline_at(data),
         stop_signal=str(data.get("stop_signal", "SIGTERM")),
+        limits=limits if isinstance(limits, dict) else None,
     )
 
     try:

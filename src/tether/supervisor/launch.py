@@ -132,6 +132,7 @@ def launch(
     stderr: _Stdio,
     status: StatusWriter,
     close_after_launch: tuple[int, ...] = (),
+    limits: Mapping[str, object] | None = None,
     lifeline: int | None = None,
     deadline_at: float | None = None,
     stop_signal: str = "SIGTERM",
@@ -158,6 +159,7 @@ def launch(
             stdout=stdout,
             stderr=stderr,
             announce=_announcer(status),
+            limits=limits,
         )
     except CommandNotStarted as failure:
         result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), failure=failure)

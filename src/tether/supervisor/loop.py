@@ -58,6 +58,7 @@ from tether.core.events import (
 )
 from tether.core.machine import Phase, RunMachine
 from tether.core.reasons import TETHER_FAILED, Reason
+from tether.linux.cgroup import read_usage
 from tether.shared.clock import wall_clock_at
 from tether.shared.protocol import CANCEL, KILL_NOW, Finished, Signalled, StatusWriter
 from tether.shared.record_document import (
@@ -152,6 +153,7 @@ class Supervision:
         )
         self.signals: list[SignalSent] = []
         self.stragglers = 0
+        self.tree_usage: dict[str, int | float | None] | None = None
         self.exited = False
         self.emptied = False
         self.exit_status = TETHER_FAILED
@@ -495,6 +497,7 @@ class Supervision:
             if self.event_log is None
             else self.event_log.lines_dropped,
             signals_without_pidfd=0 if tree is None else tree.signals_without_pidfd,
+            tree_usage=self.tree_usage,
         )
 
     def _reap(
@@ -508,6 +511,9 @@ class Supervision:
         if reaped is not None:
             returncode = reaped
         tree.reap_adopted()
+        if tree.cgroup is not None:
+            # The whole tree's account, read once it is all gone and before its cgroup is.
+            self.tree_usage = read_usage(tree.cgroup.directory)
         if not tree.release():
             assert tree.cgroup is not None
             self.log.emit("cgroup_left", path=tree.cgroup.directory)
@@ -534,6 +540,7 @@ class Supervision:
                 started_at=facts.started_at.isoformat(),
                 finished_at=facts.finished_at.isoformat(),
                 elapsed_seconds=round(verdict.finished_at - self.started_monotonic, 3),
+                tree_usage=facts.tree_usage,
             )
         )
 
