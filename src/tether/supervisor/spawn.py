@@ -46,12 +46,14 @@ def spawn(
     umask: int | None,
     stdio: tuple[int | None, int | None, int | None],
     prepare: Callable[[], None],
+    process_group: int = 0,
 ) -> int:
     """Start ``argv`` in a new process group; return its pid, or raise :class:`SpawnFailed`.
 
     ``stdio`` are the descriptors that become the command's 0, 1 and 2
     (``None``: the supervisor's own); ``env`` ``None`` means the supervisor's.
-    A fork that fails raises :class:`OSError`.
+    ``process_group`` is the group to join, ``0`` for one of its own (``Popen``'s
+    ``process_group``). A fork that fails raises :class:`OSError`.
     """
     environment = os.environ if env is None else env
     _check(argv, environment)
@@ -64,7 +66,14 @@ def spawn(
         raise
     if pid == 0:
         _child(
-            argv, environment, cwd=cwd, umask=umask, stdio=stdio, prepare=prepare, errors=errors_w
+            argv,
+            environment,
+            cwd=cwd,
+            umask=umask,
+            stdio=stdio,
+            prepare=prepare,
+            process_group=process_group,
+            errors=errors_w,
         )
     os.close(errors_w)
     chunks = []
@@ -102,6 +111,7 @@ def _child(
     umask: int | None,
     stdio: tuple[int | None, int | None, int | None],
     prepare: Callable[[], None],
+    process_group: int,
     errors: int,
 ) -> None:
     """In the child: never returns."""
@@ -119,7 +129,7 @@ def _child(
             os.umask(umask)
         for number in (signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(number, signal.SIG_DFL)
-        os.setpgid(0, 0)
+        os.setpgid(0, process_group)
         stage = "prepare"
         prepare()
         os.closerange(3, errors)
