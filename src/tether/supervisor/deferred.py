@@ -50,7 +50,15 @@ class _Deferred(types.ModuleType):
 
 @contextlib.contextmanager
 def asyncio_deferred() -> Iterator[None]:
-    """Within this block, ``import asyncio`` binds a stand-in that loads asyncio on first use."""
+    """Within this block, ``import asyncio`` binds a stand-in that loads asyncio on first use.
+
+    Since Python 3.12 a :class:`logging.LogRecord` asks asyncio for the current
+    task whenever ``asyncio`` is in :data:`sys.modules`, and structlog makes one
+    as it loads: ``logging.logAsyncioTasks`` (the documented switch for that) is
+    off for the block, so the stand-in is not taken for a loaded asyncio.
+    """
+    import logging
+
     if _NAME not in sys.modules:
         spec = importlib.util.find_spec(_NAME)
         if spec is not None:
@@ -58,4 +66,12 @@ def asyncio_deferred() -> Iterator[None]:
             stand_in.__spec__ = spec
             stand_in.__file__ = spec.origin
             sys.modules[_NAME] = stand_in
-    yield
+    switch = "logAsyncioTasks"  # Python 3.12 and later
+    tasks = getattr(logging, switch, None)
+    if tasks is not None:
+        setattr(logging, switch, False)
+    try:
+        yield
+    finally:
+        if tasks is not None:
+            setattr(logging, switch, tasks)
