@@ -1,10 +1,18 @@
-"""The caller's side of a launch: make the pipes, start a detached supervisor, hand it the spec.
+"""The caller's side of a launch: make the channels, start a detached supervisor, hand it the spec.
 
 This module runs inside *your* process (the CLI, or a Python program using
-the API), so it is held to two rules. It imports the standard library only,
-and cheaply: neither ``transitions`` nor ``structlog`` is loaded on this side.
-And it never forks the caller: a fresh interpreter is spawned instead
-(see :mod:`tether.supervisor.detach`), because the caller may have threads.
+the API), so it imports the standard library only, and cheaply: neither
+``transitions`` nor ``structlog`` is loaded on this side. How the supervisor
+starts depends on who the caller is:
+
+* **tether's own CLI** (``tether run``, ``tether timeout``) is single-threaded,
+  so it forks itself (:func:`fork_supervisors`, :func:`start`): fork,
+  ``setsid``, fork, and the grandchild becomes the supervisor, with no second
+  interpreter;
+* **a Python program** may have threads, so it is never forked: its
+  supervisors are forked by its zygote (:mod:`tether.caller.zygote`), or, for
+  the first launch or without a zygote, spawned as a fresh interpreter (see
+  :mod:`tether.supervisor.detach`).
 
 The lifeline's write end lives only here (:class:`Lifeline`). It is
 close-on-exec, so no program the caller runs inherits it, and it is closed in
@@ -13,27 +21,26 @@ outlives its parent must not keep the parent's commands alive by holding
 their lifeline open.
 
 The steps are cut apart so that an event loop can take them without
-blocking: :func:`spawn_supervisor` only spawns (a ``vfork`` and an ``exec``),
-:func:`send_spec` hands the spec over, and the status pipe is read by
+blocking: :func:`spawn_supervisor` only starts the supervisor (a request to
+the zygote, or a ``vfork`` and an ``exec``), :func:`send_spec` hands the spec
+over where it still must, and the status channel is read by
 :class:`~tether.caller.status.StatusClient`. :func:`start` takes all the
 steps at once, for the command line.
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import errno
 import fcntl
 import os
-import subprocess
 import sys
-import threading
 import weakref
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final, NoReturn, Protocol
 
-from tether.caller import zygote as _zygote
 from tether.caller.status import StatusClient
 from tether.core.reasons import TETHER_FAILED
 from tether.core.spec import RunSpec
@@ -66,7 +73,7 @@ _BOOTSTRAP: Final = (
 )
 
 _open_lifelines: set[int] = set()
-_lifelines_lock = threading.Lock()
+_lifelines_lock = _thread.allocate_lock()
 
 Stream = int | IO[bytes] | IO[str] | None
 
@@ -134,7 +141,7 @@ class Lifeline:
     def __init__(self, fd: int) -> None:
         os.set_blocking(fd, False)
         self._fd: int | None = fd
-        self._lock = threading.RLock()
+        self._lock = _thread.RLock()
         with _lifelines_lock:
             _open_lifelines.add(fd)
 
@@ -323,6 +330,11 @@ def spawn_supervisor(
     complete, passed = _completed(
         spec, cwd, ours=ours, record_dir=record_dir, lifeline_r=lifeline_r, status_w=status_w
     )
+    # Loaded here, not with the module: tether's own CLI forks, and needs neither.
+    import subprocess
+
+    from tether.caller import zygote as _zygote
+
     if zygote and _zygote.enabled():
         forked = _zygote.fork_supervisor(
             replace(complete, fds={}).to_json(),
