@@ -238,3 +238,23 @@ def test_tether_zygote_0_spawns_every_supervisor(tmp_path: Path) -> None:
         "print(tether.run(['true'], record=False).reason.value, zygote.started)\n"
     )
     assert _caller(script, tmp_path).stdout.split() == ["completed", "0"]
+
+
+_IGNORED = """
+import signal, sys
+import tether
+def ignored_by_the_command():
+    with open(sys.argv[1], "w") as out:
+        tether.run(["grep", "SigIgn", "/proc/self/status"], record=False, stdout=out)
+    with open(sys.argv[1]) as said:
+        return int(said.read().split()[1], 16) >> (signal.SIGUSR1 - 1) & 1
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # the zygote starts with it ignored
+tether.run(["true"], record=False)
+first = ignored_by_the_command()
+signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+print(first, ignored_by_the_command())
+"""
+
+
+def test_the_command_ignores_what_the_caller_ignores_at_the_request(tmp_path: Path) -> None:
+    assert _caller(_IGNORED, tmp_path, str(tmp_path / "out")).stdout.split() == ["1", "0"]

@@ -141,15 +141,30 @@ def _become(header: bytes, fds: list[int]) -> NoReturn:
     os.environ.update(environment)
     for name, (soft, hard) in request["rlimits"].items():
         _set_limit(name, soft, hard)
-    for number in request["ignored"]:
-        with contextlib.suppress(OSError, ValueError):
-            signal.signal(number, signal.SIG_IGN)
+    _ignore_as_the_caller(set(request["ignored"]))
     signal.pthread_sigmask(signal.SIG_SETMASK, request["sigmask"])
 
     from tether.supervisor.detach import supervise_raw
 
     supervise_raw(json.dumps({**json.loads(request["spec"]), "fds": roles}).encode())
     os._exit(TETHER_FAILED)
+
+
+#: Signals whose disposition is not the caller's to pass on: Python ignores the
+#: first two itself (and every command gets them back), the last two cannot change.
+_NOT_PASSED: Final = frozenset({signal.SIGPIPE, signal.SIGXFSZ, signal.SIGKILL, signal.SIGSTOP})
+
+
+def _ignore_as_the_caller(ignored: set[int]) -> None:
+    """Ignore what the caller ignores now, and only that (the zygote's may be older)."""
+    for number in signal.valid_signals():
+        if number in _NOT_PASSED:
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            if number in ignored:
+                signal.signal(number, signal.SIG_IGN)
+            elif signal.getsignal(number) is signal.SIG_IGN:
+                signal.signal(number, signal.SIG_DFL)
 
 
 def _close_all_but(keep: list[int]) -> None:
