@@ -258,3 +258,29 @@ print(first, ignored_by_the_command())
 
 def test_the_command_ignores_what_the_caller_ignores_at_the_request(tmp_path: Path) -> None:
     assert _caller(_IGNORED, tmp_path, str(tmp_path / "out")).stdout.split() == ["1", "0"]
+
+
+_HUGE = """
+import os, sys
+import tether
+from tether.caller import zygote
+tether.run(["true"], record=False)
+# More than one message on the socket holds (each variable within what exec takes).
+for i in range(3):
+    os.environ[f"TETHER_TEST_HUGE_{i}"] = "x" * 100_000
+with open(sys.argv[1], "w") as out:
+    huge = tether.run(["sh", "-c", "echo ${#TETHER_TEST_HUGE_2}"], record=False, stdout=out)
+for i in range(3):
+    del os.environ[f"TETHER_TEST_HUGE_{i}"]
+after = tether.run(["true"], record=False)
+print(huge.reason.value, after.reason.value, zygote.started)
+"""
+
+
+def test_a_request_too_big_for_the_zygote_takes_the_plain_path_and_keeps_it(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    result = _caller(_HUGE, tmp_path, str(out))
+    assert result.stdout.split() == ["completed", "completed", "1"]
+    assert out.read_text().split() == ["100000"]

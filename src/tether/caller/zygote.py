@@ -38,6 +38,7 @@ process of its own waiting beside it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import resource
@@ -51,12 +52,21 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["UNKNOWN", "ZYGOTE_VARIABLE", "enabled", "forget", "fork_supervisor", "zygote_pid"]
+__all__ = [
+    "TOO_BIG",
+    "UNKNOWN",
+    "ZYGOTE_VARIABLE",
+    "enabled",
+    "forget",
+    "fork_supervisor",
+    "zygote_pid",
+]
 
 #: The environment variable that turns the zygote off (``0``).
 ZYGOTE_VARIABLE: Final = "TETHER_ZYGOTE"
 
-#: A request larger than this takes the plain path (the zygote's own limit).
+#: A request larger than this takes the plain path (the zygote's own limit; the
+#: socket's send buffer, about 208 KiB by default, may refuse a smaller one).
 _MAX_REQUEST: Final = 1 << 20
 
 _BOOTSTRAP: Final = (
@@ -100,10 +110,13 @@ class _Zygote:
 
     def exchange(self, request: bytes, fds: list[int]) -> int | None:
         """Send one request: the pid the zygote forked, ``-1`` if it did not, :data:`UNKNOWN`
-        if it was lost after it had the request, ``None`` if it was lost before."""
+        if it was lost after it had the request, ``None`` if it was lost before,
+        :data:`TOO_BIG` if the request does not fit in one message."""
         try:
             socket.send_fds(self.socket, [request], fds)
-        except OSError:
+        except OSError as error:
+            if error.errno in (errno.EMSGSIZE, errno.ENOBUFS):
+                return TOO_BIG  # the zygote is fine; this request takes the plain path
             return None
         try:
             answer = self.socket.recv(64).split()
@@ -122,6 +135,10 @@ class _Zygote:
 #: The answer when the zygote was lost with the request: whether it forked, the
 #: run's status channel will say.
 UNKNOWN: Final = 0
+
+#: The answer when the request is larger than one message on the socket can be
+#: (a huge environment): the zygote never saw it.
+TOO_BIG: Final = -2
 
 _zygote: _Zygote | None = None
 _lock = threading.Lock()
