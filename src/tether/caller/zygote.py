@@ -13,8 +13,9 @@ have inherited from the caller at the time of the request travels with the
 request: the environment, the umask (in the spec), the resource limits, the
 ignored signals and the signal mask; the working directory and the stdio go
 as descriptors. What the zygote cannot take on for a request (the caller
-changed its credentials, joined other namespaces, moved to another cgroup,
-or changed a hard resource limit since the zygote started) means a fresh
+changed its credentials, joined other namespaces, changed its root directory,
+moved to another cgroup, or changed a hard resource limit since the zygote
+started) means a fresh
 zygote: the old one is let go of and exits.
 
 **A lost zygote is never a lost launch.** If the zygote cannot be reached or
@@ -245,10 +246,11 @@ def _request(spec_json: bytes, roles: list[str]) -> bytes:
 def _identity() -> tuple[object, ...] | None:
     """What a zygote must share with its caller to fork the caller's supervisors.
 
-    Credentials, namespaces, cgroup and hard resource limits: a forked
-    process cannot take these on from a request (not without privileges, and
-    not all of them even with), and a spawned supervisor would have had the
-    caller's. ``None`` if they cannot be read now (no descriptor left).
+    Credentials, namespaces, the root directory, the cgroup and the hard
+    resource limits: a forked process cannot take these on from a request
+    (not without privileges, and not all of them even with), and a spawned
+    supervisor would have had the caller's. ``None`` if they cannot be read
+    now (no descriptor left).
     """
     namespaces = []
     for name in _NAMESPACES:
@@ -261,6 +263,7 @@ def _identity() -> tuple[object, ...] | None:
     try:
         with open("/proc/self/cgroup", "rb") as cgroup:
             where = cgroup.read()
+        root = os.stat("/")  # a chroot changes no namespace
     except OSError:
         return None
     hard = []
@@ -274,6 +277,7 @@ def _identity() -> tuple[object, ...] | None:
         os.getresgid(),
         tuple(sorted(os.getgroups())),
         tuple(namespaces),
+        (root.st_dev, root.st_ino),
         where,
         tuple(hard),
     )
