@@ -67,6 +67,9 @@ class RunSpec:
     env: dict[str, str] | None = None
     umask: int | None = None
     stop_signal: str = DEFAULT_STOP_SIGNAL
+    #: Signal numbers the command starts with ignored, as its caller had them
+    #: (``nohup``, ``trap '' INT``): ``tether timeout`` hands them on as GNU does.
+    ignored_signals: tuple[int, ...] = ()
     #: Where the caller's file descriptors arrived in the supervisor, by role:
     #: ``lifeline``, ``status``, ``stdin``, ``stdout``, ``stderr``, and where they apply
     #: ``cwd`` (the caller's working directory) and ``record_dir`` (the held record directory).
@@ -89,6 +92,7 @@ class RunSpec:
         try:
             data = json.loads(raw)
             data["argv"] = tuple(data["argv"])
+            data["ignored_signals"] = tuple(data.get("ignored_signals", ()))
             data["grace_seconds"] = seconds_from_json(data["grace_seconds"])
             spec = cls(**data)
         except (ValueError, TypeError, KeyError) as error:
@@ -106,7 +110,29 @@ class RunSpec:
             raise SpecError(f"deadline_seconds must be a finite number > 0, not {deadline!r}")
         if not self.grace_seconds >= 0:
             raise SpecError(f"grace_seconds must be a number >= 0, not {self.grace_seconds!r}")
-        if not (self.stop_signal.startswith("SIG") and self.stop_signal[3:].isalnum()):
+        if not all(
+            isinstance(number, int) and not isinstance(number, bool) and 0 < number < 65
+            for number in self.ignored_signals
+        ):
+            raise SpecError(f"ignored_signals must be signal numbers, not {self.ignored_signals!r}")
+        if not _looks_like_a_signal(self.stop_signal):
             raise SpecError(
                 f"stop_signal must be a signal name like SIGTERM, not {self.stop_signal!r}"
             )
+
+
+def _looks_like_a_signal(name: str) -> bool:
+    """``SIGTERM``, ``SIGRTMIN+2``, ``SIGRTMAX-1``, or ``0`` (``timeout -s 0``: send nothing).
+
+    Only the shape is checked here (the core knows no signal numbers): the
+    supervisor sends nothing it cannot name, and says so in the record.
+    """
+    if name == "0":
+        return True
+    base, _, offset = name.replace("-", "+").partition("+")
+    return (
+        base.startswith("SIG")
+        and base[3:].isalnum()
+        and base[3:].isascii()
+        and (not offset or (offset.isascii() and offset.isdigit()))
+    )

@@ -41,6 +41,7 @@ import subprocess
 
 from tether.linux.cgroup import CgroupUnavailable, RunCgroup
 from tether.linux.prctl import set_parent_death_signal
+from tether.supervisor.identity import restore_in_child
 
 # Run before the command starts: no ``typing`` or ``dataclasses`` at run time.
 TYPE_CHECKING = False
@@ -109,6 +110,7 @@ def _prepare_child(
     required: bool,
     directory: int | None,
     announce: Announce | None,
+    ignored_signals: Sequence[int] = (),
 ) -> None:
     """Run in the child between fork and exec: the backstop, the announcement, the directory,
     then the cgroup.
@@ -124,6 +126,10 @@ def _prepare_child(
     if announce is not None:
         with contextlib.suppress(BaseException):  # nothing here may stop the launch
             announce(os.getpid(), None if cgroup is None else cgroup.directory)
+    restore_in_child()
+    for number in ignored_signals:  # as the caller had them: exec keeps "ignored"
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(number, signal.SIG_IGN)
     if directory is not None:
         os.fchdir(directory)
     if cgroup is not None:
@@ -170,6 +176,7 @@ def start_command(
     stdout: _Stdio,
     stderr: _Stdio,
     announce: Announce | None = None,
+    ignored_signals: Sequence[int] = (),
 ) -> Command:
     """Start ``argv``; raise :class:`CommandNotStarted` if it cannot be started.
 
@@ -178,6 +185,7 @@ def start_command(
     open because its name may be gone or lead elsewhere by now). ``announce``
     is called in the child before its exec, with the child's pid and the
     directory of the cgroup it is joining (``None`` without one).
+    ``ignored_signals`` start ignored in the command, as in its caller.
     """
     if not argv[0]:
         # "Not found", as execvp("") says in C (GNU timeout: 127). Python's own
@@ -194,7 +202,12 @@ def start_command(
 
     def prepare() -> None:
         _prepare_child(
-            supervisor, cgroup, required=required, directory=directory, announce=announce
+            supervisor,
+            cgroup,
+            required=required,
+            directory=directory,
+            announce=announce,
+            ignored_signals=ignored_signals,
         )
 
     try:

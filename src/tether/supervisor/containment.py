@@ -81,7 +81,9 @@ from typing import Final, Protocol, TypeVar
 
 from tether.linux import proctree
 from tether.linux.cgroup import RunCgroup
+from tether.linux.prctl import SUPERVISOR_NAME
 from tether.shared.record_document import ResourceUsage
+from tether.shared.signals import signal_name
 from tether.supervisor.reserve import DescriptorReserve
 
 __all__ = ["UNSEEN", "ProcessTree", "Report"]
@@ -218,6 +220,8 @@ class ProcessTree:
         """
         snapshot = self._read(self._snapshot) or []
         walked = {pid for pid, _stat in snapshot}
+        if signum not in _WHOLE_TREE_SIGNALS:
+            snapshot = _without_nested_runs(snapshot)
         members = self._members()
         killed_by_cgroup = signum == signal.SIGKILL and self._kill_cgroup()
         self._signal_group(signum)
@@ -292,7 +296,7 @@ class ProcessTree:
         except OSError:
             return
         self.signals_without_pidfd += 1
-        self._report("signal_by_pid", pid=pid, signal=signal.Signals(signum).name)
+        self._report("signal_by_pid", pid=pid, signal=signal_name(str(signum)) or str(signum))
 
     def reap_adopted(self) -> None:
         """Reap every dead child of the supervisor except the leader."""
@@ -357,6 +361,35 @@ class ProcessTree:
             return self.leader_reaped or self.leader_returncode() is not None
         except ChildProcessError:
             return True
+
+
+#: Signals that reach nested runs too (see :func:`_without_nested_runs`).
+_WHOLE_TREE_SIGNALS: Final = frozenset((signal.SIGKILL, signal.SIGSTOP, signal.SIGCONT))
+
+
+def _without_nested_runs(
+    snapshot: list[tuple[int, proctree.ProcStat]],
+) -> list[tuple[int, proctree.ProcStat]]:
+    """The walk less every nested run: a tether supervisor below this one, and its tree.
+
+    A command may itself use tether (``timeout -s ALRM 30 timeout 25 cmd``).
+    Its supervisor, adopted by this one, is in the walk, and so is its
+    command; a gentle signal (the stop signal, one passed on) is for the
+    nested *caller*, in this command's group, to act on as it chooses: pass
+    it on, time out, cancel. Sent past it, straight to the nested command
+    (or to its supervisor, which most signals would kill), it would decide
+    for it. SIGKILL, SIGSTOP and SIGCONT still reach everything. A command
+    that names itself like a supervisor only spares itself signals it could
+    ignore anyway.
+    """
+    nested: set[int] = set()
+    kept: list[tuple[int, proctree.ProcStat]] = []
+    for pid, stat in snapshot:  # parents before children
+        if stat.parent in nested or stat.name == SUPERVISOR_NAME:
+            nested.add(pid)
+        else:
+            kept.append((pid, stat))
+    return kept
 
 
 def _alive(pid: int) -> bool:
