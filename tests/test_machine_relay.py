@@ -8,6 +8,7 @@ doors stop and continue the tree with themselves (Ctrl-Z, ``fg``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from tether.core.effects import SignalTree, WriteRecord
 from tether.core.events import (
@@ -29,7 +30,7 @@ def watching(*, grace: float, deadline_at: float | None = 110.0) -> RunMachine:
     return machine
 
 
-def verdict_reason(effects: list[object]) -> tuple[Reason, int]:
+def verdict_reason(effects: Sequence[object]) -> tuple[Reason, int]:
     write = next(effect for effect in effects if isinstance(effect, WriteRecord))
     return write.verdict.reason, write.verdict.exit_status
 
