@@ -32,6 +32,7 @@ import contextlib
 import os
 import signal
 from types import FrameType
+from typing import Protocol
 
 from tether.shared.protocol import RESUME, SUSPEND, TIME_OUT, pass_on_request
 
@@ -129,8 +130,16 @@ class PendingRequests:
             lifeline.request(byte)
 
 
-def relay_job_control(requests: PendingRequests) -> None:
-    """Stop and continue the command's tree with this program (see the module)."""
+class _Sender(Protocol):
+    def send(self, byte: bytes) -> None: ...
+
+
+def relay_job_control(requests: _Sender) -> None:
+    """Stop and continue the command's tree with this program (see the module).
+
+    ``requests.send`` writes a lifeline request (or keeps it until there is a
+    lifeline); it must be safe in a signal handler.
+    """
 
     def on_stop(_number: int, _frame: FrameType | None) -> None:
         requests.send(SUSPEND)
