@@ -12,7 +12,6 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
-import subprocess
 import termios
 import time
 from collections.abc import Iterator
