@@ -12,6 +12,8 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import subprocess
+import sys
 import termios
 import time
 from collections.abc import Iterator
@@ -132,3 +134,92 @@ def test_a_command_reads_a_line_from_the_terminal(
     term.type(b"tether\n")
     term.read_until(b"got:tether")
     assert term.process.wait(timeout=BOUND) == 0
+
+
+@pytest.mark.parametrize("door", DOORS)
+def test_a_command_can_open_the_terminal_and_is_its_foreground(
+    processes: Processes, terminal: list[Terminal], door: str
+) -> None:
+    # What ssh and sudo do to prompt: open /dev/tty, read a line, and check the foreground.
+    script = (
+        'printf "password? " >/dev/tty; read answer </dev/tty; '
+        'python3 -c \'import os; print("fg" if os.tcgetpgrp(0) == os.getpgrp() else "bg")\'; '
+        'echo "got:$answer"'
+    )
+    term = Terminal(tether_argv(*DOORS[door], "sh", "-c", script), processes)
+    terminal.append(term)
+    term.read_until(b"password? ")
+    term.type(b"s3cret\n")
+    term.read_until(b"got:s3cret")
+    assert b"fg" in term.output
+    assert term.process.wait(timeout=BOUND) == 0
+
+
+@pytest.mark.parametrize("door", DOORS)
+def test_a_killed_caller_on_a_terminal_still_takes_the_tree_along(
+    processes: Processes, ready: ReadyPipe, terminal: list[Terminal], door: str
+) -> None:
+    term = Terminal(tether_argv(*DOORS[door], *sleeper_script(ready)), processes)
+    terminal.append(term)
+    pids = ready.ready_pids()
+    processes.track(*pids)
+    # The command shares the caller's group, as a terminal's job does.
+    assert os.getpgid(pids[0]) == term.process.pid
+    term.process.kill()
+    assert all(wait_gone(pid) for pid in pids)
+
+
+def test_the_deadline_stops_a_command_on_a_terminal(
+    processes: Processes, ready: ReadyPipe, terminal: list[Terminal]
+) -> None:
+    term = Terminal(tether_argv("timeout", "0.5", *sleeper_script(ready)), processes)
+    terminal.append(term)
+    pids = ready.ready_pids()
+    processes.track(*pids)
+    assert term.process.wait(timeout=BOUND) == 124
+    assert all(wait_gone(pid) for pid in pids)
+
+
+@pytest.mark.parametrize("door", DOORS)
+@pytest.mark.parametrize("stop", [signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU])
+def test_without_a_terminal_a_stopped_caller_stops_the_tree_in_its_own_group(
+    processes: Processes, ready: ReadyPipe, door: str, stop: int
+) -> None:
+    # No terminal: the command leads a group of its own, which no ^Z reaches; the
+    # caller stops it (SIGSTOP to the tree) and continues it (SIGCONT) with itself.
+    caller = processes.start(
+        tether_argv(*DOORS[door], *sleeper_script(ready)), stdin=subprocess.DEVNULL
+    )
+    pids = ready.ready_pids()
+    processes.track(*pids)
+    assert os.getpgid(pids[0]) == pids[0]
+    caller.send_signal(stop)
+    wait_for_state(caller.pid, "T")
+    for pid in pids:
+        wait_for_state(pid, "T")
+    caller.send_signal(signal.SIGCONT)
+    for pid in pids:
+        wait_for_state(pid, "S")
+    caller.send_signal(signal.SIGTERM)
+    assert caller.wait(timeout=BOUND) in (130, -signal.SIGTERM)
+    assert all(wait_gone(pid) for pid in pids)
+
+
+def test_a_lost_supervisors_fallback_never_kills_the_callers_own_group() -> None:
+    # On a terminal the command is in the caller's group: the caller, and maybe the
+    # rest of its pipeline, are in it too. Run in a child of its own group, so that
+    # a mistake kills that child, not the test.
+    probe = (
+        "import os; from tether.caller.fallback import _stop_what_is_left; "
+        "from tether.shared.protocol import Placement; "
+        "_stop_what_is_left(Placement(supervisor_pid=1, pid=None, pgid=os.getpgrp(), "
+        "cgroup=None)); print('alive')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        process_group=0,
+    )
+    assert (result.returncode, result.stdout) == (0, "alive\n")

@@ -78,6 +78,7 @@ def build_request(
     stop_signal: str = DEFAULT_STOP_SIGNAL,
     flags: Mapping[str, str] = _API_NAMES,
     ignored_signals: Sequence[int] = (),
+    join_group: int | None = None,
 ) -> RunSpec:
     """Check what a door was given and return the request, or raise (see the module).
 
@@ -87,7 +88,9 @@ def build_request(
     a path for that file, ``False`` for no record; the default directory is created if
     needed. ``flags`` maps ``deadline``, ``grace`` and ``label`` to the names the
     door's users know them by, for messages. ``ignored_signals`` start ignored
-    in the command (``tether timeout`` hands on what its caller ignored).
+    in the command (``tether timeout`` hands on what its caller ignored);
+    ``join_group`` is the caller's process group for a command that is to use
+    the caller's terminal (:mod:`tether.caller.terminal`).
     """
     words = command_words(argv)
     deadline_seconds = _seconds(deadline, "deadline", flags) if deadline is not None else 0.0
@@ -112,6 +115,7 @@ def build_request(
         env=checked_env,
         stop_signal=stop_signal,
         ignored_signals=tuple(ignored_signals),
+        join_group=join_group,
     )
 
 

@@ -147,6 +147,7 @@ def _request(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
         _usage("no command to run")
 
     from tether.caller.request import RequestError, build_request
+    from tether.caller.terminal import terminal_group
     from tether.shared.record_file import RecordError
 
     try:
@@ -158,6 +159,7 @@ def _request(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
             record=False if args.no_record else args.record,
             label=args.name,
             flags=_FLAGS,
+            join_group=terminal_group(),
         )
     except RequestError as error:
         if error.option == "record":  # where the record goes, not how the line was typed

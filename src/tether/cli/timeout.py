@@ -288,6 +288,7 @@ def _request(
     runs it all the same.
     """
     from tether.caller.request import RequestError, build_request
+    from tether.caller.terminal import terminal_group
     from tether.core.gnu_durations import FOREVER
     from tether.shared.record_file import RecordError
 
@@ -301,6 +302,7 @@ def _request(
             record=False if record is None else record,
             stop_signal=options.stop_signal,
             ignored_signals=ignored_signals,
+            join_group=terminal_group(asked=options.foreground),
         )
 
     try:

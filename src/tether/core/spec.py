@@ -70,6 +70,10 @@ class RunSpec:
     #: Signal numbers the command starts with ignored, as its caller had them
     #: (``nohup``, ``trap '' INT``): ``tether timeout`` hands them on as GNU does.
     ignored_signals: tuple[int, ...] = ()
+    #: The process group the command joins: its caller's, in the caller's terminal
+    #: session, so that it can use the terminal (``None``: a group and, for its
+    #: supervisor, a session of their own). See docs/cli.md, "Terminals".
+    join_group: int | None = None
     #: Where the caller's file descriptors arrived in the supervisor, by role:
     #: ``lifeline``, ``status``, ``stdin``, ``stdout``, ``stderr``, and where they apply
     #: ``cwd`` (the caller's working directory) and ``record_dir`` (the held record directory).
@@ -115,6 +119,11 @@ class RunSpec:
             for number in self.ignored_signals
         ):
             raise SpecError(f"ignored_signals must be signal numbers, not {self.ignored_signals!r}")
+        group = self.join_group
+        if group is not None and (
+            not isinstance(group, int) or isinstance(group, bool) or group < 2
+        ):
+            raise SpecError(f"join_group must be a process group id, not {group!r}")
         if not _looks_like_a_signal(self.stop_signal):
             raise SpecError(
                 f"stop_signal must be a signal name like SIGTERM, not {self.stop_signal!r}"

@@ -75,7 +75,7 @@ class Command:
     (the sweep is then the only containment).
     """
 
-    __slots__ = ("cgroup", "pgid", "pid", "pidfd", "popen")
+    __slots__ = ("cgroup", "own_group", "pgid", "pid", "pidfd", "popen")
 
     def __init__(
         self,
@@ -85,8 +85,11 @@ class Command:
         pidfd: int,
         popen: subprocess.Popen[bytes],
         cgroup: RunCgroup | None = None,
+        own_group: bool = True,
     ) -> None:
         self.pid = pid
+        #: Whether ``pgid`` is the command's own group (else its caller's: never signal it whole).
+        self.own_group = own_group
         self.pgid = pgid
         self.pidfd = pidfd
         self.popen = popen
@@ -177,6 +180,7 @@ def start_command(
     stderr: _Stdio,
     announce: Announce | None = None,
     ignored_signals: Sequence[int] = (),
+    join_group: int | None = None,
 ) -> Command:
     """Start ``argv``; raise :class:`CommandNotStarted` if it cannot be started.
 
@@ -186,6 +190,8 @@ def start_command(
     is called in the child before its exec, with the child's pid and the
     directory of the cgroup it is joining (``None`` without one).
     ``ignored_signals`` start ignored in the command, as in its caller.
+    ``join_group`` is the caller's process group, for a command that uses the
+    caller's terminal: it joins that group instead of leading one of its own.
     """
     if not argv[0]:
         # "Not found", as execvp("") says in C (GNU timeout: 127). Python's own
@@ -219,7 +225,7 @@ def start_command(
             cwd=path,
             env=env,
             umask=-1 if umask is None else umask,
-            process_group=0,
+            process_group=0 if join_group is None else join_group,
             close_fds=True,
             preexec_fn=prepare,  # noqa: PLW1509 - the supervisor is single-threaded
         )
@@ -241,7 +247,8 @@ def start_command(
         raise
     return Command(
         pid=popen.pid,
-        pgid=popen.pid,
+        pgid=popen.pid if join_group is None else join_group,
+        own_group=join_group is None,
         pidfd=pidfd,
         popen=popen,
         cgroup=_joined(cgroup, popen.pid),

@@ -123,9 +123,13 @@ class ProcessTree:
         cgroup: RunCgroup | None = None,
         reserve: DescriptorReserve | None = None,
         report: Report = _report_nothing,
+        own_group: bool = True,
     ) -> None:
         self.leader = leader
         self.pgid = pgid
+        #: False when the command joined its caller's group (a terminal's job): the
+        #: group is then never signalled whole, each process of the tree is.
+        self.own_group = own_group
         self.pidfd = pidfd
         self.cgroup = cgroup
         self.reserve = DescriptorReserve() if reserve is None else reserve
@@ -226,11 +230,13 @@ class ProcessTree:
         killed_by_cgroup = signum == signal.SIGKILL and self._kill_cgroup()
         self._signal_group(signum)
         known = walked | {self._me}
+        if not self.own_group:
+            self._signal_leader(signum)
         for pid, stat in snapshot:
             if pid == self.leader:
                 continue
             self.stopped.add(pid)
-            if stat.pgid != self.pgid:
+            if stat.pgid != self.pgid or not self.own_group:
                 self._signal_one(pid, signum, lambda p: proctree.parent_of(p) in known)
         outside_walk = [pid for pid in members if pid not in walked and pid != self.leader]
         self._signal_members(outside_walk, signum, already=killed_by_cgroup)
@@ -243,9 +249,15 @@ class ProcessTree:
             if (stat := proctree.stat_of(pid)) is not None and stat.state != "Z"
         ]
 
+    def _signal_leader(self, signum: int) -> None:
+        """Signal the leader alone, through its pidfd (a command in its caller's group)."""
+        if not self.leader_reaped:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self.pidfd, signum)
+
     def _signal_group(self, signum: int) -> None:
         """Signal the command's group, only while its leader is unreaped (so the id is its)."""
-        if not self.leader_reaped and _is_my_child(self.leader):
+        if self.own_group and not self.leader_reaped and _is_my_child(self.leader):
             with contextlib.suppress(OSError):
                 os.killpg(self.pgid, signum)
 

@@ -123,6 +123,7 @@ def launch(
     status: StatusWriter,
     close_after_launch: tuple[int, ...] = (),
     ignored_signals: Sequence[int] = (),
+    join_group: int | None = None,
 ) -> LaunchAttempt:
     """Start the command under a supervisor that is ready to watch it.
 
@@ -146,6 +147,7 @@ def launch(
             stderr=stderr,
             announce=_announcer(status),
             ignored_signals=ignored_signals,
+            join_group=join_group,
         )
     except CommandNotStarted as failure:
         result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), failure=failure)

@@ -153,6 +153,7 @@ class Supervision:
                 cgroup=command.cgroup,
                 reserve=attempt.reserve,
                 report=_tree_reporter(self),
+                own_group=command.own_group,
             )
         self.lifeline_bytes = LifelineBytes()
         self.machine = RunMachine(
