@@ -320,3 +320,61 @@ def test_an_unusable_record_path_is_said_and_the_command_runs(
     assert result.returncode == 3
     assert result.stderr.startswith("timeout: ")
     assert result.stderr.endswith("running without a record\n")
+
+
+# -- the launcher: an inherited ignored SIGPIPE, which the interpreter hides ---------------
+
+LAUNCHER = Path(sys.executable).with_name("tether-timeout")
+needs_launcher = pytest.mark.skipif(
+    not LAUNCHER.exists(), reason=f"no tether-timeout launcher beside {sys.executable}"
+)
+
+
+@pytest.fixture
+def launcher_as_timeout(tmp_path: Path) -> str:
+    bin_dir = tmp_path / "launcher-bin"
+    bin_dir.mkdir()
+    (bin_dir / "timeout").symlink_to(LAUNCHER)
+    return str(bin_dir / "timeout")
+
+
+@needs_gnu
+@needs_launcher
+def test_an_ignored_sigpipe_is_inherited_through_the_launcher(launcher_as_timeout: str) -> None:
+    # timeout.sh, env-signal-handler.sh: (trap '' PIPE && timeout 10 yes | :) says "Broken pipe".
+    script = '(trap "" PIPE && "$0" 10 yes | :) 2>&1 | grep -c "Broken pipe"'
+    for program in (GNU_TIMEOUT, launcher_as_timeout):
+        result = subprocess.run(
+            ["bash", "-c", script, str(program)], capture_output=True, text=True, timeout=BOUND
+        )
+        assert result.stdout.strip() not in ("", "0"), program
+
+
+@needs_launcher
+def test_a_default_sigpipe_stays_default_through_the_launcher(launcher_as_timeout: str) -> None:
+    result = subprocess.run(
+        ["bash", "-c", '"$0" 10 yes | head -c1 >/dev/null; echo "${PIPESTATUS[0]}"',
+         launcher_as_timeout],
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+    )  # fmt: skip
+    assert result.stdout.strip() == str(128 + signal.SIGPIPE)  # died of it, as GNU's does
+
+
+@needs_launcher
+def test_the_launchers_word_reaches_neither_the_command_nor_a_stranger(
+    launcher_as_timeout: str, as_timeout: str
+) -> None:
+    seen = run(launcher_as_timeout, ["5", "sh", "-c", 'echo "[$TETHER_LAUNCHER]"'])
+    assert seen.stdout == "[]\n"
+    # A value left in an environment (not this process's pid) is no evidence.
+    forged = subprocess.run(
+        ["bash", "-c", '(trap "" PIPE && "$0" 10 yes | :) 2>&1 | grep -c "Broken pipe"',
+         as_timeout],
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        env={**os.environ, "TETHER_LAUNCHER": "1:ffffffffffffffff"},
+    )  # fmt: skip
+    assert forged.stdout.strip() == "0"

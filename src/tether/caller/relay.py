@@ -44,10 +44,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JOB_STOP_SIGNALS",
+    "LAUNCHER_VARIABLE",
     "PYTHON_IGNORES",
     "PendingRequests",
     "TimeoutRelay",
     "ignored_at_start",
+    "launcher_mask",
     "relay_job_control",
 ]
 
@@ -95,14 +97,43 @@ _NEVER_INHERITED: Final = frozenset(
 )
 
 
+#: The environment variable by which ``tether-timeout`` (a POSIX shell launcher)
+#: says what this process inherited: ``PID:SIGIGN``, its pid and its ``SigIgn`` mask.
+LAUNCHER_VARIABLE: Final = "TETHER_LAUNCHER"
+
+
+def launcher_mask() -> int | None:
+    """The ignored-signal mask ``tether-timeout`` read before Python started, if it ran.
+
+    Taken out of the environment (the command must not inherit it), and
+    trusted only in the very process the launcher became (same pid): a
+    value left in an environment by anything else is no evidence.
+    """
+    import os
+
+    value = os.environ.pop(LAUNCHER_VARIABLE, "")
+    pid, _, mask = value.partition(":")
+    if not (pid.isdigit() and int(pid) == os.getpid()):
+        return None
+    try:
+        return int(mask, 16)
+    except ValueError:
+        return None
+
+
+_inherited_mask: int | None = None
+
+
 def ignored_at_start(number: int) -> bool:
     """Whether this program was started with signal ``number`` ignored (``trap '' INT``, ``&``).
 
-    Unknowable for :data:`PYTHON_IGNORES`, which count as not ignored: the
-    common case, where GNU ``timeout`` passes them on.
+    For :data:`PYTHON_IGNORES` only the launcher knows (:func:`launcher_mask`);
+    without it they count as not ignored: the common case, where GNU
+    ``timeout`` passes them on.
     """
     if number in PYTHON_IGNORES:
-        return False
+        mask = _inherited_mask
+        return mask is not None and bool(mask >> (number - 1) & 1)
     try:
         return signal.getsignal(number) is signal.SIG_IGN
     except (OSError, ValueError):
@@ -162,7 +193,9 @@ class TimeoutRelay:
     does the same: it must hear what it sends its own group).
     """
 
-    def __init__(self, stop_signal: int | None) -> None:
+    def __init__(self, stop_signal: int | None, *, inherited_mask: int | None = None) -> None:
+        global _inherited_mask  # noqa: PLW0603 - what this process inherited, once
+        _inherited_mask = inherited_mask
         self.requests = PendingRequests()
         #: Signals left ignored because they were ignored at start.
         self.ignored: list[int] = []

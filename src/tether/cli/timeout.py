@@ -334,15 +334,17 @@ def main(argv: list[str], *, asked_at: float | None = None, program: str = "teth
     """
     if asked_at is None:
         asked_at = time.monotonic()
-    _Program.name = program
+    from tether.caller.relay import TimeoutRelay, launcher_mask
+
+    inherited = launcher_mask()
+    _Program.name = "timeout" if inherited is not None else program
     options, duration, command = _parse(argv)
 
-    from tether.caller.relay import TimeoutRelay
     from tether.shared.signals import short_name, signal_number
 
     stop = signal_number(options.stop_signal)
     # Before anything is started, so that no signal in between is lost.
-    relay = TimeoutRelay(stop or None)
+    relay = TimeoutRelay(stop or None, inherited_mask=inherited)
     spec = _request(options, duration, command, asked_at=asked_at, ignored_signals=relay.ignored)
 
     from tether.caller.start import LaunchError, start
