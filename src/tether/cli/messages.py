@@ -1,8 +1,9 @@
 """What every ``tether`` subcommand says to a person, and how: one line, a documented status.
 
-A usage error exits 125 (tether's own failure, as ``timeout(1)`` does), with
-the usage line and one line saying what was wrong; any other refusal is one
-line on stderr, ``tether: ...``; output that a reader stopped reading
+A usage error exits 125 (tether's own failure, as ``timeout(1)`` does), in
+GNU's two lines: what was wrong, then ``Try '... --help' for more
+information.`` (:func:`usage_error`; the review commands still show their
+usage line); any other refusal is one line on stderr, ``tether: ...``; output that a reader stopped reading
 (``tether ls | head``) is not an error to report.
 
 Streams that cannot be written change nothing of that. A message to a closed

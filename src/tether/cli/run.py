@@ -8,8 +8,13 @@ person can act on, on stderr, with status 125.
 
 Ctrl-C, SIGTERM and SIGHUP to ``tether run`` ask for a graceful cancel (the
 command gets SIGTERM, then SIGKILL after the grace); a second Ctrl-C asks for
-SIGKILL now. The command runs in a process group of its own, so the terminal's
-Ctrl-C reaches it only through tether, and always the same way.
+SIGKILL now. Ctrl-Z stops the command's whole tree with ``tether run``, and
+``fg`` continues it (:mod:`tether.caller.relay`). At a shell prompt the
+command joins ``tether run``'s process group in the terminal's session, so it
+can use the terminal as any job does (:mod:`tether.caller.terminal`).
+
+Options end at the first word that is not one (``tether run sleep 1``), or at
+``--``; a usage error reads as GNU tools' (:func:`~tether.cli.messages.usage_error`).
 """
 
 from __future__ import annotations
