@@ -3,8 +3,9 @@
 A usage error exits 125 (tether's own failure, as ``timeout(1)`` does), in
 GNU's two lines: what was wrong, then ``Try '... --help' for more
 information.`` (:func:`usage_error`; the review commands still show their
-usage line); any other refusal is one line on stderr, ``tether: ...``; output that a reader stopped reading
-(``tether ls | head``) is not an error to report.
+usage line); any other refusal is one line on stderr, ``tether: ...``;
+output that a reader stopped reading (``tether ls | head``) is not an error
+to report.
 
 Streams that cannot be written change nothing of that. A message to a closed
 stderr (``2>&-``) is dropped, not printed on stdout (where ``print`` would put

@@ -198,6 +198,7 @@ class Finished:
         "record",
         "returncode",
         "started_at",
+        "tree_usage",
     )
     KIND: Final = "finished"
 
@@ -214,6 +215,7 @@ class Finished:
         started_at: str | None = None,
         finished_at: str | None = None,
         elapsed_seconds: float | None = None,
+        tree_usage: dict[str, int | float | None] | None = None,
     ) -> None:
         self.reason = reason
         self.exit_status = exit_status
@@ -225,6 +227,7 @@ class Finished:
         self.started_at = started_at
         self.finished_at = finished_at
         self.elapsed_seconds = elapsed_seconds
+        self.tree_usage = tree_usage
 
     def fields(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -243,7 +246,19 @@ class Finished:
             started_at=_str(data.get("started_at")),
             finished_at=_str(data.get("finished_at")),
             elapsed_seconds=_number(data.get("elapsed_seconds")),
+            tree_usage=_usage(data.get("tree_usage")),
         )
+
+
+def _usage(value: object) -> dict[str, int | float | None] | None:
+    """A ``tree_usage`` mapping: names to numbers (or ``None``); anything else is dropped."""
+    if not isinstance(value, dict):
+        return None
+    return {
+        str(key): item
+        for key, item in value.items()
+        if item is None or (isinstance(item, int | float) and not isinstance(item, bool))
+    }
 
 
 class Garbled:

@@ -39,6 +39,7 @@ import os
 import signal
 import subprocess
 
+from tether.core.limits import LimitError, limit_controllers, limit_files, parse_limits
 from tether.linux.cgroup import CgroupUnavailable, RunCgroup
 from tether.linux.prctl import set_parent_death_signal
 from tether.supervisor.identity import restore_in_child
@@ -156,7 +157,9 @@ def containment_setting() -> str:
     return value
 
 
-def _make_cgroup(setting: str) -> RunCgroup | None:
+def _make_cgroup(setting: str, limits: Mapping[str, int | float]) -> RunCgroup | None:
+    if limits:
+        return _limited_cgroup(setting, limits)
     if setting == "sweep":
         return None
     try:
@@ -167,6 +170,32 @@ def _make_cgroup(setting: str) -> RunCgroup | None:
                 None, f"{CONTAINMENT_VARIABLE}=cgroup, but no cgroup can be made: {why}", "setup"
             ) from None
         return None
+
+
+def _limited_cgroup(setting: str, limits: Mapping[str, int | float]) -> RunCgroup:
+    """The run's cgroup with its limits written, or why there can be none (never: no limits).
+
+    A limit asked for and not applied would be a promise silently broken, and
+    per-process rlimits are no substitute (they bound each process, not the
+    tree), so a run with limits and no cgroup for them does not start.
+    """
+    if setting == "sweep":
+        raise CommandNotStarted(
+            None,
+            f"resource limits need a cgroup of the run's own, but {CONTAINMENT_VARIABLE}=sweep",
+            "setup",
+        )
+    try:
+        return RunCgroup.create(limit_controllers(limits), limit_files(limits))
+    except CgroupUnavailable as why:
+        raise CommandNotStarted(None, f"cannot set resource limits: {why}", "setup") from None
+
+
+def _checked_limits(limits: Mapping[str, object] | None) -> dict[str, int | float]:
+    try:
+        return parse_limits(limits or {})
+    except (LimitError, TypeError, AttributeError) as error:
+        raise CommandNotStarted(None, f"bad resource limits: {error}", "setup") from None
 
 
 def start_command(
@@ -181,6 +210,7 @@ def start_command(
     announce: Announce | None = None,
     ignored_signals: Sequence[int] = (),
     join_group: int | None = None,
+    limits: Mapping[str, object] | None = None,
 ) -> Command:
     """Start ``argv``; raise :class:`CommandNotStarted` if it cannot be started.
 
@@ -188,7 +218,9 @@ def start_command(
     ``cwd`` is a path, or a descriptor of the directory (the caller's own, held
     open because its name may be gone or lead elsewhere by now). ``announce``
     is called in the child before its exec, with the child's pid and the
-    directory of the cgroup it is joining (``None`` without one).
+    directory of the cgroup it is joining (``None`` without one). ``limits``
+    (:mod:`tether.core.limits`) are written to the command's cgroup before it
+    can join it; without a cgroup for them the command is not started.
     ``ignored_signals`` start ignored in the command, as in its caller.
     ``join_group`` is the caller's process group, for a command that uses the
     caller's terminal: it joins that group instead of leading one of its own.
@@ -202,8 +234,9 @@ def start_command(
         raise CommandNotStarted(not_found, message, "exec")
     supervisor = os.getpid()
     setting = containment_setting()
-    cgroup = _make_cgroup(setting)
-    required = setting == "cgroup"
+    checked = _checked_limits(limits)
+    cgroup = _make_cgroup(setting, checked)
+    required = setting == "cgroup" or bool(checked)
     path, directory = (cwd, None) if not isinstance(cwd, int) else (None, cwd)
 
     def prepare() -> None:
@@ -235,7 +268,8 @@ def start_command(
     except (ValueError, TypeError, subprocess.SubprocessError) as error:
         _discard(cgroup)
         if required and isinstance(error, subprocess.SubprocessError):
-            message = f"{CONTAINMENT_VARIABLE}=cgroup, but the command could not join its cgroup"
+            why = "resource limits" if checked else f"{CONTAINMENT_VARIABLE}=cgroup"
+            message = f"{why}, but the command could not join its cgroup"
             raise CommandNotStarted(None, message, "setup") from None
         raise CommandNotStarted(None, f"cannot start {argv[0]!r}: {error}", "setup") from None
     try:

@@ -124,6 +124,7 @@ def launch(
     close_after_launch: tuple[int, ...] = (),
     ignored_signals: Sequence[int] = (),
     join_group: int | None = None,
+    limits: Mapping[str, object] | None = None,
 ) -> LaunchAttempt:
     """Start the command under a supervisor that is ready to watch it.
 
@@ -148,6 +149,7 @@ def launch(
             announce=_announcer(status),
             ignored_signals=ignored_signals,
             join_group=join_group,
+            limits=limits,
         )
     except CommandNotStarted as failure:
         result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), failure=failure)
