@@ -166,7 +166,7 @@ def _request(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
     if not command:
         _usage("no command to run")
 
-    from tether.caller.request import RequestError, build_request
+    from tether.caller.request import LimitsUnavailable, RequestError, build_request
     from tether.caller.terminal import terminal_group
     from tether.shared.record_file import RecordError
 
@@ -188,7 +188,9 @@ def _request(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
             },
         )
     except RequestError as error:
-        if error.option == "record":  # where the record goes, not how the line was typed
+        # Where the record goes, or a machine that cannot enforce limits: not how the
+        # line was typed, so no pointer to the help.
+        if error.option == "record" or isinstance(error, LimitsUnavailable):
             fail(str(error))
         _usage(str(error))
     except RecordError as error:
