@@ -247,11 +247,12 @@ def ignored_by_the_command():
     with open(sys.argv[1], "w") as out:
         tether.run(["grep", "SigIgn", "/proc/self/status"], record=False, stdout=out)
     with open(sys.argv[1]) as said:
-        return int(said.read().split()[1], 16) >> (signal.SIGUSR1 - 1) & 1
-signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # the zygote starts with it ignored
+        return int(said.read().split()[1], 16) >> (signal.SIGTTOU - 1) & 1
+# SIGTTOU: a signal the supervisor neither handles nor lets go by itself.
+signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # the zygote starts with it ignored
 tether.run(["true"], record=False)
 first = ignored_by_the_command()
-signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+signal.signal(signal.SIGTTOU, signal.SIG_DFL)
 print(first, ignored_by_the_command())
 """
 

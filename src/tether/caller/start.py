@@ -335,7 +335,9 @@ def spawn_supervisor(
 
     from tether.caller import zygote as _zygote
 
-    if zygote and _zygote.enabled():
+    # A command that joins its caller's group (its terminal) needs a supervisor in
+    # the caller's session, which a zygote (in a session of its own) cannot fork.
+    if zygote and spec.join_group is None and _zygote.enabled():
         forked = _zygote.fork_supervisor(
             replace(complete, fds={}).to_json(),
             list(complete.fds),
@@ -369,7 +371,10 @@ def spawn_supervisor(
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             pass_fds=passed,
-            start_new_session=True,
+            # A command that joins its caller's group (to use its terminal) must stay
+            # in its session: the supervisor then only leaves the caller's group.
+            start_new_session=spec.join_group is None,
+            process_group=None if spec.join_group is None else 0,
         )
     except OSError as error:
         _close_all(opened)
@@ -653,7 +658,9 @@ def _fork(
         _close_all([*opened, null])
         raise _cannot_start(error) from None
     if child == 0:
-        _become_detached(passed, null, lambda: become(complete))
+        _become_detached(
+            passed, null, lambda: become(complete), new_session=complete.join_group is None
+        )
     os.close(null)
     os.waitpid(child, 0)
     return _handed_over(
@@ -688,8 +695,14 @@ def _check_headroom(null: int) -> None:
         _close_all(probes)
 
 
-def _become_detached(keep: tuple[int, ...], null: int, become: Callable[[], object]) -> NoReturn:
+def _become_detached(
+    keep: tuple[int, ...], null: int, become: Callable[[], object], *, new_session: bool
+) -> NoReturn:
     """In the forked child: a new session, one more fork, a clean slate, then ``become``.
+
+    (Not a new session for a command that joins its caller's group to use its
+    terminal: that needs the caller's session, and the child only leaves the
+    caller's group.)
 
     The clean slate is what a freshly spawned supervisor would have: no
     handler of this program's (the supervisor installs its own), no wakeup
@@ -697,7 +710,12 @@ def _become_detached(keep: tuple[int, ...], null: int, become: Callable[[], obje
     but the run's.
     """
     try:
-        os.setsid()
+        if new_session:
+            os.setsid()
+        else:
+            # The command is to join the caller's group, in this session: only
+            # leave the caller's group (as the spawned intermediate does).
+            os.setpgid(0, 0)
         if os.fork() > 0:
             os._exit(0)
         _reset_signals()

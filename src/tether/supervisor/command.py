@@ -41,6 +41,7 @@ import signal
 from tether.core.limits import LimitError, limit_controllers, limit_files, parse_limits
 from tether.linux.cgroup import CgroupUnavailable, RunCgroup
 from tether.linux.prctl import set_parent_death_signal
+from tether.supervisor.identity import restore_in_child
 from tether.supervisor.spawn import SpawnFailed, spawn
 
 # Run before the command starts: no ``typing`` or ``dataclasses`` at run time.
@@ -75,7 +76,7 @@ class Command:
     (the sweep is then the only containment).
     """
 
-    __slots__ = ("cgroup", "pgid", "pid", "pidfd")
+    __slots__ = ("cgroup", "own_group", "pgid", "pid", "pidfd")
 
     def __init__(
         self,
@@ -84,8 +85,11 @@ class Command:
         pgid: int,
         pidfd: int,
         cgroup: RunCgroup | None = None,
+        own_group: bool = True,
     ) -> None:
         self.pid = pid
+        #: Whether ``pgid`` is the command's own group (else its caller's: never signal it whole).
+        self.own_group = own_group
         self.pgid = pgid
         self.pidfd = pidfd
         self.cgroup = cgroup
@@ -108,6 +112,7 @@ def _prepare_child(
     required: bool,
     directory: int | None,
     announce: Announce | None,
+    ignored_signals: Sequence[int] = (),
 ) -> None:
     """Run in the child between fork and exec: the backstop, the announcement, the directory,
     then the cgroup.
@@ -123,6 +128,10 @@ def _prepare_child(
     if announce is not None:
         with contextlib.suppress(BaseException):  # nothing here may stop the launch
             announce(os.getpid(), None if cgroup is None else cgroup.directory)
+    restore_in_child()
+    for number in ignored_signals:  # as the caller had them: exec keeps "ignored"
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(number, signal.SIG_IGN)
     if directory is not None:
         os.fchdir(directory)
     if cgroup is not None:
@@ -197,6 +206,8 @@ def start_command(
     stdout: _Stdio,
     stderr: _Stdio,
     announce: Announce | None = None,
+    ignored_signals: Sequence[int] = (),
+    join_group: int | None = None,
     limits: Mapping[str, object] | None = None,
 ) -> Command:
     """Start ``argv``; raise :class:`CommandNotStarted` if it cannot be started.
@@ -208,6 +219,9 @@ def start_command(
     directory of the cgroup it is joining (``None`` without one). ``limits``
     (:mod:`tether.core.limits`) are written to the command's cgroup before it
     can join it; without a cgroup for them the command is not started.
+    ``ignored_signals`` start ignored in the command, as in its caller.
+    ``join_group`` is the caller's process group, for a command that uses the
+    caller's terminal: it joins that group instead of leading one of its own.
     """
     if not argv[0]:
         # "Not found", as execvp("") says in C (GNU timeout: 127). Python's own
@@ -225,7 +239,12 @@ def start_command(
 
     def prepare() -> None:
         _prepare_child(
-            supervisor, cgroup, required=required, directory=directory, announce=announce
+            supervisor,
+            cgroup,
+            required=required,
+            directory=directory,
+            announce=announce,
+            ignored_signals=ignored_signals,
         )
 
     try:
@@ -236,6 +255,7 @@ def start_command(
             umask=umask,
             stdio=(_fd(stdin), _fd(stdout), _fd(stderr)),
             prepare=prepare,
+            process_group=0 if join_group is None else join_group,
         )
     except OSError as error:  # the fork itself: EAGAIN under ulimit -u, ENOMEM
         _discard(cgroup)
@@ -254,7 +274,13 @@ def start_command(
         os.waitpid(pid, 0)
         _discard(cgroup)
         raise
-    return Command(pid=pid, pgid=pid, pidfd=pidfd, cgroup=_joined(cgroup, pid))
+    return Command(
+        pid=pid,
+        pgid=pid if join_group is None else join_group,
+        own_group=join_group is None,
+        pidfd=pidfd,
+        cgroup=_joined(cgroup, pid),
+    )
 
 
 def _fd(stream: _Stdio) -> int | None:

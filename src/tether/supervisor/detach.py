@@ -129,6 +129,8 @@ def become(spec: RunSpec) -> NoReturn:
         "deadline_seconds": spec.deadline_seconds,
         "stop_signal": spec.stop_signal,
         "limits": spec.limits,
+        "ignored_signals": list(spec.ignored_signals),
+        "join_group": spec.join_group,
     }
     _supervise(list(spec.argv), dict(spec.fds), data, lambda: spec)
 
@@ -162,11 +164,15 @@ def _supervise(
     umask = data.get("umask")
     env = data.get("env")
     limits = data.get("limits")
+    ignored = data.get("ignored_signals")
+    join_group = data.get("join_group")
     launched = launch(
         argv,
         cwd=fds.get("cwd", data.get("cwd")),  # type: ignore[arg-type]
         env=env if isinstance(env, dict) else None,
         umask=umask if isinstance(umask, int) else None,
+        ignored_signals=ignored if isinstance(ignored, list | tuple) else (),
+        join_group=join_group if isinstance(join_group, int) else None,
         stdin=fds["stdin"],
         stdout=fds["stdout"],
         stderr=fds["stderr"],

@@ -41,6 +41,7 @@ import time
 from tether.linux.prctl import set_child_subreaper
 from tether.shared.protocol import Spawned, Started, StatusWriter
 from tether.supervisor.command import Command, CommandNotStarted, start_command
+from tether.supervisor.identity import become_a_supervisor
 from tether.supervisor.reserve import NEEDED, DescriptorReserve, free_descriptors
 from tether.supervisor.sentry import Sentry
 
@@ -132,6 +133,8 @@ def launch(
     stderr: _Stdio,
     status: StatusWriter,
     close_after_launch: tuple[int, ...] = (),
+    ignored_signals: Sequence[int] = (),
+    join_group: int | None = None,
     limits: Mapping[str, object] | None = None,
     lifeline: int | None = None,
     deadline_at: float | None = None,
@@ -146,6 +149,7 @@ def launch(
     (monotonic) and ``stop_signal`` are what the sentry watches and sends
     until the loop runs.
     """
+    become_a_supervisor()
     wakeup = SignalWakeup()
     set_child_subreaper()
     try:
@@ -159,6 +163,8 @@ def launch(
             stdout=stdout,
             stderr=stderr,
             announce=_announcer(status),
+            ignored_signals=ignored_signals,
+            join_group=join_group,
             limits=limits,
         )
     except CommandNotStarted as failure:
