@@ -13,10 +13,12 @@ story, the stop signal sent once.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import subprocess
 import sys
+import termios
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from conftest import (
     FIXTURES,
     Processes,
     ReadyPipe,
+    alive,
     fixture,
     parent_of,
     read_json,
@@ -248,3 +251,56 @@ def test_escapees_are_stopped_and_counted_once_the_loop_takes_over(
     assert data["descendants_stopped"] == 4
     assert _signals(data) == ["SIGTERM", "SIGCONT"]
     assert gate.held() == [supervisor]
+
+
+def test_on_a_terminal_the_sentry_stops_the_command_never_its_callers_group(
+    tmp_path: Path, processes: Processes, ready: ReadyPipe, gate: Gate
+) -> None:
+    """A command on its caller's terminal is in the caller's group, with whatever else is there.
+
+    A shell on a pseudo-terminal runs a bystander and ``tether run`` in its
+    own process group (no job control), as a script would; ``tether run`` is
+    killed while its supervisor still loads. The sentry stops the command, by
+    its pid, and the shell and the bystander live on (a signal to the group
+    would have ended them).
+    """
+    try:
+        master, slave = os.openpty()
+    except OSError:
+        pytest.skip("no pseudo-terminal on this machine")
+    pids = tmp_path / "pids"
+    shell = f'sleep 600 & by=$!; "$@" </dev/tty & echo "$by $!" > "{pids}"; wait'
+    command = fixture("sleeper", str(ready.path), "--note-term")
+
+    def take_the_terminal() -> None:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    try:
+        session = processes.start(
+            ["sh", "-c", shell, "sh", *tether_argv("run", "--no-record", "--", *command)],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            start_new_session=True,
+            preexec_fn=take_the_terminal,
+            env=gate.env,
+        )
+    finally:
+        os.close(slave)
+    try:
+        (pid,) = ready.ready_pids()
+        bystander, caller = (int(word) for word in pids.read_text().split())
+        supervisor = parent_of(pid)
+        assert supervisor is not None
+        processes.track(pid, bystander, caller, supervisor)
+        assert os.getpgid(pid) == os.getpgid(bystander) == session.pid  # one group
+        os.kill(caller, signal.SIGKILL)
+        _term_noted(ready, pid)
+        assert not gate.opened
+        gate.open()
+        assert wait_gone(supervisor)
+        assert alive(bystander)
+        assert alive(session.pid)
+        assert gate.held() == [supervisor]
+    finally:
+        os.close(master)

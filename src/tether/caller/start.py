@@ -729,7 +729,15 @@ def _become_detached(
 
 
 def _reset_signals() -> None:
-    """Every signal this program handles in Python goes back to its default action."""
+    """The signal dispositions a freshly started interpreter would have had.
+
+    Every signal this program handles in Python goes back to its default
+    action (an ``exec`` would have done that), and SIGPIPE and SIGXFSZ are
+    ignored, as Python ignores them at start-up: this program may have set
+    them otherwise (``tether timeout`` passes SIGPIPE on), and a supervisor
+    that died of SIGPIPE writing to a caller that is gone would leave no
+    record.
+    """
     import signal
 
     with contextlib.suppress(ValueError, OSError):
@@ -738,6 +746,9 @@ def _reset_signals() -> None:
         with contextlib.suppress(ValueError, OSError, TypeError):
             if callable(signal.getsignal(number)):
                 signal.signal(number, signal.SIG_DFL)
+    for number in (signal.SIGPIPE, signal.SIGXFSZ):
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(number, signal.SIG_IGN)
 
 
 def _close_all_but(keep: tuple[int, ...]) -> None:

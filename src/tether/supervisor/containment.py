@@ -221,9 +221,9 @@ class ProcessTree:
 
         The tree is walked *before* anything is sent: a process that dies of
         the group's signal in the meantime was still reached by it. With
-        ``group=False`` the command's group is not signalled, because it
-        already got ``signum`` (from the sentry, before the loop ran); the
-        rest of the tree still is.
+        ``group=False`` the command's group (or its leader, when the group is
+        not its own) is not signalled, because it already got ``signum`` (from
+        the sentry, before the loop ran); the rest of the tree still is.
         """
         snapshot = self._read(self._snapshot) or []
         walked = {pid for pid, _stat in snapshot}
@@ -234,7 +234,7 @@ class ProcessTree:
         if group:
             self._signal_group(signum)
         known = walked | {self._me}
-        if not self.own_group:
+        if not self.own_group and group:
             self._signal_leader(signum)
         for pid, stat in snapshot:
             if pid == self.leader:

@@ -180,7 +180,9 @@ def launch(
                 lifeline=lifeline,
                 wakeup=wakeup.read_fd,
                 wakeup_write=wakeup.write_fd,
+                leader=command.pid,
                 pgid=command.pgid,
+                own_group=command.own_group,
                 deadline_at=deadline_at,
                 stop_signal=_signal_number(stop_signal),
             )
@@ -210,7 +212,9 @@ def _post_sentry(
     lifeline: int | None,
     wakeup: int,
     wakeup_write: int,
+    leader: int,
     pgid: int,
+    own_group: bool,
     deadline_at: float | None,
     stop_signal: int,
 ) -> Sentry | None:
@@ -224,7 +228,9 @@ def _post_sentry(
             lifeline=lifeline,
             wakeup=wakeup,
             wakeup_write=wakeup_write,
+            leader=leader,
             pgid=pgid,
+            own_group=own_group,
             deadline_at=deadline_at,
             stop_signal=stop_signal,
         )

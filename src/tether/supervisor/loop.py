@@ -310,7 +310,10 @@ class Supervision:
             sources.add("signal")
         if handover.lifeline or handover.lifeline_closed:
             sources.add("lifeline")
-        for event in [*self._translate(sources, now), Tick(now)]:
+        events = self._translate(sources, now)
+        if handover.acted_at is not None:
+            events.append(Tick(now))  # an overdue deadline, if that is what the sentry saw
+        for event in events:
             if self._recorded():
                 break
             self._feed(event)

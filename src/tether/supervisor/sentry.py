@@ -13,8 +13,9 @@ It acts on what cannot wait, exactly as the core would, and nothing more:
 
 * the caller gone (end of file), a ``c`` on the lifeline, a cancel signal to
   the supervisor, or the deadline: the stop signal, then SIGCONT, to the
-  command's process group;
-* a ``k`` on the lifeline: SIGKILL to the group.
+  command's process group (to its leader alone when the group is its
+  caller's, for a command on its caller's terminal);
+* a ``k`` on the lifeline: SIGKILL, the same way.
 
 Everything else (the sweep of descendants that left the group, the grace,
 the escalation, the record) is the loop's, which takes over from the sentry
@@ -101,14 +102,18 @@ class Sentry:
         lifeline: int | None,
         wakeup: int,
         wakeup_write: int,
+        leader: int,
         pgid: int,
+        own_group: bool,
         deadline_at: float | None,
         stop_signal: int,
     ) -> None:
         self._lifeline = lifeline
         self._wakeup = wakeup
         self._wakeup_write = wakeup_write
+        self._leader = leader
         self._pgid = pgid
+        self._own_group = own_group
         self._deadline_at = deadline_at
         self._stop_signal = stop_signal
         self._seen = Handover()
@@ -230,7 +235,10 @@ class Sentry:
         if self._seen.acted_at is None:
             self._seen.walked = _descendants()
         try:
-            os.killpg(self._pgid, number)
+            if self._own_group:
+                os.killpg(self._pgid, number)
+            else:  # the caller's group (a command on its terminal): the leader alone
+                os.kill(self._leader, number)
         except OSError:
             return
         self._seen.sent.append((number, now))
