@@ -4,6 +4,12 @@ Every wait here is bounded and event-driven: a FIFO the command announces
 itself on, a pidfd that becomes readable when a process exits. Every process a
 test learns about is registered with :class:`Processes`, which SIGKILLs
 whatever is still alive at teardown, by pid, so a failing test does not leak.
+
+No test writes into the real home: :func:`private_home` points ``HOME`` and
+``XDG_STATE_HOME`` at a temporary directory for every test (and so for every
+process a test starts with this process's environment), and
+:func:`real_state_unchanged` fails the session if the real record directory
+changed while it ran, whatever a test did to escape the first fixture.
 """
 
 from __future__ import annotations
@@ -162,6 +168,75 @@ class Processes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(timeout=BOUND)
         return leaked
+
+
+def state_snapshot(directory: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``directory`` by relative name: its size and modification time (ns).
+
+    Empty if the directory does not exist. Links are not followed; directories
+    count only through what they hold.
+    """
+    snapshot: dict[str, tuple[int, int]] = {}
+    if not directory.is_dir():
+        return snapshot
+    for root, dirs, files in os.walk(directory):
+        for name in files + [d for d in dirs if Path(root, d).is_symlink()]:
+            path = Path(root, name)
+            with contextlib.suppress(OSError):
+                info = path.lstat()
+                snapshot[str(path.relative_to(directory))] = (info.st_size, info.st_mtime_ns)
+    return snapshot
+
+
+def snapshot_changes(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
+) -> list[str]:
+    """What differs between two :func:`state_snapshot` results, one line per entry."""
+    changes = [f"added {name}" for name in sorted(after.keys() - before.keys())]
+    changes += [f"removed {name}" for name in sorted(before.keys() - after.keys())]
+    changes += [
+        f"changed {name}"
+        for name in sorted(before.keys() & after.keys())
+        if before[name] != after[name]
+    ]
+    return changes
+
+
+def _real_state_directory() -> Path:
+    """The state directory of the user running the tests, as tether would choose it."""
+    state = os.environ.get("XDG_STATE_HOME", "")
+    if not os.path.isabs(state):
+        state = os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "tether"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def real_state_unchanged() -> Iterator[None]:
+    """Fail the session (an error at its last teardown) if the real ``tether`` state changed.
+
+    Taken before any test has moved ``HOME``, so it watches the operator's
+    own ``~/.local/state/tether`` (or ``$XDG_STATE_HOME/tether``).
+    """
+    directory = _real_state_directory()
+    before = state_snapshot(directory)
+    yield
+    changes = snapshot_changes(before, state_snapshot(directory))
+    if changes:
+        shown = "; ".join(changes[:5]) + (f"; and {len(changes) - 5} more" if changes[5:] else "")
+        pytest.fail(f"the test session wrote into the real state directory {directory}: {shown}")
+
+
+@pytest.fixture(autouse=True)
+def private_home(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home of the test's own, with ``XDG_STATE_HOME`` inside it; returned for tests to use.
+
+    Outside ``tmp_path``, so a test that lists its own temporary directory
+    sees only what it made there.
+    """
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / ".local" / "state"))
+    return home
 
 
 @pytest.fixture
