@@ -203,19 +203,25 @@ def snapshot_changes(
 
 
 def _real_state_directory() -> Path:
-    """The state directory of the user running the tests, as tether would choose it."""
+    """The record directory of the user running the tests, as tether would choose it.
+
+    Only ``runs``: the benchmark keeps its scratch records beside it, and may
+    be running (``python -m benchmarks``) while the tests do.
+    """
     state = os.environ.get("XDG_STATE_HOME", "")
     if not os.path.isabs(state):
         state = os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(state) / "tether"
+    return Path(state) / "tether" / "runs"
 
 
 @pytest.fixture(scope="session", autouse=True)
 def real_state_unchanged() -> Iterator[None]:
-    """Fail the session (an error at its last teardown) if the real ``tether`` state changed.
+    """Fail the session (an error at its last teardown) if the real record directory changed.
 
     Taken before any test has moved ``HOME``, so it watches the operator's
-    own ``~/.local/state/tether`` (or ``$XDG_STATE_HOME/tether``).
+    own ``~/.local/state/tether/runs`` (or ``$XDG_STATE_HOME/tether/runs``).
+    Someone running ``tether run`` by hand as the same user while the suite
+    runs trips it too: that is the price of a check that can see anything.
     """
     directory = _real_state_directory()
     before = state_snapshot(directory)

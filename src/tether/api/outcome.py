@@ -62,8 +62,9 @@ class Outcome:
     ``None`` if it never ran or its end is unknown). The times are the
     supervisor's (the caller's own when the supervisor was lost); ``None`` only
     when a time could not be read. ``record_path`` is ``None`` when no record
-    was kept: none was asked for (``record=False``), or it could not be
-    written, which ``message`` then says.
+    was kept: none was asked for (``record=False``); the default directory
+    could not be used, which ``no_record_reason`` says (the run went ahead
+    without one); or it could not be written, which ``message`` then says.
     """
 
     reason: Reason
@@ -80,6 +81,9 @@ class Outcome:
     elapsed_seconds: float | None = None
     #: The command line, kept out of the repr: it may hold credentials.
     argv: tuple[str, ...] = field(default=(), repr=False)
+    #: Why no record was kept although one was meant to be (the default
+    #: directory could not be made or written); ``None`` otherwise.
+    no_record_reason: str | None = None
 
     @classmethod
     def from_finished(cls, finished: Finished, spec: RunSpec, started: Started | None) -> Outcome:
@@ -102,6 +106,7 @@ class Outcome:
             finished_at=_moment(finished.finished_at),
             elapsed_seconds=finished.elapsed_seconds,
             argv=spec.argv,
+            no_record_reason=spec.no_record_reason if finished.record is None else None,
         )
 
     @property
@@ -123,7 +128,8 @@ class Outcome:
         cannot be read.
         """
         if self.record_path is None:
-            raise ValueError("this run kept no record (it was launched with record=False)")
+            why = self.no_record_reason or "it was launched with record=False"
+            raise ValueError(f"this run kept no record ({why})")
         from tether.shared.record_file import read_record
 
         return read_record(self.record_path)

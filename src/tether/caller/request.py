@@ -18,6 +18,14 @@ own words (``timeout: invalid time interval``) can use them. A
 meant). A record path that cannot be written raises
 :class:`~tether.shared.record_file.RecordError`.
 
+The default record directory is different: nobody named it, so it must never
+cost a run. When it cannot be made or written (no home, ``HOME=/nonexistent``,
+a read-only home, the user ``nobody``), the run goes ahead without a record:
+the spec says why in ``no_record_reason``, and the process says it once on
+stderr (:func:`warn_no_record_once`), however many runs it starts. A path the
+caller named (``--record PATH``, ``record=PATH``, or ``record=True``, "a
+record, in the default place") is still refused before anything starts.
+
 Caller side: standard library only.
 """
 
@@ -40,7 +48,9 @@ __all__ = [
     "RequestError",
     "build_request",
     "command_words",
+    "record_choice",
     "record_path_for",
+    "warn_no_record_once",
 ]
 
 #: How the API names its options in messages; each door passes its own words.
@@ -82,9 +92,10 @@ def build_request(
 
     ``deadline`` of ``None`` or ``0`` means no deadline; ``grace`` of ``None``
     means never escalate to SIGKILL (``tether timeout`` without ``-k``).
-    ``record`` is ``None`` or ``True`` for a new file in the default directory,
-    a path for that file, ``False`` for no record; the default directory is created if
-    needed. ``flags`` maps ``deadline``, ``grace`` and ``label`` to the names the
+    ``record`` is ``None`` for a new file in the default directory if it can be
+    used (see the module), ``True`` for one there without fail, a path for that
+    file, ``False`` for no record; the default directory is created if needed.
+    ``flags`` maps ``deadline``, ``grace`` and ``label`` to the names the
     door's users know them by, for messages.
     """
     words = command_words(argv)
@@ -95,19 +106,63 @@ def build_request(
         raise RequestError(f"not a signal name: {stop_signal!r}", option="stop_signal")
     checked_cwd = None if cwd is None else os.fspath(cwd)
     checked_env = environment_copy(env)
+    # Last: the only check that touches the file system (it makes the
+    # record's directory), so a request refused for anything else leaves nothing.
+    record_path, no_record_reason = record_choice(record)
     return RunSpec(
         argv=words,
         deadline_seconds=deadline_seconds or None,
         grace_seconds=grace_seconds,
         asked_at=asked_at,
-        # Last: the only check that touches the file system (it makes the
-        # record's directory), so a request refused for anything else leaves nothing.
-        record_path=record_path_for(record),
+        record_path=record_path,
         label=checked_label,
         cwd=checked_cwd,
         env=checked_env,
         stop_signal=stop_signal,
+        no_record_reason=no_record_reason,
     )
+
+
+def record_choice(record: object) -> tuple[str | None, str | None]:
+    """Where the record goes, or why there is none: ``(path, None)`` or ``(None, why)``.
+
+    ``record=None`` (the default) falls back to no record, with a reason and a
+    warning, when the default directory cannot be used; everything else is
+    :func:`record_path_for`'s to check. ``record=False`` is ``(None, None)``:
+    no record was wanted, there is nothing to explain.
+    """
+    if record is not None:
+        return record_path_for(record), None
+    from tether.shared.record_file import RecordError
+
+    try:
+        return record_path_for(True), None
+    except RecordError as error:
+        why = str(error)
+        warn_no_record_once(why)
+        return None, why
+
+
+_warned_no_record = False
+
+
+def warn_no_record_once(why: str) -> None:
+    """Say on stderr, once per process, that runs go ahead without a record, and why.
+
+    Once: a job worker that starts a thousand runs under a user without a home
+    needs to hear it, not a thousand times. Never raises: stderr may be closed.
+    """
+    global _warned_no_record  # noqa: PLW0603 - once per process is the point
+    if _warned_no_record:
+        return
+    _warned_no_record = True
+    import sys
+
+    try:
+        sys.stderr.write(f"tether: running without a record: {why}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _seconds(value: object, option: str, flags: Mapping[str, str]) -> float:

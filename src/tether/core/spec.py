@@ -67,6 +67,9 @@ class RunSpec:
     env: dict[str, str] | None = None
     umask: int | None = None
     stop_signal: str = DEFAULT_STOP_SIGNAL
+    #: Why the run keeps no record although it was to keep one in the default
+    #: directory (which could not be made or written); ``None`` otherwise.
+    no_record_reason: str | None = None
     #: Where the caller's file descriptors arrived in the supervisor, by role:
     #: ``lifeline``, ``status``, ``stdin``, ``stdout``, ``stderr``, and where they apply
     #: ``cwd`` (the caller's working directory) and ``record_dir`` (the held record directory).

@@ -42,6 +42,12 @@ def default_records_dir() -> Path:
     container run under a bare uid), there is no default directory, and
     :class:`~tether.shared.record_file.RecordError` says so: the records would
     otherwise land in ``./~/.local/state`` or ``/.local/state``.
+
+    The home must also exist: tether makes ``.local/state/tether/runs`` inside
+    a home, never the home itself. ``HOME=/nonexistent`` (the ``nobody``
+    user's, and many service accounts') would otherwise have root create
+    ``/nonexistent/.local/state``. An ``XDG_STATE_HOME`` that is set is the
+    user's explicit choice, and is made if missing, as the specification asks.
     """
     state = os.environ.get("XDG_STATE_HOME", "")
     if not os.path.isabs(state):
@@ -60,6 +66,13 @@ def _home() -> str:
         raise RecordError(
             "no default directory for records: neither XDG_STATE_HOME nor HOME is an absolute "
             "path (set one of them, or name the record's path or directory)",
+            path=Path(home),
+        )
+    if not os.path.isdir(home):
+        from tether.shared.record_file import RecordError
+
+        raise RecordError(
+            f"no default directory for records: the home directory {home!r} does not exist",
             path=Path(home),
         )
     return home
