@@ -212,7 +212,10 @@ def test_verbose_prints_the_record_path(tmp_path: Path) -> None:
 def test_help_lists_every_option_with_its_default() -> None:
     result = run("run", "--help")
     assert result.returncode == 0
-    for option in ("--deadline", "--grace", "--record", "--no-record", "--name", "--verbose"):
+    for option in (
+        "--deadline", "--grace", "--record", "--no-record", "--record-argv", "--label", "--name",
+        "--verbose",
+    ):  # fmt: skip
         assert option in result.stdout
     text = " ".join(result.stdout.split())
     assert "default: 0, no deadline" in text

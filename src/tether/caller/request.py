@@ -86,6 +86,7 @@ def build_request(
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     stop_signal: str = DEFAULT_STOP_SIGNAL,
+    record_argv: object = False,
     flags: Mapping[str, str] = _API_NAMES,
 ) -> RunSpec:
     """Check what a door was given and return the request, or raise (see the module).
@@ -96,7 +97,9 @@ def build_request(
     used (see the module), ``True`` for one there without fail, a path for that
     file, ``False`` for no record; the default directory is created if needed.
     ``flags`` maps ``deadline``, ``grace`` and ``label`` to the names the
-    door's users know them by, for messages.
+    door's users know them by, for messages. ``record_argv`` keeps the whole
+    command line (redacted) in the record; by default it holds only the
+    command's name.
     """
     words = command_words(argv)
     deadline_seconds = _seconds(deadline, "deadline", flags) if deadline is not None else 0.0
@@ -106,6 +109,8 @@ def build_request(
         raise RequestError(f"not a signal name: {stop_signal!r}", option="stop_signal")
     checked_cwd = None if cwd is None else os.fspath(cwd)
     checked_env = environment_copy(env)
+    if not isinstance(record_argv, bool):
+        raise TypeError(f"record_argv must be True or False, not {record_argv!r}")
     # Last: the only check that touches the file system (it makes the
     # record's directory), so a request refused for anything else leaves nothing.
     record_path, no_record_reason = record_choice(record)
@@ -120,6 +125,7 @@ def build_request(
         env=checked_env,
         stop_signal=stop_signal,
         no_record_reason=no_record_reason,
+        record_argv=record_argv,
     )
 
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["run"]
 
 _USAGE_RUN: Final = "tether run [OPTIONS] -- CMD [ARG]..."
-_FLAGS: Final = {"deadline": "--deadline", "grace": "--grace", "label": "--name"}
+_FLAGS: Final = {"deadline": "--deadline", "grace": "--grace", "label": "--label"}
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -63,7 +63,18 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     where.add_argument("--no-record", action="store_true", help="write no record")
     parser.add_argument(
-        "--name", metavar="LABEL", help="a label for the run, kept in the record (default: none)"
+        "--record-argv",
+        action="store_true",
+        help="keep the whole command line in the record, redacted (default: only its name "
+        "and working directory)",
+    )
+    parser.add_argument(
+        "--label",
+        "--name",
+        dest="label",
+        metavar="LABEL",
+        help="a label for the run, kept in the record, shown by tether ls and found by tether "
+        "show (default: none; --name is the same option under its older name)",
     )
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="print the record's path on stderr"
@@ -98,7 +109,8 @@ def _request(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
             deadline=args.deadline,
             grace=DEFAULT_GRACE_SECONDS if args.grace is None else args.grace,
             record=False if args.no_record else args.record,
-            label=args.name,
+            label=args.label,
+            record_argv=args.record_argv,
             flags=_FLAGS,
         )
     except RequestError as error:
