@@ -57,7 +57,7 @@ def test_the_api_takes_record_argv_and_checks_it(tmp_path: Path) -> None:
     assert (document["command"], document["cwd"]) == ("true", str(tmp_path))
     assert document["argv"] == ["true", "one", "two"]
     with pytest.raises(TypeError, match="record_argv"):
-        tether.run(["true"], record=False, record_argv="yes")  # type: ignore[typeddict-item]
+        tether.run(["true"], record=False, record_argv="yes")  # type: ignore[arg-type]
 
 
 def test_a_huge_command_line_is_cut_so_the_record_stays_readable(tmp_path: Path) -> None:
