@@ -84,6 +84,35 @@ class Outcome:
     #: Why no record was kept although one was meant to be (the default
     #: directory could not be made or written); ``None`` otherwise.
     no_record_reason: str | None = None
+    #: The deadline the run had, in seconds; ``None`` for none.
+    deadline_seconds: float | None = None
+    #: How many processes tether stopped, how many of them had left the
+    #: command's process group, and how long stopping took; ``None``: not said.
+    processes_stopped: int | None = None
+    outside_group: int | None = None
+    shutdown_seconds: float | None = None
+
+    def __str__(self) -> str:
+        """The verdict line, as ``tether run -v`` prints it: what ended the run, what tether did.
+
+        ``deadline 2s passed (status 124); stopped 3 processes (1 outside the
+        group) in 1.2 ms; record /.../runs/...json``.
+        """
+        from tether.caller.verdict import verdict_line
+
+        return verdict_line(
+            reason=self.reason.value,
+            exit_status=self.exit_status,
+            returncode=self.returncode,
+            deadline_seconds=self.deadline_seconds,
+            escalated_to_sigkill=self.escalated_to_sigkill,
+            processes_stopped=self.processes_stopped,
+            outside_group=self.outside_group,
+            shutdown_seconds=self.shutdown_seconds,
+            record=None if self.record_path is None else str(self.record_path),
+            no_record_reason=self.no_record_reason,
+            message=self.message,
+        )
 
     @classmethod
     def from_finished(cls, finished: Finished, spec: RunSpec, started: Started | None) -> Outcome:
@@ -107,6 +136,10 @@ class Outcome:
             elapsed_seconds=finished.elapsed_seconds,
             argv=spec.argv,
             no_record_reason=spec.no_record_reason if finished.record is None else None,
+            deadline_seconds=spec.deadline_seconds,
+            processes_stopped=finished.processes_stopped,
+            outside_group=finished.outside_group,
+            shutdown_seconds=finished.shutdown_seconds,
         )
 
     @property

@@ -77,7 +77,11 @@ def _run_parser() -> argparse.ArgumentParser:
         "show (default: none; --name is the same option under its older name)",
     )
     parser.add_argument(
-        "-v", "--verbose", action="store_true", help="print the record's path on stderr"
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="at the end, say on stderr what ended the run, what tether did, and where the "
+        "record is",
     )
     return parser
 
@@ -138,6 +142,22 @@ def run(argv: list[str], asked_at: float) -> int:
         lost = finished.reason == Reason.SUPERVISOR_LOST
         where = f" (record: {finished.record})" if lost and finished.record else ""
         warn(f"{finished.message}{where}")
-    if verbose and finished.record:
-        warn(f"record: {finished.record}")
+    if verbose:
+        from tether.caller.verdict import verdict_line
+
+        warn(
+            verdict_line(
+                reason=finished.reason,
+                exit_status=finished.exit_status,
+                returncode=finished.returncode,
+                deadline_seconds=spec.deadline_seconds,
+                escalated_to_sigkill=finished.escalated_to_sigkill,
+                processes_stopped=finished.processes_stopped,
+                outside_group=finished.outside_group,
+                shutdown_seconds=finished.shutdown_seconds,
+                record=finished.record,
+                no_record_reason=spec.no_record_reason,
+                message=finished.message,
+            )
+        )
     return finished.exit_status

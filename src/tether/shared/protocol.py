@@ -160,7 +160,10 @@ class Finished:
     command's own (``subprocess`` style), ``record`` where the record was
     written (``None``: no record was asked for, or it could not be written,
     which ``message`` then says), ``errno`` why a launch failed. Times are ISO
-    8601 in UTC, as in the record.
+    8601 in UTC, as in the record. ``processes_stopped`` (of which
+    ``outside_group`` had left the command's process group) and
+    ``shutdown_seconds`` say what stopping the tree took, for the caller's
+    verdict line; ``None`` from a supervisor that did not say.
     """
 
     __slots__ = (
@@ -170,9 +173,12 @@ class Finished:
         "exit_status",
         "finished_at",
         "message",
+        "outside_group",
+        "processes_stopped",
         "reason",
         "record",
         "returncode",
+        "shutdown_seconds",
         "started_at",
     )
     KIND: Final = "finished"
@@ -190,6 +196,9 @@ class Finished:
         started_at: str | None = None,
         finished_at: str | None = None,
         elapsed_seconds: float | None = None,
+        processes_stopped: int | None = None,
+        outside_group: int | None = None,
+        shutdown_seconds: float | None = None,
     ) -> None:
         self.reason = reason
         self.exit_status = exit_status
@@ -201,6 +210,9 @@ class Finished:
         self.started_at = started_at
         self.finished_at = finished_at
         self.elapsed_seconds = elapsed_seconds
+        self.processes_stopped = processes_stopped
+        self.outside_group = outside_group
+        self.shutdown_seconds = shutdown_seconds
 
     def fields(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -219,6 +231,9 @@ class Finished:
             started_at=_str(data.get("started_at")),
             finished_at=_str(data.get("finished_at")),
             elapsed_seconds=_number(data.get("elapsed_seconds")),
+            processes_stopped=_int(data.get("processes_stopped")),
+            outside_group=_int(data.get("outside_group")),
+            shutdown_seconds=_number(data.get("shutdown_seconds")),
         )
 
 
