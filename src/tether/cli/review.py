@@ -32,14 +32,24 @@ def add_show_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
         "show",
         help="tell the story of one run (tether show --help)",
         description="Show one run for a person: the verdict (why it ended, exit status, how it "
-        "was stopped, resources) and the timeline of its event log in seconds since the launch. "
-        "Give the record (.json) or its event log (.events.jsonl); either finds the other.",
+        "was stopped, resources) and the timeline of its event log in seconds since tether was "
+        "asked to run it. RUN is a record (.json) or its event log (.events.jsonl), either finds "
+        "the other; or a record's name as tether ls prints it, or a label (the newest run with "
+        "it), both looked up in the default records directory from any directory.",
         epilog="Colour only on a terminal, and never when NO_COLOR is set. Exit status: 0 shown "
         "(even if the record or the log is missing, or the log's last line is cut short: the "
         "gaps are named on stderr), 125 nothing to show (not a tether record or event log, "
         "unreadable, missing).",
     )
-    show.add_argument("path", metavar="RECORD_OR_LOG", help="a record or an event log")
+    show.add_argument(
+        "path",
+        nargs="?",
+        metavar="RUN",
+        help="a record or event log path, a record's name from tether ls, or a label",
+    )
+    show.add_argument(
+        "--last", action="store_true", help="show the newest run in the default records directory"
+    )
     show.add_argument(
         "--json",
         action="store_true",
@@ -55,8 +65,9 @@ def add_ls_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
         "ls",
         help="list the runs in a records directory (tether ls --help)",
         description="List the runs recorded in DIR, newest first: when each started (local "
-        "time), its label, why it ended, its exit status, how long it took, whether SIGKILL was "
-        "needed, and the record's file name (for tether show).",
+        "time), its label, the command's name, why it ended, its exit status, how long it took, "
+        "whether SIGKILL was needed, and the record's name (tether show NAME shows it, from any "
+        "directory).",
         epilog="Files that are not tether records are skipped, each named on stderr. Exit "
         "status: 0 listed (even nothing), 125 bad option or DIR unreadable.",
     )
@@ -115,12 +126,36 @@ def _lenient_stdout() -> None:
 
 @_never_a_traceback
 def show(args: argparse.Namespace) -> int:
-    from tether.review import ReviewError, load_run, render_run, run_as_json, use_colour
+    from tether.review import (
+        ReviewError,
+        find_last,
+        find_run,
+        load_run,
+        render_run,
+        run_as_json,
+        use_colour,
+    )
+    from tether.shared.record_file import RecordError
 
+    if (args.path is None) == (not args.last):
+        fail("show: give one RUN (a path, a name from tether ls, a label) or --last")
     try:
-        run = load_run(Path(args.path))
+        directory: Path | None = default_records_dir()
+    except RecordError as error:
+        if args.last:
+            fail(str(error))
+        directory = None
+    try:
+        if args.last:
+            assert directory is not None
+            path, notes = find_last(directory), list[str]()
+        else:
+            path, notes = find_run(args.path, directory)
+        run = load_run(path)
     except ReviewError as error:
         fail(str(error))
+    for note in notes:
+        warn(note)
     for message in ([run.record_note] if run.record_note else []) + run.warnings:
         warn(message)
     if args.json:
