@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+EVENTS_SUFFIX = ".events.jsonl"
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 SCHEMA = ROOT / "src" / "tether" / "schema" / "record.v1.json"
@@ -214,19 +215,45 @@ def _real_state_directory() -> Path:
     return Path(state) / "tether" / "runs"
 
 
+def ours(directory: Path, name: str, places: tuple[Path, ...]) -> bool:
+    """Whether the run ``name`` in the real record directory was started from one of ``places``.
+
+    This machine may be shared: another program of the same user may run
+    ``tether run`` while the suite does, and its records are not the suite's
+    doing. A record says where its command ran (``cwd``, since tether 0.2);
+    every test runs its commands from this checkout or the session's
+    temporary directories. A record without ``cwd`` (an older tether) is not
+    this suite's; an event log is judged by its record, and one without a
+    record (a run still going) is left out.
+    """
+    stem = name.removesuffix(EVENTS_SUFFIX).removesuffix(".json")
+    try:
+        record = json.loads((directory / f"{stem}.json").read_text())
+    except (OSError, ValueError):
+        return False
+    cwd = record.get("cwd") if isinstance(record, dict) else None
+    return isinstance(cwd, str) and any(Path(cwd).is_relative_to(place) for place in places)
+
+
 @pytest.fixture(scope="session", autouse=True)
-def real_state_unchanged() -> Iterator[None]:
+def real_state_unchanged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Fail the session (an error at its last teardown) if the real record directory changed.
 
     Taken before any test has moved ``HOME``, so it watches the operator's
     own ``~/.local/state/tether/runs`` (or ``$XDG_STATE_HOME/tether/runs``).
-    Someone running ``tether run`` by hand as the same user while the suite
-    runs trips it too: that is the price of a check that can see anything.
+    Runs that other programs start meanwhile on a shared machine are told
+    apart by where they ran (:func:`ours`); a removal is always the suite's.
     """
     directory = _real_state_directory()
+    places = (ROOT, tmp_path_factory.getbasetemp())
     before = state_snapshot(directory)
     yield
-    changes = snapshot_changes(before, state_snapshot(directory))
+    after = state_snapshot(directory)
+    mine = {name for name in after if ours(directory, name, places)}
+    changes = snapshot_changes(
+        {name: info for name, info in before.items() if name in mine or name not in after},
+        {name: info for name, info in after.items() if name in mine},
+    )
     if changes:
         shown = "; ".join(changes[:5]) + (f"; and {len(changes) - 5} more" if changes[5:] else "")
         pytest.fail(f"the test session wrote into the real state directory {directory}: {shown}")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from conftest import snapshot_changes, state_snapshot, tether_argv
+from conftest import ROOT, ours, snapshot_changes, state_snapshot, tether_argv
 
 
 def test_every_test_has_a_home_of_its_own(private_home: Path) -> None:
@@ -50,3 +51,40 @@ def test_the_snapshot_sees_a_file_added_changed_or_removed(tmp_path: Path) -> No
     (tmp_path / "runs" / "a.json").unlink()
     assert snapshot_changes(before, state_snapshot(tmp_path)) == ["removed runs/a.json"]
     assert state_snapshot(tmp_path / "missing") == {}
+
+
+def test_a_run_is_ours_when_it_ran_from_this_checkout_or_the_sessions_temporary_files(
+    tmp_path: Path,
+) -> None:
+    places = (ROOT, tmp_path / "base")
+    for name, cwd in (
+        ("a", str(ROOT / "tests")),
+        ("b", str(tmp_path / "base" / "t0")),
+        ("c", "/work/elsewhere"),
+        ("d", None),
+    ):
+        record = {"schema_version": "tether.record.v1", "cwd": cwd}
+        (tmp_path / f"{name}.json").write_text(json.dumps(record))
+        (tmp_path / f"{name}.events.jsonl").write_text("{}\n")
+    (tmp_path / "e.events.jsonl").write_text("{}\n")
+    judged = {
+        name: ours(tmp_path, name, places)
+        for name in (
+            "a.json",
+            "a.events.jsonl",
+            "b.json",
+            "c.json",
+            "c.events.jsonl",
+            "d.json",
+            "e.events.jsonl",
+        )
+    }
+    assert judged == {
+        "a.json": True,
+        "a.events.jsonl": True,
+        "b.json": True,
+        "c.json": False,
+        "c.events.jsonl": False,
+        "d.json": False,
+        "e.events.jsonl": False,
+    }

@@ -25,6 +25,8 @@ the spec says why in ``no_record_reason``, and the process says it once on
 stderr (:func:`warn_no_record_once`), however many runs it starts. A path the
 caller named (``--record PATH``, ``record=PATH``, or ``record=True``, "a
 record, in the default place") is still refused before anything starts.
+The default directory is also the one tether keeps bounded
+(:mod:`tether.shared.retention`): a run that writes there may prune it first.
 
 Caller side: standard library only.
 """
@@ -137,16 +139,23 @@ def record_choice(record: object) -> tuple[str | None, str | None]:
     :func:`record_path_for`'s to check. ``record=False`` is ``(None, None)``:
     no record was wanted, there is nothing to explain.
     """
-    if record is not None:
+    if record is not None and record is not True:
         return record_path_for(record), None
     from tether.shared.record_file import RecordError
 
     try:
-        return record_path_for(True), None
+        path = record_path_for(True)
     except RecordError as error:
+        if record is True:
+            raise
         why = str(error)
         warn_no_record_once(why)
         return None, why
+    assert path is not None
+    from tether.shared.retention import maybe_prune
+
+    maybe_prune(Path(path).parent)
+    return path, None
 
 
 _warned_no_record = False

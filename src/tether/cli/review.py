@@ -1,4 +1,4 @@
-"""``tether show`` and ``tether ls``: what operators read after the fact.
+"""``tether show``, ``tether ls``, ``tether prune``: what operators read (and clear) afterwards.
 
 They only read files; their loading and rendering live in :mod:`tether.review`.
 Their output goes to stdout, their complaints (a file skipped, a log line cut
@@ -24,7 +24,7 @@ from tether.cli.messages import UsageParser, fail, print_out, warn
 from tether.core.reasons import Reason
 from tether.shared.paths import default_records_dir
 
-__all__ = ["add_ls_parser", "add_show_parser", "ls", "show"]
+__all__ = ["add_ls_parser", "add_prune_parser", "add_show_parser", "ls", "prune", "show"]
 
 
 def add_show_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
@@ -96,6 +96,41 @@ def add_ls_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
         "--label", metavar="PATTERN", help="only runs whose label matches (shell pattern: eval-*)"
     )
     ls.add_argument("--json", action="store_true", help="print a JSON array of the records")
+
+
+def add_prune_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
+    prune = sub.add_parser(
+        "prune",
+        help="remove old runs from a records directory (tether prune --help)",
+        description="Remove the runs DIR does not keep: all but the newest --keep runs, and "
+        "those older than --older-than. Only finished tether runs go (a record and its event "
+        "log); a run in progress, a file that is not a tether record and a symbolic link are "
+        "never touched. The default directory is also pruned as runs are written into it "
+        "(at most TETHER_KEEP_RUNS runs, default 10000, none older than TETHER_KEEP_DAYS days, "
+        "default 30; 0 means no bound).",
+        epilog="The names of the runs removed (or, with --dry-run, that would be) go to stdout, "
+        "one a line, oldest first; a summary to stderr. Exit status: 0 done, 125 bad option or "
+        "DIR unusable.",
+    )
+    prune.add_argument(
+        "directory",
+        nargs="?",
+        metavar="DIR",
+        help="the records directory (default: $XDG_STATE_HOME/tether/runs)",
+    )
+    prune.add_argument(
+        "--older-than",
+        metavar="DUR",
+        help="remove runs that started longer ago than DUR (7d, 12h; default: TETHER_KEEP_DAYS)",
+    )
+    prune.add_argument(
+        "--keep",
+        metavar="N",
+        help="keep at most the newest N runs (default: TETHER_KEEP_RUNS)",
+    )
+    prune.add_argument(
+        "--dry-run", action="store_true", help="say what would be removed, and remove nothing"
+    )
 
 
 def _never_a_traceback(command: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
@@ -216,3 +251,47 @@ def ls(args: argparse.Namespace) -> int:
         warn(f"no runs {'match' if listing.records else 'are recorded'} in {shown}")
         return 0
     return print_out(render_table(rows, directory=directory, colour=use_colour(sys.stdout)))
+
+
+@_never_a_traceback
+def prune(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from tether.core.durations import DurationError, parse_duration
+    from tether.review import printable_path
+    from tether.shared.record_file import RecordError
+    from tether.shared.retention import prune as prune_directory
+    from tether.shared.retention import retention_from
+
+    retention, problems = retention_from(os.environ)
+    for problem in problems:
+        warn(f"{problem}; using the default")
+    if args.keep is not None:
+        if not (args.keep.isascii() and args.keep.isdigit()):
+            fail(f"--keep: not a whole number >= 0: {args.keep!r}")
+        retention = replace(retention, runs=int(args.keep))
+    if args.older_than is not None:
+        try:
+            retention = replace(
+                retention, seconds=parse_duration(args.older_than, flag="--older-than")
+            )
+        except DurationError as error:
+            fail(str(error))
+    try:
+        directory = Path(args.directory) if args.directory else default_records_dir()
+    except RecordError as error:
+        fail(str(error))
+    shown = printable_path(directory)
+    if not args.directory and not os.path.lexists(directory):
+        warn(f"no runs recorded yet ({shown} does not exist)")
+        return 0
+    try:
+        pruned = prune_directory(directory, retention, dry_run=args.dry_run)
+    except OSError as error:
+        if os.path.islink(directory):
+            fail(f"{shown}: a symbolic link (give the directory it points to)")
+        fail(f"{shown}: {error.strerror or error}")
+    verb = "would remove" if args.dry_run else "removed"
+    runs = "run" if len(pruned.records) == 1 else "runs"
+    warn(f"{verb} {len(pruned.records)} {runs} ({pruned.files} files) from {shown}")
+    return print_out("".join(f"{name}\n" for name in pruned.records)) if pruned.records else 0
