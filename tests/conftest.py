@@ -15,6 +15,7 @@ changed while it ran, whatever a test did to escape the first fixture.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import select
@@ -297,3 +298,36 @@ def validate_record(record: dict[str, object]) -> None:
     import jsonschema
 
     jsonschema.validate(record, json.loads(SCHEMA.read_text()))
+
+
+#: The two ways a supervisor can hold a tree (``TETHER_CONTAINMENT``), for tests run under both.
+MODES = ("sweep", "cgroup")
+
+
+@functools.cache
+def cgroup_problem() -> str | None:
+    """Why no cgroup of a run's own can be made here, or ``None`` if one can."""
+    from tether.linux.cgroup import CgroupUnavailable, RunCgroup
+
+    try:
+        probe = RunCgroup.create()
+    except CgroupUnavailable as why:
+        return str(why)
+    probe.discard()
+    return None
+
+
+def skip_without_cgroup() -> None:
+    """Skip the calling test, saying why, where no cgroup of a run's own can be made."""
+    problem = cgroup_problem()
+    if problem is not None:
+        pytest.skip(f"no writable cgroup v2 hierarchy here: {problem}")
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    """Each containment mode in turn; ``cgroup`` skips where no cgroup can be made."""
+    chosen: str = request.param
+    if chosen == "cgroup":
+        skip_without_cgroup()
+    return chosen

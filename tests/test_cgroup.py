@@ -23,14 +23,15 @@ from conftest import (
     Processes,
     ReadyPipe,
     alive,
+    cgroup_problem,
     fixture,
     parent_of,
     read_json,
+    skip_without_cgroup,
     tether_argv,
     validate_record,
     wait_gone,
 )
-from test_containment import cgroup_problem, skip_without_cgroup
 from tether.linux.cgroup import RunCgroup, cgroup_of, own_cgroup, remove_stale
 from tether.supervisor.command import Command, CommandNotStarted, start_command
 

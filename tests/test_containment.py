@@ -17,7 +17,6 @@ left, and, in cgroup mode, the run's cgroup is gone.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import signal
 import subprocess
@@ -42,35 +41,8 @@ from conftest import (
     wait_gone,
 )
 from tether.linux import proctree
-from tether.linux.cgroup import CgroupUnavailable, RunCgroup, cgroup_of, own_cgroup
+from tether.linux.cgroup import cgroup_of, own_cgroup
 from tether.linux.prctl import set_child_subreaper
-
-MODES = ("sweep", "cgroup")
-
-
-@functools.cache
-def cgroup_problem() -> str | None:
-    """Why no cgroup of a run's own can be made here, or ``None`` if one can."""
-    try:
-        probe = RunCgroup.create()
-    except CgroupUnavailable as why:
-        return str(why)
-    probe.discard()
-    return None
-
-
-def skip_without_cgroup() -> None:
-    problem = cgroup_problem()
-    if problem is not None:
-        pytest.skip(f"no writable cgroup v2 hierarchy here: {problem}")
-
-
-@pytest.fixture(params=MODES)
-def mode(request: pytest.FixtureRequest) -> str:
-    chosen: str = request.param
-    if chosen == "cgroup":
-        skip_without_cgroup()
-    return chosen
 
 
 def run_cgroups(supervisor: int) -> list[Path]:

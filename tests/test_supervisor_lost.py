@@ -138,7 +138,7 @@ def test_the_caller_stops_what_it_can_reach(
     descendant that left the group; ``killpg`` cannot.
     """
     if containment == "cgroup":
-        from test_containment import skip_without_cgroup
+        from conftest import skip_without_cgroup
 
         skip_without_cgroup()
     record = tmp_path / "lost.json"

@@ -14,7 +14,6 @@ says why.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shutil
@@ -52,27 +51,6 @@ def env(tmp_path: Path) -> dict[str, str]:
         "HOME": str(tmp_path / "home"),
         "XDG_STATE_HOME": str(tmp_path / "state"),
     }
-
-
-@functools.cache
-def cgroup_problem() -> str | None:
-    """Why no cgroup of a run's own can be made here, or ``None`` if one can."""
-    from tether.linux.cgroup import CgroupUnavailable, RunCgroup
-
-    try:
-        probe = RunCgroup.create()
-    except CgroupUnavailable as why:
-        return str(why)
-    probe.discard()
-    return None
-
-
-@pytest.fixture(params=("sweep", "cgroup"))
-def containment(request: pytest.FixtureRequest) -> str:
-    chosen: str = request.param
-    if chosen == "cgroup" and cgroup_problem() is not None:
-        pytest.skip(f"no writable cgroup v2 hierarchy here: {cgroup_problem()}")
-    return chosen
 
 
 def files_under(root: Path) -> list[Path]:
@@ -249,7 +227,7 @@ def test_a_supervisor_lost_before_it_said_started_leaves_nothing_running(
     tmp_path: Path,
     processes: Processes,
     ready: ReadyPipe,
-    containment: str,
+    mode: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The supervisor killed after the command started but before ``started`` reached the
@@ -264,7 +242,7 @@ def test_a_supervisor_lost_before_it_said_started_leaves_nothing_running(
     from tether.caller.start import send_spec, spawn_supervisor
     from tether.shared.protocol import Started
 
-    monkeypatch.setenv("TETHER_CONTAINMENT", containment)
+    monkeypatch.setenv("TETHER_CONTAINMENT", mode)
     record = tmp_path / "r.json"
     script = f'sleep 60 & a=$!; sleep 60 & echo "ready $a $! $$" > "{ready.path}"; wait'
     for _attempt in range(5):

@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import resource
@@ -45,11 +44,9 @@ from conftest import (
     wait_gone,
 )
 from tether.core.machine import DEFAULT_SETTLE_SECONDS
-from tether.linux.cgroup import CgroupUnavailable, RunCgroup, own_cgroup
+from tether.linux.cgroup import own_cgroup
 from tether.supervisor import last_resort
 from tether.supervisor.loop import LifelineBytes
-
-MODES = ("sweep", "cgroup")
 
 #: A mebibyte of bytes that are neither ``c`` nor ``k``.
 _NOT_REQUESTS = bytes(byte for byte in range(256) if byte not in b"ck")
@@ -67,24 +64,6 @@ def fault(self, now):
 loop.Supervision._observe_tree = fault
 runpy.run_module("tether.supervisor", run_name="__main__", alter_sys=True)
 """
-
-
-@functools.cache
-def cgroup_problem() -> str | None:
-    try:
-        probe = RunCgroup.create()
-    except CgroupUnavailable as why:
-        return str(why)
-    probe.discard()
-    return None
-
-
-@pytest.fixture(params=MODES)
-def mode(request: pytest.FixtureRequest) -> str:
-    chosen: str = request.param
-    if chosen == "cgroup" and (problem := cgroup_problem()) is not None:
-        pytest.skip(f"no writable cgroup v2 hierarchy here: {problem}")
-    return chosen
 
 
 def run_cgroups(supervisor: int) -> list[Path]:
