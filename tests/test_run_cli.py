@@ -200,7 +200,8 @@ def test_default_record_location_and_no_record(tmp_path: Path) -> None:
     assert stat.S_IMODE(runs.stat().st_mode) == 0o700
 
     assert run("run", "--no-record", "--", "true", env=env).returncode == 0
-    assert len(list(runs.iterdir())) == 2
+    # The record and its log; and the retention marker, hidden (tether ls skips it).
+    assert sorted(path.name.startswith(".") for path in runs.iterdir()) == [False, False, True]
 
 
 def test_verbose_prints_the_record_path(tmp_path: Path) -> None:
