@@ -8,8 +8,9 @@ bound of that kind). The defaults: a run leaves about 2.5 KB (its record and
 its event log, measured over 318 real files: median 1.0 KB, largest 1.9 KB
 each), so 10 000 runs are about 25 MB, and ``tether ls`` still lists them
 (2.5 to 6 s on the shared two-core development machine at a load of 14: a
-table one reads, not one to scan on every prompt); 30 days is long enough to look back on last month's failures,
-and a directory one never looks at does not grow without end.
+table one reads, not one to scan on every prompt); 30 days is long enough to
+look back on last month's failures, and a directory one never looks at does
+not grow without end.
 
 Pruning must never cost a run and never remove what it must not:
 
