@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from conftest import BOUND, tether_argv
+from tether.shared.paths import is_record_name, maybe_prune
 from tether.shared.retention import (
     DEFAULT_KEEP_DAYS,
     DEFAULT_KEEP_RUNS,
     MARKER,
     Retention,
-    maybe_prune,
     prune,
     retention_from,
 )
@@ -167,3 +167,26 @@ def test_tether_prune_by_hand(private_home: Path) -> None:
         refused = tether_prune(*bad)
         assert refused.returncode == 125
         assert len(refused.stderr.splitlines()) <= 2
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("20260601T120000.000000Z-0123abcd.json", True),
+        ("20260601T120000.000000Z-0123ABCD.json", False),
+        ("20260601T120000.000000Z-0123abcd.events.jsonl", False),
+        ("20260601T120000.000000Z-0123abcd.json.tmp", False),
+        ("2026060xT120000.000000Z-0123abcd.json", False),
+        ("notes.json", False),
+        ("20260601T120000.000000Z_0123abcd.json", False),
+        ("٢0260601T120000.000000Z-0123abcd.json", False),
+    ],
+)
+def test_only_names_tether_gives_are_record_names(name: str, expected: bool) -> None:
+    assert is_record_name(name) is expected
+
+
+def test_a_fresh_name_is_a_record_name() -> None:
+    from tether.shared.paths import new_record_name
+
+    assert all(is_record_name(new_record_name()) for _ in range(100))

@@ -152,7 +152,7 @@ def record_choice(record: object) -> tuple[str | None, str | None]:
         warn_no_record_once(why)
         return None, why
     assert path is not None
-    from tether.shared.retention import maybe_prune
+    from tether.shared.paths import maybe_prune
 
     maybe_prune(Path(path).parent)
     return path, None

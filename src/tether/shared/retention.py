@@ -15,23 +15,26 @@ not grow without end.
 Pruning must never cost a run and never remove what it must not:
 
 *Cheap.* A run that writes into the default directory looks at one marker
-file (``.pruned``); a pass over the directory happens only when the last
-was more than :data:`PRUNE_INTERVAL_SECONDS` ago, or by a 1-in-
-:data:`PRUNE_ONE_IN` chance (so that a tight loop cannot outrun the count
-bound between two passes). A pass lists the directory once; ages come from the
-record names, which start with the UTC start time (:mod:`tether.shared.paths`)
-and so sort as it does; only the runs to remove are opened.
+file (``.pruned``, :func:`tether.shared.paths.maybe_prune`, which loads this
+module only when a pass is due); a pass over the directory happens only when
+the last was more than an hour ago, or by a 1-in-64 chance (so that a tight
+loop cannot outrun the count bound between two passes). A pass lists the
+directory once; ages come from the record names, which start with the UTC
+start time (:mod:`tether.shared.paths`) and so sort as it does; only the runs
+to remove are opened.
 
 *Safe.* Only names tether gives records (``YYYYmmddTHHMMSS.ffffffZ-xxxxxxxx.json``)
 that are regular files (not links, never followed) *and* read back as tether
 records are removed, each with the ``.events.jsonl`` beside it, the log
 first, so that a pass interrupted half-way never leaves a log without its
-record. A run in progress has no record yet (the record
-is written once, at the end), so it is never touched, and an event log without
-a record (a run in progress, or a supervisor that died without one) is left
-alone. Removal goes through the directory's descriptor, opened without
-following a link, so nothing done to the path meanwhile can redirect it.
-Every failure is swallowed: pruning is housekeeping, never a reason to fail.
+record. A run in progress has no record yet (the record is written once, at
+the end), so it is never touched, and an event log without a record (a run in
+progress, or a supervisor that died without one) is left alone. Removal goes
+through the directory's descriptor, opened without following a link, so
+nothing done to the path meanwhile can redirect it.
+A file that cannot be removed is skipped, and the automatic pass
+(:func:`~tether.shared.paths.maybe_prune`) swallows every failure: pruning is
+housekeeping, never a reason to fail a run.
 
 Caller side: standard library only.
 """
@@ -40,14 +43,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import stat
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tether.shared.paths import EVENTS_SUFFIX
+from tether.shared.paths import EVENTS_SUFFIX, is_record_name
+from tether.shared.paths import PRUNE_MARKER as MARKER
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -57,9 +60,9 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_KEEP_DAYS",
     "DEFAULT_KEEP_RUNS",
+    "MARKER",
     "Pruned",
     "Retention",
-    "maybe_prune",
     "prune",
     "retention_from",
 ]
@@ -68,14 +71,6 @@ __all__ = [
 DEFAULT_KEEP_RUNS: Final = 10_000
 #: The most days a run stays in the default directory, unless ``TETHER_KEEP_DAYS`` says otherwise.
 DEFAULT_KEEP_DAYS: Final = 30.0
-#: A pass at most this often, unless chance calls for one (see the module).
-PRUNE_INTERVAL_SECONDS: Final = 3600.0
-#: The chance of a pass at any run, one in this many.
-PRUNE_ONE_IN: Final = 64
-#: The marker whose modification time is the last pass's.
-MARKER: Final = ".pruned"
-
-_RECORD_NAME: Final = re.compile(r"(\d{8}T\d{6}\.\d{6}Z)-[0-9a-f]{8}\.json")
 _STAMP_FORMAT: Final = "%Y%m%dT%H%M%S.%fZ"
 
 
@@ -122,25 +117,6 @@ def retention_from(environ: Mapping[str, str]) -> tuple[Retention, list[str]]:
         else:
             problems.append(f"TETHER_KEEP_DAYS={raw_days!r} is not a number of days >= 0")
     return Retention(runs=runs, seconds=None if days is None else days * 86400), problems
-
-
-def maybe_prune(directory: Path, environ: Mapping[str, str] = os.environ) -> None:
-    """Prune ``directory`` (the default one) if a pass is due; never raises. See the module."""
-    with contextlib.suppress(Exception):
-        if not _due(directory):
-            return
-        retention, _problems = retention_from(environ)
-        prune(directory, retention)
-
-
-def _due(directory: Path) -> bool:
-    if os.urandom(1)[0] % PRUNE_ONE_IN == 0:  # 256 is a multiple of 64: a fair chance
-        return True
-    try:
-        last = os.stat(directory / MARKER, follow_symlinks=False).st_mtime
-    except FileNotFoundError:
-        return True
-    return not 0 <= time.time() - last < PRUNE_INTERVAL_SECONDS
 
 
 def prune(
@@ -190,9 +166,7 @@ def _record_names(fd: int) -> list[str]:
         return [
             entry.name
             for entry in entries
-            if entry.name.endswith(".json")  # half the names are event logs: cheaply out
-            and _RECORD_NAME.fullmatch(entry.name)
-            and entry.is_file(follow_symlinks=False)
+            if is_record_name(entry.name) and entry.is_file(follow_symlinks=False)
         ]
 
 
