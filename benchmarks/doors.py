@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +85,20 @@ class Doors:
     def record_path(self, token: str) -> Path:
         return self.workdir / "records" / f"{token}.json"
 
+    def tether_for(self, env: dict[str, str] | None) -> list[str]:
+        """The ``tether`` program of the copy ``env`` runs (``None``: the installed script).
+
+        Another copy may name its console entry point differently, so it is read from that
+        copy's ``pyproject.toml`` and called the way the installed script would call it.
+        """
+        if env is None:
+            return self.tether
+        source = Path(env["PYTHONPATH"].split(os.pathsep)[0])
+        project = tomllib.loads((source.parent / "pyproject.toml").read_text())
+        module, function = project["project"]["scripts"]["tether"].split(":")
+        call = f"import sys; from {module} import {function}; sys.exit({function}())"
+        return [self.python, "-c", call]
+
     # -- the contenders ---------------------------------------------------------
 
     def tether_run(
@@ -101,7 +116,7 @@ class Doors:
         path = self.record_path(token) if record else None
         where = ["--record", str(path)] if path else ["--no-record"]
         argv = [
-            *self.tether,
+            *self.tether_for(env),
             "run",
             "--deadline",
             f"{deadline:.6f}",

@@ -285,7 +285,8 @@ def test_bad_durations_are_refused_before_anything_starts(
         ([b"true"], {}, TypeError),
         (["true"], {"deadline": True}, TypeError),
         (["true"], {"env": {"A": 1}}, TypeError),
-        (["true"], {"stdout": subprocess.PIPE}, ValueError),
+        (["true"], {"stdout": subprocess.STDOUT}, ValueError),  # STDOUT is for stderr only
+        (["true"], {"input": b"x"}, TypeError),  # run()'s, not launch()'s
         (["true"], {"label": 3}, TypeError),
         (["true"], {"stdout": 9999}, ValueError),  # not an open descriptor: no /dev/null guess
         (["true"], {"stderr": io.StringIO()}, TypeError),  # no descriptor behind it

@@ -44,13 +44,19 @@ from tether.core.reasons import Reason
 if TYPE_CHECKING:
     from tether.api.functions import launch, launch_async, run, run_async
     from tether.api.handle import Tether
+    from tether.api.options import DEVNULL, PIPE, STDOUT
     from tether.api.outcome import CommandFailed, Outcome, TimeoutExpired
+    from tether.caller.capture import OutputStream
     from tether.caller.start import LaunchError
 
 __all__ = [
+    "DEVNULL",
+    "PIPE",
+    "STDOUT",
     "CommandFailed",
     "LaunchError",
     "Outcome",
+    "OutputStream",
     "Reason",
     "Tether",
     "TimeoutExpired",
@@ -63,6 +69,10 @@ __all__ = [
 
 #: Public names loaded on first use, and the module each comes from.
 _LAZY = {
+    "DEVNULL": "tether.api.options",
+    "PIPE": "tether.api.options",
+    "STDOUT": "tether.api.options",
+    "OutputStream": "tether.caller.capture",
     "CommandFailed": "tether.api.outcome",
     "LaunchError": "tether.caller.start",
     "Outcome": "tether.api.outcome",

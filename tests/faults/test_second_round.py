@@ -354,8 +354,9 @@ def test_a_fork_that_fails_is_tethers_failure_not_the_commands(tmp_path: Path) -
     ("bad", "error"),
     [
         ({"stdout": 9999}, ValueError),
-        ({"stdin": "not a file"}, TypeError),
-        ({"stderr": -1}, ValueError),
+        ({"stdin": "no such file"}, ValueError),  # a path, and none there
+        ({"stdin": b"bytes"}, TypeError),
+        ({"stderr": -4}, ValueError),  # -1 to -3 are PIPE, STDOUT and DEVNULL
         ({"env": {"A": 1}}, TypeError),
         ({"env": {1: "a"}}, TypeError),
         ({"cwd": 5}, TypeError),

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 from tether.api.handle import Tether, _resolve
-from tether.api.options import LaunchOptions, request_of
+from tether.api.options import PIPE, LaunchOptions, RunOptions, StdioPlan, request_of
 from tether.api.outcome import Outcome
+from tether.caller.capture import DEFAULT_MAX_OUTPUT_BYTES, Exchange
 from tether.caller.start import Spawn, send_spec, spawn_supervisor
 
 if TYPE_CHECKING:
@@ -32,14 +33,17 @@ Argv = Sequence[str | os.PathLike[str]]
 
 def _spawn(function: str, argv: Argv, options: LaunchOptions) -> tuple[Tether, Spawn]:
     """Check everything, then spawn the supervisor; return the handle (not launched yet)."""
-    spec, stdio, opened = request_of(function, argv, options)
+    spec, plan = request_of(function, argv, options)
     try:
-        stdin, stdout, stderr = stdio
+        stdin, stdout, stderr = plan.fds
         spawn = spawn_supervisor(spec, stdin=stdin, stdout=stdout, stderr=stderr)
-    finally:
-        for fd in opened:  # the supervisor has its own copies now
-            os.close(fd)
-    return Tether(spawn), spawn
+    except BaseException:
+        plan.close()
+        raise
+    for fd in plan.opened:  # the supervisor has its own copies now
+        os.close(fd)
+    plan.opened = []
+    return Tether(spawn, plan), spawn
 
 
 def launch(argv: Argv, **options: Unpack[LaunchOptions]) -> Tether:
@@ -69,16 +73,73 @@ def launch(argv: Argv, **options: Unpack[LaunchOptions]) -> Tether:
     return tether._launched_or_raise()
 
 
-def run(argv: Argv, *, check: bool = False, **options: Unpack[LaunchOptions]) -> Outcome:
+def run(argv: Argv, *, check: bool = False, **options: Unpack[RunOptions]) -> Outcome:
     """Run ``argv`` to its end under a tether; return the :class:`Outcome` (``subprocess.run``).
 
-    Takes :func:`launch`'s options. With ``check=True``, raise
+    Takes :func:`launch`'s options, and :func:`subprocess.run`'s
+    ``capture_output``, ``input`` and ``max_output_bytes``
+    (:class:`~tether.api.options.RunOptions`): output sent to
+    :data:`~tether.PIPE` is read while the command runs and lands in
+    ``Outcome.stdout``/``.stderr``. With ``check=True``, raise
     :class:`~tether.CommandFailed` unless the outcome is :attr:`~Outcome.ok`. An
     exception while waiting (Ctrl-C) cancels the command before it propagates.
     """
-    with launch(argv, **options) as tether:
-        outcome = tether.wait()
+    launch_options, data, limit = _run_options("run", options)
+    with launch(argv, **launch_options) as tether:
+        outcome = tether._communicate_blocking(_exchange(tether, data, limit))
     return outcome.check() if check else outcome
+
+
+def _run_options(
+    function: str, options: RunOptions
+) -> tuple[LaunchOptions, bytes | None, int | None]:
+    """Split ``run()``'s own options off: ``capture_output`` and ``input`` become pipes."""
+    unknown = sorted(set(options) - set(RunOptions.__annotations__))
+    if unknown:
+        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
+    rest: dict[str, Any] = dict(options)
+    capture = rest.pop("capture_output", False)
+    data = rest.pop("input", None)
+    limit = rest.pop("max_output_bytes", DEFAULT_MAX_OUTPUT_BYTES)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"max_output_bytes must be a number of bytes >= 0 or None, not {limit!r}")
+    if capture:
+        if rest.get("stdout") is not None or rest.get("stderr") is not None:
+            raise ValueError("stdout and stderr arguments may not be used with capture_output")
+        rest["stdout"] = rest["stderr"] = PIPE
+    encoded: bytes | None = None
+    if data is not None:
+        if rest.get("stdin") is not None:
+            raise ValueError("stdin and input arguments may not both be used")
+        rest["stdin"] = PIPE
+        encoded = _input_bytes(data, rest)
+    return cast(LaunchOptions, rest), encoded, limit
+
+
+def _input_bytes(data: object, options: dict[str, Any]) -> bytes:
+    from tether.api.options import text_encoding
+
+    encoding, errors = text_encoding(
+        options.get("text"), options.get("encoding"), options.get("errors")
+    )
+    if encoding is None:
+        if isinstance(data, str):
+            raise TypeError("input is text: pass text=True (or an encoding), or bytes")
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(f"input must be bytes or None, not {type(data).__name__}")
+        return bytes(data)
+    if not isinstance(data, str):
+        raise TypeError(f"input must be a string with text=True, not {type(data).__name__}")
+    return data.encode(encoding, errors or "strict")
+
+
+def _exchange(tether: Tether, data: bytes | None, limit: int | None) -> Exchange | None:
+    """Take the handle's pipes over for ``run()``: input written and output kept, all at once."""
+    plan: StdioPlan | None = tether._plan
+    if plan is None or not plan.pipes:
+        return None
+    stdin_fd, outputs = tether._take_pipes()
+    return Exchange(stdin_fd, data, outputs, limit)
 
 
 async def launch_async(argv: Argv, **options: Unpack[LaunchOptions]) -> Tether:
@@ -106,12 +167,15 @@ async def launch_async(argv: Argv, **options: Unpack[LaunchOptions]) -> Tether:
     return tether._launched_or_raise()
 
 
-async def run_async(
-    argv: Argv, *, check: bool = False, **options: Unpack[LaunchOptions]
-) -> Outcome:
-    """:func:`run`, for asyncio; cancelling the task cancels the command (see ``wait_async``)."""
-    tether = await launch_async(argv, **options)
-    outcome = await tether.wait_async()
+async def run_async(argv: Argv, *, check: bool = False, **options: Unpack[RunOptions]) -> Outcome:
+    """:func:`run`, for asyncio; cancelling the task cancels the command (see ``wait_async``).
+
+    Captured output and input go through the event loop too (``add_reader``,
+    ``add_writer``), never a thread.
+    """
+    launch_options, data, limit = _run_options("run_async", options)
+    tether = await launch_async(argv, **launch_options)
+    outcome = await tether._communicate_async(_exchange(tether, data, limit))
     return outcome.check() if check else outcome
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tether.api.outcome import Outcome, TimeoutExpired
+from tether.caller.capture import Exchange, OutputStream, decode_output
 from tether.caller.start import LaunchError, Spawn
 from tether.core.durations import DurationError, duration_seconds
 from tether.core.reasons import Reason
@@ -43,6 +44,9 @@ from tether.shared.protocol import Finished, Started
 if TYPE_CHECKING:
     import asyncio
     from types import TracebackType
+    from typing import IO, Any
+
+    from tether.api.options import StdioPlan
 
 __all__ = ["Tether"]
 
@@ -57,7 +61,7 @@ class Tether:
     record's directory), and is still stopped when this process exits.
     """
 
-    def __init__(self, spawn: Spawn) -> None:
+    def __init__(self, spawn: Spawn, plan: StdioPlan | None = None) -> None:
         self._spec = spec = spawn.spec
         self._name = os.path.basename(spec.argv[0]) or spec.argv[0]
         self._lock = threading.Lock()
@@ -69,8 +73,60 @@ class Tether:
         self._started: Started | None = None
         self._finished: Finished | None = None
         self._outcome: Outcome | None = None
+        self._plan = plan
+        pipes = {} if plan is None else plan.pipes
+        self._encoding = None if plan is None else plan.encoding
+        self._errors = None if plan is None else plan.errors
+        self._stdin = self._input(pipes.get("stdin"))
+        self._stdout = self._output(pipes.get("stdout"))
+        self._stderr = self._output(pipes.get("stderr"))
+
+    def _input(self, fd: int | None) -> IO[Any] | None:
+        """The write end of the stdin pipe as a file object, which closes itself when dropped."""
+        if fd is None:
+            return None
+        if self._encoding is None:
+            return open(fd, "wb", buffering=0)
+        return open(fd, "w", encoding=self._encoding, errors=self._errors, buffering=1)
+
+    def _output(self, fd: int | None) -> OutputStream | None:
+        if fd is None:
+            return None
+        return OutputStream(fd, encoding=self._encoding, errors=self._errors)
 
     # -- what callers see --------------------------------------------------
+
+    @property
+    def stdin(self) -> IO[Any] | None:
+        """The command's stdin, writable, with ``stdin=tether.PIPE``; otherwise ``None``.
+
+        A file object, as :attr:`subprocess.Popen.stdin` (text with
+        ``text=True``); close it to give the command end of file.
+        """
+        return self._stdin
+
+    @property
+    def stdout(self) -> OutputStream | None:
+        """The command's stdout with ``stdout=tether.PIPE``: iterate it, or ``read()`` it."""
+        return self._stdout
+
+    @property
+    def stderr(self) -> OutputStream | None:
+        """The command's stderr with ``stderr=tether.PIPE``: iterate it, or ``read()`` it."""
+        return self._stderr
+
+    def _take_pipes(self) -> tuple[int | None, dict[str, int]]:
+        """Hand the pipes over to ``run()``'s exchange; the streams are closed after."""
+        stdin_fd = None
+        if self._stdin is not None and not self._stdin.closed:
+            stdin_fd = os.dup(self._stdin.fileno())
+            self._stdin.close()
+        outputs = {
+            name: stream.detach()
+            for name, stream in (("stdout", self._stdout), ("stderr", self._stderr))
+            if stream is not None and not stream.closed
+        }
+        return stdin_fd, outputs
 
     @property
     def pid(self) -> int:
@@ -229,6 +285,112 @@ class Tether:
                 poller = select.poll()
                 poller.register(fd, select.POLLIN)
                 poller.poll(None if remaining is None else math.ceil(remaining * 1000))
+
+    # -- run()'s exchange of input and output ----------------------------
+
+    def _communicate_blocking(self, exchange: Exchange | None) -> Outcome:
+        """Write the input and keep the output while the command runs; then its outcome.
+
+        One ``poll`` over the pipes and the status channel: a command that
+        fills a pipe, or waits for input, never waits on the caller.
+        """
+        if exchange is None:
+            return self.wait()
+        try:
+            while self.outcome is None:
+                pending = exchange.wanted()
+                if not pending:
+                    break
+                status = self._status.fd
+                poller = select.poll()
+                for fd, writing in pending:
+                    poller.register(fd, select.POLLOUT if writing else select.POLLIN)
+                if status is not None:
+                    poller.register(status, select.POLLIN)
+                for fd, _events in poller.poll():
+                    if fd != status:
+                        exchange.ready(fd)
+            outcome = self.wait()
+            exchange.drain()
+        finally:
+            exchange.close()
+        return self._with_output(outcome, exchange)
+
+    async def _communicate_async(self, exchange: Exchange | None) -> Outcome:
+        """:meth:`_communicate_blocking` through the running loop; cancelling stops the command."""
+        import asyncio
+
+        if exchange is None:
+            return await self.wait_async()
+        loop = asyncio.get_running_loop()
+        pipes_done: asyncio.Future[None] = loop.create_future()
+        watched: dict[int, bool] = {}
+
+        def on_ready(fd: int) -> None:
+            try:
+                exchange.ready(fd)
+            except Exception as error:
+                if not pipes_done.done():
+                    pipes_done.set_exception(error)
+                return
+            sync()
+
+        def sync() -> None:
+            pending = dict(exchange.wanted())
+            for fd, writing in list(watched.items()):
+                if pending.get(fd) is not writing:
+                    (loop.remove_writer if writing else loop.remove_reader)(fd)
+                    del watched[fd]
+            for fd, writing in pending.items():
+                if fd not in watched:
+                    (loop.add_writer if writing else loop.add_reader)(fd, on_ready, fd)
+                    watched[fd] = writing
+            if not pending and not pipes_done.done():
+                pipes_done.set_result(None)
+
+        def unwatch() -> None:
+            for fd, writing in watched.items():
+                (loop.remove_writer if writing else loop.remove_reader)(fd)
+            watched.clear()
+
+        over = asyncio.ensure_future(self._wait_async(self._is_over))
+        try:
+            sync()
+            await asyncio.wait({pipes_done, over}, return_when=asyncio.FIRST_COMPLETED)
+            if pipes_done.done():
+                pipes_done.result()
+            await over
+            unwatch()
+            exchange.drain()
+        except asyncio.CancelledError:
+            unwatch()
+            exchange.close()
+            over.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await over
+            await self._stop_async()
+            raise
+        finally:
+            unwatch()
+            exchange.close()
+            if not over.done():
+                over.cancel()
+        assert self._outcome is not None
+        return self._with_output(self._outcome, exchange)
+
+    def _with_output(self, outcome: Outcome, exchange: Exchange) -> Outcome:
+        """``outcome`` with the output ``run()`` kept, decoded as asked."""
+        import dataclasses
+
+        captured: dict[str, Any] = {}
+        for name, kept in exchange.kept.items():
+            data, dropped = decode_output(kept, encoding=self._encoding, errors=self._errors)
+            captured[name] = data
+            captured[f"{name}_dropped"] = dropped
+        outcome = dataclasses.replace(outcome, **captured)
+        with self._lock:
+            self._outcome = outcome
+        return outcome
 
     # -- waiting, asyncio --------------------------------------------------
 

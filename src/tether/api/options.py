@@ -12,21 +12,38 @@ is started until all of them pass, so a bad call leaves nothing behind.
 
 from __future__ import annotations
 
+import codecs
+import contextlib
+import errno as errno_codes
 import io
 import os
 import stat
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import IO, Any, Final, TypedDict
 
-from tether.caller.request import RequestError, build_request
+from tether.caller.capture import default_encoding
+from tether.caller.request import LimitsUnavailable, RequestError, build_request, command_words
 from tether.caller.start import LaunchError
+from tether.core.limits import LIMIT_NAMES
 from tether.core.reasons import TETHER_FAILED
 from tether.core.spec import RunSpec
 from tether.shared.record_file import RecordError
 
-__all__ = ["Duration", "LaunchOptions", "RecordOption", "Stdio", "request_of"]
+__all__ = [
+    "DEVNULL",
+    "PIPE",
+    "STDOUT",
+    "Duration",
+    "LaunchOptions",
+    "RecordOption",
+    "RunOptions",
+    "Stdio",
+    "StdioPlan",
+    "request_of",
+]
 
 #: A duration: seconds (``int`` or ``float``), a :class:`~datetime.timedelta`,
 #: or a string as the CLI takes it (``"30"``, ``"30s"``, ``"5m"``, ``"1.5h"``).
@@ -35,14 +52,17 @@ Duration = float | str | timedelta
 #: directory, a path for that file, ``False`` for no record at all.
 RecordOption = str | os.PathLike[str] | bool | None
 #: A standard stream for the command: ``None`` (the caller's own), a file
-#: descriptor, a file object, or :data:`subprocess.DEVNULL`; for ``stderr``
-#: also :data:`subprocess.STDOUT`.
-Stdio = int | IO[Any] | None
+#: descriptor, a file object with a descriptor, a path, :data:`PIPE` or
+#: :data:`DEVNULL`; for ``stderr`` also :data:`STDOUT`.
+Stdio = int | IO[Any] | str | os.PathLike[str] | None
 
-# subprocess's constants, by value, so that this module need not import it.
-_PIPE: Final = -1
-_STDOUT: Final = -2
-_DEVNULL: Final = -3
+#: A pipe between the command and this process (``Tether.stdout``, ``Outcome.stdout``).
+PIPE: Final = -1
+#: For ``stderr``: the same destination as ``stdout``.
+STDOUT: Final = -2
+#: ``/dev/null``.
+DEVNULL: Final = -3
+# (subprocess's values, so its constants work here too, without importing it.)
 
 
 class LaunchOptions(TypedDict, total=False):
@@ -56,7 +76,13 @@ class LaunchOptions(TypedDict, total=False):
     a name for the run, kept in the record. ``cwd``, ``env``: the command's
     working directory and environment (default: this process's).
     ``stdin``, ``stdout``, ``stderr``: its standard streams (default: this
-    process's).
+    process's; see :data:`Stdio`). ``text``, ``encoding``, ``errors``: read
+    and write the pipes as text, as :mod:`subprocess` does.
+
+    Limits the kernel enforces on the whole tree, through the run's own cgroup
+    v2 (refused with :class:`~tether.LaunchError` where there is none):
+    ``memory_max`` and ``memory_swap_max`` (bytes, or ``"8G"``), ``cpu_max``
+    (CPUs, ``1.5``), ``pids_max`` (processes and threads).
     """
 
     deadline: Duration | None
@@ -69,40 +95,121 @@ class LaunchOptions(TypedDict, total=False):
     stdin: Stdio
     stdout: Stdio
     stderr: Stdio
+    text: bool | None
+    encoding: str | None
+    errors: str | None
+    memory_max: int | str | None
+    memory_swap_max: int | str | None
+    cpu_max: float | str | None
+    pids_max: int | None
+
+
+class RunOptions(LaunchOptions, total=False):
+    """:class:`LaunchOptions`, and what only :func:`tether.run` takes, as :func:`subprocess.run`.
+
+    ``capture_output``: ``stdout=PIPE, stderr=PIPE``. ``input``: bytes (or
+    text with ``text=True``) written to the command's stdin, which is then
+    closed. ``max_output_bytes``: how much of each captured stream is kept
+    (default 16 MiB; the first half and the last half; ``None``: all).
+    """
+
+    capture_output: bool
+    input: bytes | str | None
+    max_output_bytes: int | None
 
 
 _KNOWN: Final = frozenset(LaunchOptions.__annotations__)
+_RUN_ONLY: Final = frozenset(RunOptions.__annotations__) - _KNOWN
 #: The options that make the request; the rest are the command's standard streams.
-_REQUEST: Final = _KNOWN - {"stdin", "stdout", "stderr"}
+_LIMITS: Final = frozenset(LIMIT_NAMES)
+_REQUEST: Final = _KNOWN - {"stdin", "stdout", "stderr", "text", "encoding", "errors"} - _LIMITS
+
+
+@dataclass
+class StdioPlan:
+    """The command's three descriptors, and this process's ends of any pipes to it.
+
+    ``fds`` are what the command gets (``None``: this process's own stream);
+    ``opened`` were opened here and are closed once the supervisor has its
+    copies; ``pipes`` are this process's ends, by stream name (the write end
+    for ``stdin``). ``encoding`` is ``None`` for bytes.
+    """
+
+    fds: list[int | None]
+    opened: list[int] = field(default_factory=list)
+    pipes: dict[str, int] = field(default_factory=dict)
+    encoding: str | None = None
+    errors: str | None = None
+    #: Output files opened here, not truncated yet: by descriptor, the path, and
+    #: whether this plan created the file.
+    outputs: list[tuple[int, str, bool]] = field(default_factory=list)
+
+    def commit(self) -> None:
+        """The call goes ahead: truncate the output files, as a shell's ``>`` does."""
+        for fd, _path, _created in self.outputs:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.ftruncate(fd, 0)
+        self.outputs = []
+
+    def close(self) -> None:
+        """Undo this plan: a launch that did not happen leaves no file it made, truncates none."""
+        for fd, path, created in self.outputs:
+            if created:
+                _remove_if_same(path, fd)
+        self.outputs = []
+        for fd in (*self.opened, *self.pipes.values()):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.opened, self.pipes = [], {}
+
+
+def _remove_if_same(path: str, fd: int) -> None:
+    """Remove the file this plan created at ``path``, unless something else is there now."""
+    with contextlib.suppress(OSError):
+        held, there = os.fstat(fd), os.stat(path, follow_symlinks=False)
+        if (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino):
+            os.unlink(path)
 
 
 def request_of(
     function: str, argv: Sequence[str | os.PathLike[str]], options: LaunchOptions
-) -> tuple[RunSpec, list[int | None], list[int]]:
+) -> tuple[RunSpec, StdioPlan]:
     """Check ``options`` for a call of ``function``; return the request and the stdio.
 
-    Returns the spec, the command's three descriptors (``None``: the caller's
-    own) and the descriptors opened here, which the caller closes once the
-    supervisor has its copies. Raises :class:`TypeError` or
-    :class:`ValueError` for a bad argument and :class:`LaunchError` (125) for
-    a record that cannot be written.
+    Raises :class:`TypeError` or :class:`ValueError` for a bad argument and
+    :class:`LaunchError` (125) for a record that cannot be written.
     """
     asked_at = time.monotonic()
     unknown = sorted(set(options) - _KNOWN)
     if unknown:
-        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
+        hint = (
+            " (it is run()'s; with launch(), pass stdin/stdout/stderr=tether.PIPE "
+            "and use the handle's streams)"
+            if unknown[0] in _RUN_ONLY
+            else ""
+        )
+        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}{hint}")
     arguments: dict[str, Any] = dict(options)
     request = {key: arguments[key] for key in _REQUEST if key in arguments}
+    request["limits"] = {key: arguments[key] for key in LIMIT_NAMES if key in arguments}
+    command_words(argv)  # a string argv is named before anything is opened
     # The streams first: the request's record check makes the record's
     # directory, which a call refused for its streams must not leave behind.
-    stdio, opened = stdio_descriptors(
-        arguments.get("stdin"), arguments.get("stdout"), arguments.get("stderr")
+    plan = stdio_plan(
+        arguments.get("stdin"),
+        arguments.get("stdout"),
+        arguments.get("stderr"),
+        text=arguments.get("text"),
+        encoding=arguments.get("encoding"),
+        errors=arguments.get("errors"),
     )
     try:
         spec = build_request(argv, asked_at=asked_at, **request)
+        plan.commit()
     except BaseException as failure:
-        for fd in opened:
-            os.close(fd)
+        plan.close()
+        if isinstance(failure, LimitsUnavailable):
+            raise LaunchError(str(failure), exit_status=TETHER_FAILED) from None
         if isinstance(failure, RequestError):
             raise ValueError(str(failure)) from None
         if isinstance(failure, RecordError):
@@ -110,43 +217,137 @@ def request_of(
                 str(failure), errno=failure.errno, exit_status=TETHER_FAILED
             ) from None
         raise
-    return spec, stdio, opened
+    return spec, plan
 
 
-def stdio_descriptors(
-    stdin: Stdio, stdout: Stdio, stderr: Stdio
-) -> tuple[list[int | None], list[int]]:
-    """The three descriptors for the command (``None``: the caller's), and any opened here."""
-    opened: list[int] = []
+def text_encoding(text: object, encoding: object, errors: object) -> tuple[str | None, str | None]:
+    """The encoding of the pipes (``None``: bytes), as :mod:`subprocess` chooses it."""
+    for name, value in (("encoding", encoding), ("errors", errors)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a string or None, not {value!r}")
+    if not (text or encoding is not None or errors is not None):
+        return None, None
+    checked = encoding if isinstance(encoding, str) and encoding else default_encoding()
+    try:
+        codecs.lookup(checked)
+    except LookupError:
+        raise ValueError(f"encoding: unknown encoding {checked!r}") from None
+    return checked, errors if isinstance(errors, str) else None
+
+
+def stdio_plan(
+    stdin: Stdio,
+    stdout: Stdio,
+    stderr: Stdio,
+    *,
+    text: object = None,
+    encoding: object = None,
+    errors: object = None,
+) -> StdioPlan:
+    """Resolve the three streams: open paths, ``/dev/null`` and pipes (see :data:`Stdio`)."""
+    chosen_encoding, chosen_errors = text_encoding(text, encoding, errors)
+    plan = StdioPlan(fds=[], encoding=chosen_encoding, errors=chosen_errors)
+    paths: dict[tuple[int, int], int] = {}
+
+    def from_path(path: str | os.PathLike[str], name: str) -> int:
+        fd, created = _open_path(path, name)
+        plan.opened.append(fd)
+        if name != "stdin":
+            plan.outputs.append((fd, os.fspath(path), created))
+        # stdout and stderr to one file: one descriptor, one offset, as a shell's 2>&1.
+        return paths.setdefault(_identity(fd), fd)
 
     def resolve(stream: Stdio, name: str) -> int | None:
         if stream is None:
             return None
+        if isinstance(stream, str | os.PathLike):
+            return from_path(stream, name)
         if isinstance(stream, bool) or not isinstance(stream, int):
             return _descriptor_of(stream, name)
-        if stream == _DEVNULL:
-            opened.append(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
-            return opened[-1]
+        if stream == DEVNULL:
+            plan.opened.append(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
+            return plan.opened[-1]
+        if stream == PIPE:
+            read_end, write_end = os.pipe()
+            ours, theirs = (write_end, read_end) if name == "stdin" else (read_end, write_end)
+            plan.pipes[name] = ours
+            plan.opened.append(theirs)
+            return theirs
         if stream < 0:
             raise ValueError(
-                f"{name}: tether does not capture output (no PIPE or STDOUT here); "
-                "pass a file, a file descriptor or subprocess.DEVNULL"
+                f"{name}: {stream} is not a stream (STDOUT is for stderr only); pass "
+                "tether.PIPE, tether.DEVNULL, a file, a path or a file descriptor"
             )
         _check_open(stream, name)
         return stream
 
     try:
-        fds = [resolve(stdin, "stdin"), resolve(stdout, "stdout")]
-        fds.append(
-            (1 if fds[1] is None else fds[1])
-            if isinstance(stderr, int) and stderr == _STDOUT
+        plan.fds = [resolve(stdin, "stdin"), resolve(stdout, "stdout")]
+        plan.fds.append(
+            (1 if plan.fds[1] is None else plan.fds[1])
+            if isinstance(stderr, int) and not isinstance(stderr, bool) and stderr == STDOUT
             else resolve(stderr, "stderr")
         )
     except BaseException:
-        for fd in opened:
-            os.close(fd)
+        plan.close()
         raise
-    return fds, opened
+    return plan
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    status = os.fstat(fd)
+    return status.st_dev, status.st_ino
+
+
+def _open_path(path: str | os.PathLike[str], name: str) -> tuple[int, bool]:
+    """Open a path given as a stream: stdin for reading, stdout/stderr for writing, created.
+
+    Return the descriptor and whether the file was created here. An output
+    file is truncated only once the whole call has been checked
+    (:meth:`StdioPlan.commit`), and one created for a call that is then
+    refused is removed: a refused call leaves no file behind and empties none.
+
+    As a shell's ``<`` and ``>``, with three differences that keep a
+    mistake from doing harm: a new file is private (0600: output may hold
+    secrets; an existing file keeps its mode), a symbolic link as the last
+    component is refused (``O_NOFOLLOW``: a link planted where output goes
+    cannot redirect it), and only a regular file or a character device
+    (``/dev/null``, a terminal) is taken — a FIFO, which would block the
+    launch until someone opened its other end, is refused, as are
+    directories and sockets.
+    """
+    text = os.fspath(path)
+    if not isinstance(text, str) or not text:
+        raise TypeError(f"{name}: a path must be a non-empty string, not {path!r}")
+    flags = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+    created = False
+    try:
+        if name == "stdin":
+            fd = os.open(text, flags | os.O_RDONLY)
+        else:
+            try:
+                fd = os.open(text, flags | os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                created = True
+            except FileExistsError:
+                fd = os.open(text, flags | os.O_WRONLY)
+    except OSError as error:
+        reason = (
+            "it is a symbolic link (refused: give the file itself)"
+            if error.errno == errno_codes.ELOOP
+            else "it is a FIFO with nobody reading it"
+            if error.errno == errno_codes.ENXIO
+            else error.strerror or str(error)
+        )
+        raise ValueError(f"{name}: cannot open {text!r}: {reason}") from None
+    mode = os.fstat(fd).st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode)):
+        os.close(fd)
+        raise ValueError(
+            f"{name}: {text!r} is not a regular file or a device (a FIFO, a socket or a "
+            "directory is refused)"
+        )
+    os.set_blocking(fd, True)
+    return fd, created
 
 
 def _descriptor_of(stream: object, name: str) -> int:
@@ -158,8 +359,10 @@ def _descriptor_of(stream: object, name: str) -> int:
         fd = None
     if not isinstance(fd, int) or isinstance(fd, bool):
         raise TypeError(
-            f"{name}: {stream!r} has no file descriptor (an in-memory stream?); pass a real "
-            "file, a file descriptor or subprocess.DEVNULL"
+            f"{name}: {type(stream).__name__} object has no file descriptor, and the command "
+            "can only write to one; to keep the output in memory pass "
+            f"{name}=tether.PIPE (or capture_output=True to run()), otherwise a real file, "
+            "a path, a file descriptor or tether.DEVNULL"
         )
     _check_open(fd, name)
     return fd

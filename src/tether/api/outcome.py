@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tether.core.reasons import Reason
 
@@ -40,15 +40,25 @@ class TimeoutExpired(TimeoutError):
 
 
 class CommandFailed(Exception):
-    """Raised by ``run(..., check=True)`` and :meth:`Outcome.check` when the run did not succeed."""
+    """Raised by ``run(..., check=True)`` and :meth:`Outcome.check` when the run did not succeed.
+
+    Besides ``outcome``, it has :class:`subprocess.CalledProcessError`'s
+    attributes (``returncode``, ``cmd``, ``stdout``/``output``, ``stderr``),
+    so an ``except`` clause written for ``subprocess.run`` reads the same.
+    """
 
     def __init__(self, outcome: Outcome) -> None:
         name = outcome.label or "the command"
         super().__init__(
             f"{name} ended with reason {outcome.reason.value}, exit status {outcome.exit_status}"
+            + (" (the kernel's OOM killer ended it)" if outcome.oom_killed else "")
             + (f": {outcome.message}" if outcome.message else "")
         )
         self.outcome = outcome
+        self.returncode = outcome.returncode
+        self.cmd = list(outcome.argv)
+        self.stdout = self.output = outcome.stdout
+        self.stderr = outcome.stderr
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +101,24 @@ class Outcome:
     processes_stopped: int | None = None
     outside_group: int | None = None
     shutdown_seconds: float | None = None
+
+    #: What ``run()`` captured (``stdout=PIPE``, ``capture_output=True``): bytes,
+    #: or text with ``text=True``; ``None`` for a stream not captured. Kept out
+    #: of the repr (it may be long, and hold secrets).
+    stdout: bytes | str | None = field(default=None, repr=False)
+    stderr: bytes | str | None = field(default=None, repr=False)
+    #: Bytes of ``stdout``/``stderr`` dropped between the head and the tail kept
+    #: (``max_output_bytes``); 0 when everything was kept.
+    stdout_dropped: int = 0
+    stderr_dropped: int = 0
+    #: Whether the kernel's OOM killer ended processes of the tree (with
+    #: ``memory_max``: the tree went over it, and was killed as a whole);
+    #: ``None`` where the run had no cgroup with memory accounting.
+    oom_killed: bool | None = None
+    #: CPU seconds of the whole tree, and the most memory it held at once, from
+    #: its cgroup; ``None`` without one (or where the kernel does not count it).
+    cpu_seconds: float | None = None
+    memory_peak_bytes: int | None = None
 
     def __str__(self) -> str:
         """The verdict line, as ``tether run -v`` prints it: what ended the run, what tether did.
@@ -140,6 +168,7 @@ class Outcome:
             processes_stopped=finished.processes_stopped,
             outside_group=finished.outside_group,
             shutdown_seconds=finished.shutdown_seconds,
+            **_tree_usage(finished.tree_usage),
         )
 
     @property
@@ -152,6 +181,15 @@ class Outcome:
         if not self.ok:
             raise CommandFailed(self)
         return self
+
+    def check_returncode(self) -> None:
+        """:meth:`check`, by :class:`subprocess.CompletedProcess`'s name."""
+        self.check()
+
+    @property
+    def args(self) -> list[str]:
+        """The command line, by :class:`subprocess.CompletedProcess`'s name (``argv``)."""
+        return list(self.argv)
 
     def read_record(self) -> dict[str, object]:
         """Return the full JSON record of the run.
@@ -166,6 +204,21 @@ class Outcome:
         from tether.shared.record_file import read_record
 
         return read_record(self.record_path)
+
+
+def _tree_usage(usage: dict[str, int | float | None] | None) -> dict[str, Any]:
+    if usage is None:
+        return {}
+    kills, cpu, peak = (
+        usage.get("oom_kills"),
+        usage.get("cpu_seconds"),
+        usage.get("memory_peak_bytes"),
+    )
+    return {
+        "oom_killed": None if kills is None else kills > 0,
+        "cpu_seconds": None if cpu is None else float(cpu),
+        "memory_peak_bytes": None if peak is None else int(peak),
+    }
 
 
 def _moment(value: str | None) -> datetime | None:

@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tether.core.durations import DurationError, duration_seconds
+from tether.core.limits import LimitError, limit_controllers, parse_limits
 from tether.core.spec import DEFAULT_GRACE_SECONDS, DEFAULT_STOP_SIGNAL, RunSpec
 
 TYPE_CHECKING = False
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_LABEL_CHARACTERS",
+    "LimitsUnavailable",
     "RequestError",
     "build_request",
     "command_words",
@@ -69,12 +71,21 @@ class RequestError(ValueError):
     """A request that cannot be run; the message is one line for a person.
 
     ``option`` is which option was wrong, by its API name (``argv``,
-    ``deadline``, ``grace``, ``label``, ``record``, ``stop_signal``).
+    ``deadline``, ``grace``, ``label``, ``record``, ``stop_signal``, or a
+    resource limit's name).
     """
 
     def __init__(self, message: str, *, option: str) -> None:
         super().__init__(message)
         self.option = option
+
+
+class LimitsUnavailable(RequestError):
+    """Resource limits were asked for where no cgroup v2 can enforce them (tether's failure, 125).
+
+    Not the caller's typing mistake but the machine's shape: the message says
+    what is missing, and nothing was started.
+    """
 
 
 def build_request(
@@ -90,6 +101,7 @@ def build_request(
     stop_signal: str = DEFAULT_STOP_SIGNAL,
     record_argv: object = False,
     flags: Mapping[str, str] = _API_NAMES,
+    limits: Mapping[str, object] | None = None,
 ) -> RunSpec:
     """Check what a door was given and return the request, or raise (see the module).
 
@@ -113,6 +125,7 @@ def build_request(
     checked_env = environment_copy(env)
     if not isinstance(record_argv, bool):
         raise TypeError(f"record_argv must be True or False, not {record_argv!r}")
+    checked_limits = _limits(limits or {}, flags)
     # Last: the only check that touches the file system (it makes the
     # record's directory), so a request refused for anything else leaves nothing.
     record_path, no_record_reason = record_choice(record)
@@ -128,6 +141,7 @@ def build_request(
         stop_signal=stop_signal,
         no_record_reason=no_record_reason,
         record_argv=record_argv,
+        limits=checked_limits or None,
     )
 
 
@@ -180,6 +194,42 @@ def warn_no_record_once(why: str) -> None:
         pass
 
 
+def _limits(values: Mapping[str, object], flags: Mapping[str, str]) -> dict[str, int | float]:
+    """The resource limits, checked, and a cgroup v2 ready to enforce them; or why not.
+
+    The cgroup is checked here, in the caller, so that a run whose limits
+    cannot be enforced is refused before anything starts (the supervisor,
+    in the same cgroup, checks again and is the authority). Enabling the
+    controllers below this process's cgroup is the one change made; the
+    supervisor would make it anyway.
+    """
+    checked: dict[str, int | float] = {}
+    for name, value in values.items():
+        try:
+            checked.update(parse_limits({name: value}, flags))
+        except LimitError as error:
+            raise RequestError(str(error), option=name) from None
+    if not checked:
+        return checked
+    shown = ", ".join(flags.get(name, name) for name in checked)
+    from tether.linux.cgroup import CgroupUnavailable, enable_controllers, own_cgroup
+
+    try:
+        if os.environ.get("TETHER_CONTAINMENT") == "sweep":  # supervisor.command's variable
+            raise CgroupUnavailable("TETHER_CONTAINMENT=sweep forbids a cgroup of the run's own")
+        _path, directory = own_cgroup()
+        if not os.access(directory, os.W_OK):
+            raise CgroupUnavailable(f"{directory} is not writable by this user")
+        enable_controllers(directory, limit_controllers(checked))
+    except CgroupUnavailable as why:
+        raise LimitsUnavailable(
+            f"cannot enforce {shown} here: {why} (tether sets limits only on a cgroup v2 "
+            "of the run's own; it does not fall back to per-process rlimits)",
+            option="limits",
+        ) from None
+    return checked
+
+
 def _seconds(value: object, option: str, flags: Mapping[str, str]) -> float:
     try:
         return duration_seconds(value, flag=flags.get(option, option))
@@ -210,10 +260,7 @@ def _label(label: object, flags: Mapping[str, str]) -> str | None:
 def command_words(argv: Sequence[str | os.PathLike[str]]) -> tuple[str, ...]:
     """``argv`` as a tuple of strings; refuse one string, non-strings and an empty command."""
     if isinstance(argv, str | bytes):
-        raise TypeError(
-            f"argv must be a list of strings, not one string: write [{argv!r}] "
-            "or split the command line with shlex.split()"
-        )
+        raise TypeError(f"argv must be a list of words, not one string: {_list_hint(argv)}")
     words = tuple(os.fspath(word) for word in argv)
     for word in words:
         if not isinstance(word, str):
@@ -221,6 +268,21 @@ def command_words(argv: Sequence[str | os.PathLike[str]]) -> tuple[str, ...]:
     if not words:
         raise RequestError("there is no command to run", option="argv")
     return words
+
+
+def _list_hint(argv: str | bytes) -> str:
+    """What to write instead of a one-string ``argv``: its words, as ``shlex.split`` makes them."""
+    import shlex
+
+    text = argv.decode(errors="replace") if isinstance(argv, bytes) else argv
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        words = text.split()
+    shown = repr(words) if len(repr(words)) <= 80 else "[...]"
+    if len(words) <= 1:
+        return f"write {shown}"
+    return f"write {shown}, or shlex.split(command_line) (no shell is involved)"
 
 
 def environment_copy(env: Mapping[str, str] | None) -> dict[str, str] | None:

@@ -29,7 +29,15 @@ if TYPE_CHECKING:
 __all__ = ["run"]
 
 _USAGE_RUN: Final = "tether run [OPTIONS] -- CMD [ARG]..."
-_FLAGS: Final = {"deadline": "--deadline", "grace": "--grace", "label": "--label"}
+_FLAGS: Final = {
+    "deadline": "--deadline",
+    "grace": "--grace",
+    "label": "--label",
+    "memory_max": "--memory-max",
+    "memory_swap_max": "--memory-swap-max",
+    "cpu_max": "--cpus",
+    "pids_max": "--pids-max",
+}
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -83,6 +91,13 @@ def _run_parser() -> argparse.ArgumentParser:
         help="at the end, say on stderr what ended the run, what tether did, and where the "
         "record is",
     )
+    limits = parser.add_argument_group(
+        "limits the kernel enforces on the whole tree (need a cgroup v2; refused without one)"
+    )
+    limits.add_argument("--memory-max", metavar="SIZE", help="memory, e.g. 512M or 8G")
+    limits.add_argument("--memory-swap-max", metavar="SIZE", help="swap, e.g. 0 for none")
+    limits.add_argument("--cpus", metavar="N", help="CPU time, in CPUs, e.g. 1.5")
+    limits.add_argument("--pids-max", metavar="N", help="processes and threads, e.g. 512")
     return parser
 
 
@@ -116,6 +131,12 @@ def _request(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
             label=args.label,
             record_argv=args.record_argv,
             flags=_FLAGS,
+            limits={
+                "memory_max": args.memory_max,
+                "memory_swap_max": args.memory_swap_max,
+                "cpu_max": args.cpus,
+                "pids_max": args.pids_max,
+            },
         )
     except RequestError as error:
         if error.option == "argv":

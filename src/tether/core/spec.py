@@ -32,6 +32,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from tether.core.durations import seconds_for_json, seconds_from_json
+from tether.core.limits import LimitError, parse_limits
 
 # On the supervisor's path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
@@ -74,6 +75,9 @@ class RunSpec:
     no_record_reason: str | None = None
     #: Whether the record keeps the whole command line (redacted), not only its name.
     record_argv: bool = False
+    #: Resource limits for the run's cgroup, by name (:data:`~tether.core.limits.LIMIT_NAMES`),
+    #: as plain numbers; ``None`` (or empty) for none. Added in tether 0.2.
+    limits: dict[str, int | float] | None = None
     #: Where the caller's file descriptors arrived in the supervisor, by role:
     #: ``lifeline``, ``status``, ``stdin``, ``stdout``, ``stderr``, and where they apply
     #: ``cwd`` (the caller's working directory) and ``record_dir`` (the held record directory).
@@ -117,3 +121,10 @@ class RunSpec:
             raise SpecError(
                 f"stop_signal must be a signal name like SIGTERM, not {self.stop_signal!r}"
             )
+        if self.limits is not None:
+            if not isinstance(self.limits, dict):
+                raise SpecError(f"limits must be a mapping, not {type(self.limits).__name__}")
+            try:
+                parse_limits(self.limits)
+            except LimitError as error:
+                raise SpecError(str(error)) from None

@@ -53,8 +53,10 @@ __all__ = [
     "CgroupUnavailable",
     "RunCgroup",
     "cgroup_of",
+    "enable_controllers",
     "kill_cgroup",
     "own_cgroup",
+    "read_usage",
     "remove_stale",
 ]
 
@@ -165,9 +167,18 @@ class RunCgroup:
         self._procs_fd: int | None = procs_fd
 
     @classmethod
-    def create(cls) -> RunCgroup:
-        """Create a fresh cgroup below this process's own; raise :class:`CgroupUnavailable`."""
+    def create(
+        cls, controllers: tuple[str, ...] = (), files: dict[str, str] | None = None
+    ) -> RunCgroup:
+        """Create a fresh cgroup below this process's own; raise :class:`CgroupUnavailable`.
+
+        With ``controllers`` (``memory``, ``cpu``, ``pids``), they are enabled
+        for it first (:func:`enable_controllers`), and ``files`` (name to
+        content: the limits) are written to it before anything can join it.
+        """
         own_path, own_directory = own_cgroup()
+        if controllers:
+            enable_controllers(own_directory, controllers)
         remove_stale(own_directory)
         name = f"tether-{os.getpid()}-{os.urandom(4).hex()}"
         directory = os.path.join(own_directory, name)
@@ -180,6 +191,8 @@ class RunCgroup:
         try:
             if not os.path.exists(os.path.join(directory, "cgroup.kill")):
                 raise CgroupUnavailable("this kernel has no cgroup.kill (Linux 5.14 or later)")
+            for name, content in (files or {}).items():
+                _write_control(directory, name, content)
             try:
                 fd = os.open(os.path.join(directory, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
             except OSError as error:
@@ -297,6 +310,112 @@ class RunCgroup:
                 os.pread(events, 4096, 0)
         finally:
             os.close(events)
+
+
+def _write_control(directory: str, name: str, content: str) -> None:
+    """Write one of the cgroup's own files (a limit), as it is: never created or followed."""
+    path = os.path.join(directory, name)
+    try:
+        _write_plain(path, content)
+    except OSError as error:
+        raise CgroupUnavailable(f"cannot write {content!r} to {path}: {_why(error)}") from None
+
+
+def _words(path: str) -> list[str]:
+    try:
+        with open(path, encoding="ascii", errors="replace") as file:
+            return file.read().split()
+    except OSError:
+        return []
+
+
+def enable_controllers(directory: str, controllers: tuple[str, ...]) -> None:
+    """Make ``controllers`` available to the cgroups below ``directory``, or say why not.
+
+    A controller reaches a cgroup only if its parent lists it in
+    ``cgroup.subtree_control``; tether writes ``+memory`` (and so on) there
+    when it is missing. The kernel refuses in two common cases, each told
+    apart here because each has its own remedy: the controller is not in the
+    cgroup v2 hierarchy at all (``cgroup.controllers`` lacks it: on a machine
+    that also mounts cgroup v1, it is bound there), or the cgroup holds
+    processes of its own and is not the root (the "no internal processes"
+    rule, ``EBUSY``): then only whoever manages that cgroup (systemd with
+    ``Delegate=yes``, a container runtime) can hand tether a cgroup to divide.
+    Raise :class:`CgroupUnavailable` with the reason.
+    """
+    enabled = set(_words(os.path.join(directory, "cgroup.subtree_control")))
+    missing = [name for name in controllers if name not in enabled]
+    if not missing:
+        return
+    available = set(_words(os.path.join(directory, "cgroup.controllers")))
+    absent = [name for name in missing if name not in available]
+    if absent:
+        listed = " ".join(sorted(available)) or "none"
+        raise CgroupUnavailable(
+            f"the cgroup v2 hierarchy offers no {' or '.join(absent)} controller to "
+            f"{directory} (it offers: {listed}); on a machine that also mounts cgroup v1, "
+            "the controller may be bound to a v1 hierarchy"
+        )
+    request = " ".join(f"+{name}" for name in missing)
+    try:
+        _write_plain(os.path.join(directory, "cgroup.subtree_control"), request)
+    except OSError as error:
+        why = _why(error)
+        if error.errno == errno.EBUSY:
+            why = (
+                "it holds processes of its own, and the kernel divides resources only "
+                "below a cgroup that holds none (start tether in a cgroup delegated to it, "
+                "such as a systemd unit with Delegate=yes whose processes live in a leaf)"
+            )
+        raise CgroupUnavailable(
+            f"cannot enable the {' and '.join(missing)} controller(s) below {directory}: {why}"
+        ) from None
+
+
+def _write_plain(path: str, content: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.write(fd, content.encode())
+    finally:
+        os.close(fd)
+
+
+def _keyed(path: str) -> dict[str, int]:
+    """A flat-keyed cgroup file (``cpu.stat``, ``memory.events``) as numbers by key."""
+    values: dict[str, int] = {}
+    words = _words(path)
+    for key, value in zip(words[::2], words[1::2], strict=False):
+        if value.isdecimal():
+            values[key] = int(value)
+    return values
+
+
+def read_usage(directory: str) -> dict[str, int | float | None]:
+    """What the whole tree in the cgroup at ``directory`` used, as the kernel counted it.
+
+    CPU time from ``cpu.stat`` (always there in cgroup v2), peak memory from
+    ``memory.peak`` (Linux 5.19, with the memory controller), OOM kills from
+    ``memory.events`` (hierarchical: the cgroups the command made below count
+    too), and how often a fork was refused at ``pids.max`` from
+    ``pids.events``. Read once the tree is gone, before the cgroup is removed;
+    ``None`` for what this kernel or this cgroup does not count.
+    """
+    cpu = _keyed(os.path.join(directory, "cpu.stat"))
+    memory_events = _keyed(os.path.join(directory, "memory.events"))
+    pids_events = _keyed(os.path.join(directory, "pids.events"))
+    peak = _words(os.path.join(directory, "memory.peak"))
+
+    def seconds(key: str) -> float | None:
+        return None if key not in cpu else round(cpu[key] / 1e6, 6)
+
+    return {
+        "cpu_seconds": seconds("usage_usec"),
+        "cpu_user_seconds": seconds("user_usec"),
+        "cpu_system_seconds": seconds("system_usec"),
+        "memory_peak_bytes": int(peak[0]) if peak and peak[0].isdecimal() else None,
+        "oom_kills": memory_events.get("oom_kill"),
+        "pids_max_refusals": pids_events.get("max"),
+    }
 
 
 def kill_cgroup(directory: str) -> bool:

@@ -223,7 +223,7 @@ def _row(path: Path, record: Mapping[str, object], directory: Path | None) -> li
         _local(record.get("started_at")),
         _safe(label) if isinstance(label, str) else "-",
         _safe(command) if isinstance(command, str) and command else "-",
-        _safe(record.get("reason")),
+        _safe(record.get("reason")) + (" (oom)" if record.get("oom_killed") is True else ""),
         "?" if status is None else str(status),
         _seconds_text(record.get("elapsed_seconds")),
         {True: "yes", False: "no"}.get(escalated, "?") if isinstance(escalated, bool) else "?",

@@ -164,6 +164,58 @@ def _rusage_text(record: Mapping[str, object]) -> str | None:
     )
 
 
+def _size_text(value: object) -> str:
+    size = _number(value)
+    if size is None:
+        return "?"
+    for unit, power in (("GiB", 3), ("MiB", 2), ("KiB", 1)):
+        if size >= 1024**power:
+            return f"{size / 1024**power:.1f} {unit}"
+    return f"{size:.0f} B"
+
+
+def _limits_text(record: Mapping[str, object]) -> str | None:
+    limits = record.get("limits")
+    if not isinstance(limits, Mapping) or not limits:
+        return None
+    words = {
+        "memory_max": lambda value: f"memory {_size_text(value)}",
+        "memory_swap_max": lambda value: f"swap {_size_text(value)}",
+        "cpu_max": lambda value: f"{_safe(value)} CPUs",
+        "pids_max": lambda value: f"{_safe(value)} processes",
+    }
+    return ", ".join(words[name](limits[name]) for name in words if limits.get(name) is not None)
+
+
+def _tree_usage_text(record: Mapping[str, object]) -> str | None:
+    usage = record.get("tree_usage")
+    if not isinstance(usage, Mapping):
+        return None
+    parts = [
+        f"CPU {_seconds_text(usage.get('cpu_seconds'))} "
+        f"(user {_seconds_text(usage.get('cpu_user_seconds'))}, "
+        f"system {_seconds_text(usage.get('cpu_system_seconds'))})"
+    ]
+    if usage.get("memory_peak_bytes") is not None:
+        parts.append(f"peak memory {_size_text(usage.get('memory_peak_bytes'))}")
+    refused = _int(usage.get("pids_max_refusals"))
+    if refused:
+        parts.append(f"{_plural(refused, 'fork')} refused at pids_max")
+    return ", ".join(parts)
+
+
+def _oom_text(record: Mapping[str, object]) -> str | None:
+    if record.get("oom_killed") is not True:
+        return None
+    usage = record.get("tree_usage")
+    kills = _int(usage.get("oom_kills")) if isinstance(usage, Mapping) else None
+    limits = record.get("limits")
+    limit = limits.get("memory_max") if isinstance(limits, Mapping) else None
+    over = f" over its memory limit of {_size_text(limit)}" if limit is not None else ""
+    killed = f" ({_plural(kills, 'OOM kill')})" if kills else ""
+    return f"the kernel's OOM killer ended the tree{over}{killed}"
+
+
 def _launch_error_text(record: Mapping[str, object]) -> str | None:
     error = record.get("launch_error")
     if not isinstance(error, Mapping):
@@ -221,7 +273,12 @@ def _stopping(out: _Lines, record: Mapping[str, object]) -> None:
 
 def _extras(out: _Lines, record: Mapping[str, object]) -> None:
     """Lines that apply to some runs only: resources, errors, an unkillable tree."""
+    oom = _oom_text(record)
+    if oom is not None:
+        out.add("OOM KILLED", out.paint(oom, "1;31"))
+    _optional(out, "limits", _limits_text(record))
     _optional(out, "resources", _rusage_text(record))
+    _optional(out, "whole tree", _tree_usage_text(record))
     _optional(out, "launch error", _launch_error_text(record))
     error = record.get("tether_error")
     if isinstance(error, str):

@@ -180,6 +180,7 @@ class Finished:
         "returncode",
         "shutdown_seconds",
         "started_at",
+        "tree_usage",
     )
     KIND: Final = "finished"
 
@@ -199,6 +200,7 @@ class Finished:
         processes_stopped: int | None = None,
         outside_group: int | None = None,
         shutdown_seconds: float | None = None,
+        tree_usage: dict[str, int | float | None] | None = None,
     ) -> None:
         self.reason = reason
         self.exit_status = exit_status
@@ -213,6 +215,7 @@ class Finished:
         self.processes_stopped = processes_stopped
         self.outside_group = outside_group
         self.shutdown_seconds = shutdown_seconds
+        self.tree_usage = tree_usage
 
     def fields(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -234,7 +237,19 @@ class Finished:
             processes_stopped=_int(data.get("processes_stopped")),
             outside_group=_int(data.get("outside_group")),
             shutdown_seconds=_number(data.get("shutdown_seconds")),
+            tree_usage=_usage(data.get("tree_usage")),
         )
+
+
+def _usage(value: object) -> dict[str, int | float | None] | None:
+    """A ``tree_usage`` mapping: names to numbers (or ``None``); anything else is dropped."""
+    if not isinstance(value, dict):
+        return None
+    return {
+        str(key): item
+        for key, item in value.items()
+        if item is None or (isinstance(item, int | float) and not isinstance(item, bool))
+    }
 
 
 class Garbled:

@@ -29,6 +29,7 @@ from typing import Final
 from tether._version import __version__
 from tether.core.durations import seconds_for_json
 from tether.core.effects import Verdict
+from tether.core.limits import LIMIT_NAMES
 from tether.core.reasons import TETHER_FAILED, Reason
 from tether.core.redaction import redact_argv
 from tether.core.spec import RunSpec
@@ -107,6 +108,10 @@ class RunFacts:
     rusage: ResourceUsage | None = None
     signals_without_pidfd: int = 0
     event_log_lines_dropped: int | None = None
+    #: What the whole tree used, from its cgroup (``cpu.stat``, ``memory.peak``,
+    #: ``memory.events``, ``pids.events``), by the record's names; ``None``
+    #: without a cgroup of the run's own.
+    tree_usage: dict[str, int | float | None] | None = None
 
 
 def _iso(moment: datetime) -> str:
@@ -249,6 +254,23 @@ def build_document(verdict: Verdict, facts: RunFacts) -> dict[str, object]:
         "tether_error": None,
         "signals_without_pidfd": facts.signals_without_pidfd,
         "event_log_lines_dropped": facts.event_log_lines_dropped,
+        **_tree_fields(facts),
+    }
+
+
+def _tree_fields(facts: RunFacts) -> dict[str, object]:
+    """The limits asked for, what the tree used, and whether the OOM killer acted.
+
+    ``null`` where they do not apply: no limits were asked for, the command
+    had no cgroup of its own, the kernel does not count OOM kills there.
+    """
+    limits = facts.spec.limits
+    usage = facts.tree_usage
+    kills = None if usage is None else usage.get("oom_kills")
+    return {
+        "limits": {name: limits.get(name) for name in LIMIT_NAMES} if limits else None,
+        "tree_usage": None if usage is None else dict(usage),
+        "oom_killed": None if kills is None else kills > 0,
     }
 
 
@@ -301,6 +323,9 @@ def build_lost_document(
         "tether_error": " ".join(message.split()),
         "signals_without_pidfd": None,
         "event_log_lines_dropped": None,
+        "limits": None,
+        "tree_usage": None,
+        "oom_killed": None,
     }
 
 

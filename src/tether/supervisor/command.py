@@ -39,6 +39,7 @@ import os
 import signal
 import subprocess
 
+from tether.core.limits import LimitError, limit_controllers, limit_files, parse_limits
 from tether.linux.cgroup import CgroupUnavailable, RunCgroup
 from tether.linux.prctl import set_parent_death_signal
 
@@ -147,7 +148,9 @@ def containment_setting() -> str:
     return value
 
 
-def _make_cgroup(setting: str) -> RunCgroup | None:
+def _make_cgroup(setting: str, limits: Mapping[str, int | float]) -> RunCgroup | None:
+    if limits:
+        return _limited_cgroup(setting, limits)
     if setting == "sweep":
         return None
     try:
@@ -160,6 +163,32 @@ def _make_cgroup(setting: str) -> RunCgroup | None:
         return None
 
 
+def _limited_cgroup(setting: str, limits: Mapping[str, int | float]) -> RunCgroup:
+    """The run's cgroup with its limits written, or why there can be none (never: no limits).
+
+    A limit asked for and not applied would be a promise silently broken, and
+    per-process rlimits are no substitute (they bound each process, not the
+    tree), so a run with limits and no cgroup for them does not start.
+    """
+    if setting == "sweep":
+        raise CommandNotStarted(
+            None,
+            f"resource limits need a cgroup of the run's own, but {CONTAINMENT_VARIABLE}=sweep",
+            "setup",
+        )
+    try:
+        return RunCgroup.create(limit_controllers(limits), limit_files(limits))
+    except CgroupUnavailable as why:
+        raise CommandNotStarted(None, f"cannot set resource limits: {why}", "setup") from None
+
+
+def _checked_limits(limits: Mapping[str, object] | None) -> dict[str, int | float]:
+    try:
+        return parse_limits(limits or {})
+    except (LimitError, TypeError, AttributeError) as error:
+        raise CommandNotStarted(None, f"bad resource limits: {error}", "setup") from None
+
+
 def start_command(
     argv: Sequence[str],
     *,
@@ -170,6 +199,7 @@ def start_command(
     stdout: _Stdio,
     stderr: _Stdio,
     announce: Announce | None = None,
+    limits: Mapping[str, object] | None = None,
 ) -> Command:
     """Start ``argv``; raise :class:`CommandNotStarted` if it cannot be started.
 
@@ -177,7 +207,9 @@ def start_command(
     ``cwd`` is a path, or a descriptor of the directory (the caller's own, held
     open because its name may be gone or lead elsewhere by now). ``announce``
     is called in the child before its exec, with the child's pid and the
-    directory of the cgroup it is joining (``None`` without one).
+    directory of the cgroup it is joining (``None`` without one). ``limits``
+    (:mod:`tether.core.limits`) are written to the command's cgroup before it
+    can join it; without a cgroup for them the command is not started.
     """
     if not argv[0]:
         # "Not found", as execvp("") says in C (GNU timeout: 127). Python's own
@@ -188,8 +220,9 @@ def start_command(
         raise CommandNotStarted(not_found, message, "exec")
     supervisor = os.getpid()
     setting = containment_setting()
-    cgroup = _make_cgroup(setting)
-    required = setting == "cgroup"
+    checked = _checked_limits(limits)
+    cgroup = _make_cgroup(setting, checked)
+    required = setting == "cgroup" or bool(checked)
     path, directory = (cwd, None) if not isinstance(cwd, int) else (None, cwd)
 
     def prepare() -> None:
@@ -216,7 +249,8 @@ def start_command(
     except (ValueError, TypeError, subprocess.SubprocessError) as error:
         _discard(cgroup)
         if required and isinstance(error, subprocess.SubprocessError):
-            message = f"{CONTAINMENT_VARIABLE}=cgroup, but the command could not join its cgroup"
+            why = "resource limits" if checked else f"{CONTAINMENT_VARIABLE}=cgroup"
+            message = f"{why}, but the command could not join its cgroup"
             raise CommandNotStarted(None, message, "setup") from None
         raise CommandNotStarted(None, f"cannot start {argv[0]!r}: {error}", "setup") from None
     try:

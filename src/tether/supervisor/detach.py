@@ -114,6 +114,7 @@ def main(spec_fd: int) -> int:
         stderr=fds["stderr"],
         status=status,
         close_after_launch=for_the_command,
+        limits=data.get("limits"),
     )
 
     try:

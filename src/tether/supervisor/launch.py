@@ -121,6 +121,7 @@ def launch(
     stderr: _Stdio,
     status: StatusWriter,
     close_after_launch: tuple[int, ...] = (),
+    limits: Mapping[str, object] | None = None,
 ) -> LaunchAttempt:
     """Start the command under a supervisor that is ready to watch it.
 
@@ -142,6 +143,7 @@ def launch(
             stdout=stdout,
             stderr=stderr,
             announce=_announcer(status),
+            limits=limits,
         )
     except CommandNotStarted as failure:
         result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), failure=failure)

@@ -58,6 +58,7 @@ from tether.core.events import (
 )
 from tether.core.machine import Phase, RunMachine
 from tether.core.reasons import TETHER_FAILED, Reason
+from tether.linux.cgroup import read_usage
 from tether.shared.clock import wall_clock_at
 from tether.shared.protocol import CANCEL, KILL_NOW, Finished, Signalled, StatusWriter
 from tether.shared.record_document import (
@@ -147,6 +148,7 @@ class Supervision:
         )
         self.signals: list[SignalSent] = []
         self.stragglers = 0
+        self.tree_usage: dict[str, int | float | None] | None = None
         self.exited = False
         self.emptied = False
         self.exit_status = TETHER_FAILED
@@ -452,6 +454,7 @@ class Supervision:
             if self.event_log is None
             else self.event_log.lines_dropped,
             signals_without_pidfd=0 if tree is None else tree.signals_without_pidfd,
+            tree_usage=self.tree_usage,
         )
 
     def _reap(
@@ -468,6 +471,9 @@ class Supervision:
             assert self.command is not None
             self.command.popen.returncode = reaped
         tree.reap_adopted()
+        if tree.cgroup is not None:
+            # The whole tree's account, read once it is all gone and before its cgroup is.
+            self.tree_usage = read_usage(tree.cgroup.directory)
         if not tree.release():
             assert tree.cgroup is not None
             self.log.emit("cgroup_left", path=tree.cgroup.directory)
@@ -497,6 +503,7 @@ class Supervision:
                 processes_stopped=self._processes_stopped(verdict, facts),
                 outside_group=0 if self.tree is None else len(self.tree.outside_group),
                 shutdown_seconds=verdict.shutdown_seconds,
+                tree_usage=facts.tree_usage,
             )
         )
 

@@ -1,0 +1,209 @@
+"""Resource limits the kernel enforces on a run's cgroup, as people write them.
+
+``--memory-max 8G``, ``--cpus 1.5``, ``--pids-max 512``; in the API
+``memory_max="8G"`` (or a number of bytes), ``cpu_max=1.5``, ``pids_max=512``.
+They become cgroup v2 files (``memory.max``, ``memory.swap.max``,
+``cpu.max``, ``pids.max``) on the run's own cgroup, written before the
+command execs, so the command never runs a moment unlimited.
+
+Sizes take binary suffixes, as systemd's ``MemoryMax=`` and ``docker
+--memory`` do: ``K``, ``M``, ``G``, ``T`` (also ``KiB`` ... and ``KB`` ...,
+all powers of 1024: nobody asking for "8G" of memory means 8·10⁹), and a
+plain number is bytes. Fractions are taken (``1.5G``) and rounded down to a
+byte. CPUs are a positive number of CPUs' worth of time per period, as
+``docker --cpus``: ``1.5`` becomes ``cpu.max`` ``150000 100000``.
+
+Like durations, anything that is not plainly a limit is refused with a
+message that names the option: zero memory (no command could even start),
+negative or NaN values, a CPU share so small the kernel would refuse it.
+``memory_swap_max`` may be ``0`` (no swap at all), which is its common use.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Final
+
+__all__ = [
+    "CPU_PERIOD_MICROSECONDS",
+    "LIMIT_NAMES",
+    "LimitError",
+    "format_size",
+    "limit_controllers",
+    "limit_files",
+    "parse_count",
+    "parse_cpus",
+    "parse_limits",
+    "parse_size",
+]
+
+#: The ``cpu.max`` period tether writes (the kernel's default): 100 ms.
+CPU_PERIOD_MICROSECONDS: Final = 100_000
+#: The smallest quota the kernel takes in ``cpu.max``: 1 ms per period.
+_CPU_MIN_QUOTA: Final = 1000
+#: The largest number of CPUs taken: far above any machine, far below overflow.
+_CPU_MOST: Final = 1 << 20
+#: The largest size taken: 8 EiB, what a signed 64-bit counter holds.
+_SIZE_MOST: Final = (1 << 63) - 1
+
+_UNITS: Final = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5, "e": 6}
+_SIZE: Final = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([kmgtpe]?)(?:i?b)?", re.IGNORECASE)
+
+#: The limits' names, as the API spells them (the record's ``limits`` keys).
+LIMIT_NAMES: Final = ("memory_max", "memory_swap_max", "cpu_max", "pids_max")
+
+
+class LimitError(ValueError):
+    """A value that cannot be a limit; the message names the option and is ready for a person."""
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"(an integer of {value.bit_length()} bits)"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def parse_size(value: object, *, flag: str, allow_zero: bool = False) -> int:
+    """A size in bytes from ``8G``, ``512MiB``, ``1.5g`` or a number of bytes.
+
+    Raise :class:`LimitError` naming ``flag`` for anything else, for zero
+    unless ``allow_zero``, and for more than 8 EiB.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise LimitError(
+            f"{flag}: a size must be a number of bytes or a string like '8G', not {_shown(value)}"
+        )
+    if isinstance(value, str):
+        match = _SIZE.fullmatch(value.strip())
+        if match is None:
+            raise LimitError(
+                f"{flag}: not a size: {_shown(value)} (write bytes, or a number with "
+                "K, M, G or T: '512M', '8G')"
+            )
+        number, unit = match.groups()
+        scaled = float(number) * float(1024 ** _UNITS[unit.lower()])
+        if not math.isfinite(scaled) or scaled > _SIZE_MOST:
+            raise LimitError(f"{flag}: {_shown(value)} is larger than any machine (8 EiB at most)")
+        size = math.floor(scaled)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise LimitError(f"{flag}: a size must be finite, not {_shown(value)}")
+        if value > _SIZE_MOST:
+            raise LimitError(f"{flag}: {_shown(value)} is larger than any machine (8 EiB at most)")
+        size = math.floor(value)
+    else:
+        size = value
+    if size < 0 or (size == 0 and not allow_zero):
+        least = "0 or more" if allow_zero else "more than 0"
+        raise LimitError(f"{flag}: a size must be {least} bytes, not {_shown(value)}")
+    if size > _SIZE_MOST:
+        raise LimitError(f"{flag}: {_shown(value)} is larger than any machine (8 EiB at most)")
+    return size
+
+
+def parse_cpus(value: object, *, flag: str) -> float:
+    """A number of CPUs (``1.5``, ``"0.5"``): positive, at least 1 % of one, finite."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise LimitError(f"{flag}: CPUs must be a number like 1.5, not {_shown(value)}")
+    try:
+        cpus = float(value.strip()) if isinstance(value, str) else float(value)
+    except (ValueError, OverflowError):
+        raise LimitError(f"{flag}: not a number of CPUs: {_shown(value)}") from None
+    if not (math.isfinite(cpus) and cpus > 0):
+        raise LimitError(f"{flag}: CPUs must be a number above 0, not {_shown(value)}")
+    if round(cpus * CPU_PERIOD_MICROSECONDS) < _CPU_MIN_QUOTA:
+        raise LimitError(f"{flag}: {_shown(value)} CPUs is below the kernel's least (0.01)")
+    if cpus > _CPU_MOST:
+        raise LimitError(f"{flag}: {_shown(value)} CPUs is more than any machine has")
+    return cpus
+
+
+def parse_count(value: object, *, flag: str) -> int:
+    """A positive whole number of processes (``512``, ``"512"``)."""
+    if isinstance(value, bool):
+        raise LimitError(f"{flag}: must be a whole number above 0, not {_shown(value)}")
+    if isinstance(value, str) and value.strip().isdecimal():
+        value = int(value.strip())
+    if not isinstance(value, int) or value <= 0:
+        raise LimitError(f"{flag}: must be a whole number above 0, not {_shown(value)}")
+    if value > _SIZE_MOST:
+        raise LimitError(f"{flag}: {_shown(value)} is too large")
+    return value
+
+
+def format_size(size: int) -> str:
+    """``size`` bytes for people: ``8 GiB``, ``1.5 MiB``, ``512 B``."""
+    for unit, power in (("TiB", 4), ("GiB", 3), ("MiB", 2), ("KiB", 1)):
+        if size >= 1024**power:
+            return f"{size / 1024**power:.4g} {unit}"
+    return f"{size} B"
+
+
+def parse_limits(
+    values: Mapping[str, object], flags: Mapping[str, str] | None = None
+) -> dict[str, int | float]:
+    """The limits in ``values`` (by API name, :data:`LIMIT_NAMES`), each checked; ``None`` skipped.
+
+    ``flags`` maps API names to the names a door's users know (``--cpus``),
+    for messages. Raise :class:`LimitError` for a value that is no limit and
+    for a name that is none.
+    """
+    names = flags or {}
+    unknown = sorted(set(values) - set(LIMIT_NAMES))
+    if unknown:
+        raise LimitError(f"not a resource limit: {_shown(unknown[0])}")
+    checked: dict[str, int | float] = {}
+    for name in LIMIT_NAMES:
+        value = values.get(name)
+        if value is None:
+            continue
+        flag = names.get(name, name)
+        if name == "cpu_max":
+            checked[name] = parse_cpus(value, flag=flag)
+        elif name == "pids_max":
+            checked[name] = parse_count(value, flag=flag)
+        else:
+            checked[name] = parse_size(value, flag=flag, allow_zero=name == "memory_swap_max")
+    return checked
+
+
+def limit_controllers(limits: Mapping[str, object]) -> tuple[str, ...]:
+    """The cgroup v2 controllers ``limits`` need, in the kernel's order."""
+    needed: list[str] = []
+    if "cpu_max" in limits:
+        needed.append("cpu")
+    if "memory_max" in limits or "memory_swap_max" in limits:
+        needed.append("memory")
+    if "pids_max" in limits:
+        needed.append("pids")
+    return tuple(needed)
+
+
+def limit_files(limits: Mapping[str, int | float]) -> dict[str, str]:
+    """What to write to which file of the run's cgroup for checked ``limits``, in order.
+
+    With a memory limit, ``memory.oom.group`` is ``1``: when the OOM killer
+    acts, it kills the whole tree at once, as Kubernetes does for a
+    container, rather than one process of it, leaving the rest to run on
+    with half a computation.
+    """
+    files: dict[str, str] = {}
+    if "memory_max" in limits:
+        files["memory.max"] = str(int(limits["memory_max"]))
+        files["memory.oom.group"] = "1"
+    if "memory_swap_max" in limits:
+        files["memory.swap.max"] = str(int(limits["memory_swap_max"]))
+    if "cpu_max" in limits:
+        quota = round(limits["cpu_max"] * CPU_PERIOD_MICROSECONDS)
+        files["cpu.max"] = f"{quota} {CPU_PERIOD_MICROSECONDS}"
+    if "pids_max" in limits:
+        files["pids.max"] = str(int(limits["pids_max"]))
+    return files
