@@ -243,7 +243,9 @@ def test_the_cli_refuses_bad_limits_naming_the_flag(tmp_path: Path, flag: str, v
         check=False,
     )
     assert result.returncode == 125
-    assert result.stderr.startswith(f"tether: {flag}: ")
+    # A usage error, in GNU's two lines.
+    assert result.stderr.startswith(f"tether run: {flag}: ")
+    assert result.stderr.endswith("\nTry 'tether run --help' for more information.\n")
 
 
 def test_the_supervisor_refuses_limits_the_caller_let_through(

@@ -226,8 +226,9 @@ def test_help_lists_every_option_with_its_default() -> None:
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["run", "true"], "must follow --"),
-        (["run", "--"], "no command after --"),
+        (["run", "--deadlin", "1", "true"], "(did you mean '--deadline'?)"),
+        (["run", "--"], "no command to run"),
+        (["run"], "no command to run"),
         (["run", "--deadline", "-1", "--", "true"], "--deadline"),
         (["run", "--deadline", "nan", "--", "true"], "--deadline"),
         (["run", "--deadline", "inf", "--", "true"], "--deadline"),
@@ -296,17 +297,19 @@ def test_the_caller_side_never_loads_the_heavy_modules() -> None:
     "args",
     [
         ["--deadline", "nan", "--"],
-        ["--deadline", "5m"],  # no --: the words after the options are refused
+        ["--deadlin", "5m"],  # a typo is refused, never taken for the command
         ["--deadline", "5m", "--grace", "-1", "--"],
     ],
 )
 def test_a_refused_command_line_leaves_nothing_behind(tmp_path: Path, args: list[str]) -> None:
-    """A usage error is one line and 125: no command, no record, not even its directory."""
+    """A usage error is GNU's two lines and 125: no command, no record, not even its directory."""
     record = tmp_path / "runs" / "r.json"
     marker = tmp_path / "started"
     result = run("run", "--record", str(record), "--name", "x", *args, "touch", str(marker))
     assert result.returncode == 125
-    assert len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith("tether run: ")
+    assert result.stderr.endswith("\nTry 'tether run --help' for more information.\n")
+    assert len(result.stderr.strip().splitlines()) == 2
     assert not marker.exists()
     assert not record.parent.exists()
 
@@ -347,3 +350,49 @@ def test_a_usage_error_shows_control_characters_escaped(tmp_path: Path) -> None:
     assert result.returncode == 125
     assert "\x1b" not in result.stderr
     assert "\\x1b[2J" in result.stderr
+
+
+def test_options_end_at_the_first_word_that_is_not_one(tmp_path: Path) -> None:
+    record = tmp_path / "r.json"
+    result = run("run", "--record", str(record), "sh", "-c", "exit 3", "--deadline")
+    assert result.returncode == 3, result.stderr
+    assert read_json(record)["reason"] == "completed"
+    # -- still works, and lets a command start with a dash.
+    result = run("run", "--no-record", "--", "-v")
+    assert result.returncode == 127
+
+
+@pytest.mark.parametrize(
+    ("args", "first_line"),
+    [
+        (
+            ["--deadlin", "5m", "true"],
+            "unrecognized option '--deadlin' (did you mean '--deadline'?)",
+        ),
+        (["--gracee", "1", "true"], "unrecognized option '--gracee' (did you mean '--grace'?)"),
+        (["--zzzzzz", "true"], "unrecognized option '--zzzzzz'"),
+        (["-x", "true"], "invalid option -- 'x'"),
+        (["--deadline"], "option '--deadline' requires an argument"),
+        (["--verbose=yes", "true"], "option '--verbose' doesn't allow an argument"),
+        (["--deadline", "soon", "true"], "--deadline: invalid duration 'soon'"),
+        (["--no-record", "--record", "r", "true"], "argument --record: not allowed with"),
+    ],
+)
+def test_every_usage_error_reads_as_gnu_and_leaves_no_record(
+    tmp_path: Path, args: list[str], first_line: str
+) -> None:
+    state = tmp_path / "state"
+    env = {**os.environ, "XDG_STATE_HOME": str(state), "HOME": str(tmp_path)}
+    result = run("run", *args, env=env)
+    assert result.returncode == 125
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith(f"tether run: {first_line}"), lines
+    assert lines[1:] == ["Try 'tether run --help' for more information."]
+    assert not state.exists()
+
+
+def test_a_value_that_looks_like_an_option_is_a_value(tmp_path: Path) -> None:
+    record = tmp_path / "r.json"
+    result = run("run", "--record", str(record), "--name", "-x", "true")
+    assert result.returncode == 0, result.stderr
+    assert read_json(record)["variant"] == "-x"

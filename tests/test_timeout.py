@@ -87,7 +87,7 @@ def test_help_and_version() -> None:
         tether_argv("timeout", "--version"), capture_output=True, text=True, timeout=BOUND
     )
     assert version.returncode == 0
-    assert version.stdout.startswith("tether timeout ")
+    assert version.stdout.startswith("timeout (tether) ")
 
 
 def test_unlike_gnu_the_command_dies_with_a_killed_timeout(

@@ -26,7 +26,7 @@ def runs_dir(home: Path) -> Path:
         ["run", "--deadline", "soon", "--", "true"],
         ["run", "--bogus", "--", "true"],
         ["run", "--"],
-        ["run", "true"],
+        ["run", "--deadlin", "5", "true"],
         ["timeout", "soon", "true"],
         ["timeout", "--bogus", "5", "true"],
         ["timeout", "5"],
@@ -66,7 +66,12 @@ def test_a_command_that_cannot_be_found_still_leaves_its_record(
         result = subprocess.run(tether_argv(*args), capture_output=True, text=True, timeout=BOUND)
         assert result.returncode == 127
     records = list(runs_dir(private_home).glob("*[0-9a-f].json"))
-    if door == "timeout" and not records:
-        pytest.skip("tether timeout keeps no record by default")
+    if door == "timeout":  # it keeps a record only where --record says, as for a usage error
+        assert records == []
+        kept = private_home / "timeout.json"
+        args = ["timeout", f"--record={kept}", "5", missing]
+        result = subprocess.run(tether_argv(*args), capture_output=True, text=True, timeout=BOUND)
+        assert result.returncode == 127
+        records = [kept]
     assert len(records) == 1
     assert '"launch_failed"' in records[0].read_text()

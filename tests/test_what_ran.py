@@ -113,4 +113,4 @@ def test_label_and_its_alias_name_are_one_option(tmp_path: Path, flag: str) -> N
 def test_a_label_too_long_is_refused_by_the_name_people_use(tmp_path: Path) -> None:
     done = tether_run("--label", "x" * 5000, "--", "true", cwd=tmp_path)
     assert done.returncode == 125
-    assert done.stderr.startswith("tether: --label: a label of 5000 characters is too long")
+    assert done.stderr.startswith("tether run: --label: a label of 5000 characters is too long")

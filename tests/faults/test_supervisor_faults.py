@@ -48,8 +48,8 @@ from tether.linux.cgroup import own_cgroup
 from tether.supervisor import last_resort
 from tether.supervisor.loop import LifelineBytes
 
-#: A mebibyte of bytes that are neither ``c`` nor ``k``.
-_NOT_REQUESTS = bytes(byte for byte in range(256) if byte not in b"ck")
+#: A mebibyte of bytes that are no request (see tether.shared.protocol).
+_NOT_REQUESTS = bytes(byte for byte in range(0x80) if byte not in b"ckztr")
 JUNK = (_NOT_REQUESTS * ((1 << 20) // len(_NOT_REQUESTS) + 1))[: 1 << 20]
 
 #: Replace one method of the loop with a fault, then run the seed door as
@@ -516,7 +516,7 @@ def test_a_disk_full_under_the_event_log_still_stops_the_tree_through_tether_run
 
 def test_lifeline_bytes_are_requests_once_and_junk_counted() -> None:
     tally = LifelineBytes()
-    assert tally.fresh_requests(b"xxkyyczzc") == [b"k", b"c"]
+    assert tally.fresh_requests(b"xxkyycqqc") == [b"k", b"c"]
     assert tally.fresh_requests(b"ckc") == []
     assert tally.unknown == 6
     assert tally.unknown_report_due()

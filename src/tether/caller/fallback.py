@@ -87,7 +87,9 @@ def _stop_what_is_left(started: Placement) -> None:
     if cgroup is not None and os.path.basename(cgroup).startswith(expected):
         kill_cgroup(cgroup)
     pgid = started.pgid
-    if pgid is not None and pgid > 1 and group_has_members(pgid):
+    # A command that used the caller's terminal is in the caller's own group (and
+    # so, maybe, are the other commands of its pipeline): never that group.
+    if pgid is not None and pgid > 1 and pgid != os.getpgrp() and group_has_members(pgid):
         with contextlib.suppress(OSError):
             os.killpg(pgid, signal.SIGKILL)
 

@@ -5,8 +5,9 @@ sent to them must stop the command, not just them. The handler does nothing
 but write one byte to the lifeline (``os.write`` is safe in a handler), so the
 supervisor does the stopping. A signal that arrives while the supervisor is
 still being started is kept and sent as soon as there is a lifeline to send it
-on. ``tether run`` treats a second Ctrl-C as "kill now"; ``tether timeout``,
-like GNU ``timeout``, keeps asking for the same graceful stop.
+on. ``tether run`` treats a second Ctrl-C as "kill now". Ctrl-Z (and ``fg``)
+stop (and continue) the command's tree with the caller
+(:func:`tether.caller.relay.relay_job_control`).
 
 Caller side: standard library only.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import signal
 from types import FrameType
 
+from tether.caller.relay import relay_job_control
 from tether.caller.start import Lifeline, Spawn, start
 from tether.core.spec import RunSpec
 from tether.shared.protocol import CANCEL, KILL_NOW
@@ -33,16 +35,20 @@ class LifelineRequests:
         self._interrupts = 0
         for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(number, self._on_signal)
+        relay_job_control(self)
+
+    def send(self, byte: bytes) -> None:
+        """Send ``byte`` on the lifeline, or keep it until there is one (handler-safe)."""
+        if self._lifeline is None:
+            self._pending.append(byte)
+        else:
+            self._lifeline.request(byte)
 
     def _on_signal(self, number: int, _frame: FrameType | None) -> None:
         if number == signal.SIGINT:
             self._interrupts += 1
         kill = self._second_interrupt_kills and self._interrupts >= 2
-        byte = KILL_NOW if kill else CANCEL
-        if self._lifeline is None:
-            self._pending.append(byte)
-        else:
-            self._lifeline.request(byte)
+        self.send(KILL_NOW if kill else CANCEL)
 
     def attach(self, lifeline: Lifeline) -> None:
         """Start sending on ``lifeline``, including what arrived during the launch."""

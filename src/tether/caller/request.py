@@ -101,6 +101,8 @@ def build_request(
     stop_signal: str = DEFAULT_STOP_SIGNAL,
     record_argv: object = False,
     flags: Mapping[str, str] = _API_NAMES,
+    ignored_signals: Sequence[int] = (),
+    join_group: int | None = None,
     limits: Mapping[str, object] | None = None,
 ) -> RunSpec:
     """Check what a door was given and return the request, or raise (see the module).
@@ -113,13 +115,18 @@ def build_request(
     ``flags`` maps ``deadline``, ``grace`` and ``label`` to the names the
     door's users know them by, for messages. ``record_argv`` keeps the whole
     command line (redacted) in the record; by default it holds only the
-    command's name.
+    command's name. ``ignored_signals`` start ignored
+    in the command (``tether timeout`` hands on what its caller ignored);
+    ``join_group`` is the caller's process group for a command that is to use
+    the caller's terminal (:mod:`tether.caller.terminal`).
     """
     words = command_words(argv)
     deadline_seconds = _seconds(deadline, "deadline", flags) if deadline is not None else 0.0
     grace_seconds = math.inf if grace is None else _seconds(grace, "grace", flags)
     checked_label = _label(label, flags)
-    if not (stop_signal.startswith("SIG") and stop_signal[3:].isalnum()):
+    from tether.shared.signals import is_signal_name
+
+    if not is_signal_name(stop_signal):
         raise RequestError(f"not a signal name: {stop_signal!r}", option="stop_signal")
     checked_cwd = None if cwd is None else os.fspath(cwd)
     checked_env = environment_copy(env)
@@ -141,6 +148,8 @@ def build_request(
         stop_signal=stop_signal,
         no_record_reason=no_record_reason,
         record_argv=record_argv,
+        ignored_signals=tuple(ignored_signals),
+        join_group=join_group,
         limits=checked_limits or None,
     )
 

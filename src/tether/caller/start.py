@@ -313,7 +313,10 @@ def spawn_supervisor(
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             pass_fds=passed,
-            start_new_session=True,
+            # A command that joins its caller's group (to use its terminal) must stay
+            # in its session: the supervisor then only leaves the caller's group.
+            start_new_session=spec.join_group is None,
+            process_group=None if spec.join_group is None else 0,
         )
     except OSError as error:
         _close_all(opened)

@@ -10,6 +10,7 @@ imports what the chosen subcommand needs: ``tether run --help``, ``tether run
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -48,8 +49,16 @@ def console_main() -> int:
     As early as the package could read a clock (``tether._LOADED_AT``): the
     person or script asked when they started ``tether``, and the deadline
     must not grow by the time Python takes to load the command-line parser.
+
+    Invoked as ``timeout`` (a ``timeout`` symlink to ``tether`` early on
+    ``PATH``), it is ``tether timeout``, so that scripts use it unchanged.
     """
     quiet_interrupts()
+    if os.path.basename(sys.argv[0]) == "timeout":
+        # Installed as ``timeout`` (a symlink to tether): GNU timeout's drop-in.
+        from tether.cli.timeout import main as timeout_main
+
+        return timeout_main(sys.argv[1:], asked_at=tether._LOADED_AT, program="timeout")
     return main(asked_at=tether._LOADED_AT)
 
 
@@ -62,7 +71,10 @@ def quiet_interrupts() -> None:
     cancel on the lifeline), and the seed door its own (a cancel in the loop),
     before they start anything; until then there is nothing to stop.
     """
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # Only Python's own handler is replaced: an ignored SIGINT (a background
+    # job, ``trap '' INT``) stays ignored, for ``timeout`` to hand on as GNU does.
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int:

@@ -1,9 +1,11 @@
 """What every ``tether`` subcommand says to a person, and how: one line, a documented status.
 
-A usage error exits 125 (tether's own failure, as ``timeout(1)`` does), with
-the usage line and one line saying what was wrong; any other refusal is one
-line on stderr, ``tether: ...``; output that a reader stopped reading
-(``tether ls | head``) is not an error to report.
+A usage error exits 125 (tether's own failure, as ``timeout(1)`` does), in
+GNU's two lines: what was wrong, then ``Try '... --help' for more
+information.`` (:func:`usage_error`; the review commands still show their
+usage line); any other refusal is one line on stderr, ``tether: ...``;
+output that a reader stopped reading (``tether ls | head``) is not an error
+to report.
 
 Streams that cannot be written change nothing of that. A message to a closed
 stderr (``2>&-``) is dropped, not printed on stdout (where ``print`` would put
@@ -28,7 +30,17 @@ from tether.core.reasons import TETHER_FAILED
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
 
-__all__ = ["UsageParser", "fail", "print_out", "say", "say_help", "warn", "write_out"]
+__all__ = [
+    "GnuStyleParser",
+    "UsageParser",
+    "fail",
+    "print_out",
+    "say",
+    "say_help",
+    "usage_error",
+    "warn",
+    "write_out",
+]
 
 
 class UsageParser(argparse.ArgumentParser):
@@ -63,6 +75,26 @@ class UsageParser(argparse.ArgumentParser):
         _write_err(self.format_usage())
         say(f"{self.prog}: error: {message}")
         raise SystemExit(TETHER_FAILED)
+
+
+class GnuStyleParser(UsageParser):
+    """A parser whose every usage error reads as GNU tools' do (:func:`usage_error`)."""
+
+    def error(self, message: str) -> NoReturn:
+        usage_error(self.prog, message)
+
+
+def usage_error(program: str, message: str, *, suggestion: str | None = None) -> NoReturn:
+    """Refuse a command line as GNU tools do: what was wrong, where help is; status 125.
+
+    ``tether run: unrecognized option '--deadlin' (did you mean '--deadline'?)``
+    then ``Try 'tether run --help' for more information.``: one format for
+    every usage error, and nothing started, nothing recorded.
+    """
+    hint = f" (did you mean '{suggestion}'?)" if suggestion else ""
+    say(f"{program}: {message}{hint}")
+    say(f"Try '{program} --help' for more information.")
+    raise SystemExit(TETHER_FAILED)
 
 
 def fail(message: str) -> NoReturn:

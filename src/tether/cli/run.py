@@ -8,8 +8,13 @@ person can act on, on stderr, with status 125.
 
 Ctrl-C, SIGTERM and SIGHUP to ``tether run`` ask for a graceful cancel (the
 command gets SIGTERM, then SIGKILL after the grace); a second Ctrl-C asks for
-SIGKILL now. The command runs in a process group of its own, so the terminal's
-Ctrl-C reaches it only through tether, and always the same way.
+SIGKILL now. Ctrl-Z stops the command's whole tree with ``tether run``, and
+``fg`` continues it (:mod:`tether.caller.relay`). At a shell prompt the
+command joins ``tether run``'s process group in the terminal's session, so it
+can use the terminal as any job does (:mod:`tether.caller.terminal`).
+
+Options end at the first word that is not one (``tether run sleep 1``), or at
+``--``; a usage error reads as GNU tools' (:func:`~tether.cli.messages.usage_error`).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import argparse
 from typing import Final, NoReturn
 
-from tether.cli.messages import UsageParser, fail, warn
+from tether.cli.messages import GnuStyleParser, fail, usage_error, warn
 from tether.core.durations import format_duration
 from tether.core.reasons import Reason
 from tether.core.spec import DEFAULT_GRACE_SECONDS
@@ -28,7 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["run"]
 
-_USAGE_RUN: Final = "tether run [OPTIONS] -- CMD [ARG]..."
+_PROGRAM: Final = "tether run"
+_USAGE_RUN: Final = "tether run [OPTIONS] [--] CMD [ARG]..."
 _FLAGS: Final = {
     "deadline": "--deadline",
     "grace": "--grace",
@@ -41,13 +47,16 @@ _FLAGS: Final = {
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    parser = UsageParser(
-        prog="tether run",
+    parser = GnuStyleParser(
+        prog=_PROGRAM,
+        allow_abbrev=False,
         usage=_USAGE_RUN,
         description="Run CMD so that it cannot outlive this tether run: it is stopped, with "
         "its whole process tree, when tether run dies (even by SIGKILL), when the deadline "
         "passes, or on Ctrl-C/SIGTERM. A private JSON record says what happened.",
-        epilog="Durations: a number of seconds with an optional suffix s, m, h or d "
+        epilog="Options end at the first word that is not one (or at --), as with timeout, "
+        "env and nice: tether run --deadline 5m make test. "
+        "Durations: a number of seconds with an optional suffix s, m, h or d "
         "(30, 30s, 5m, 1.5h, 2d); 0 means none. Exit status: CMD's own (128+N if killed by "
         "signal N), 124 deadline passed, 125 tether failed, 126 CMD cannot be executed, "
         "127 CMD not found, 130 cancelled.",
@@ -101,29 +110,84 @@ def _run_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _usage(message: str) -> NoReturn:
-    fail(f"{message} (usage: {_USAGE_RUN})")
+def _usage(message: str, *, suggestion: str | None = None) -> NoReturn:
+    usage_error(_PROGRAM, message, suggestion=suggestion)
+
+
+def split_command_line(
+    argv: list[str], parser: argparse.ArgumentParser
+) -> tuple[list[str], list[str]]:
+    """``tether run``'s options, and the command: options end at ``--`` or at the first word
+    that is not one, as with ``timeout``, ``env`` and ``nice`` (``tether run sleep 1``).
+
+    An option that takes a value takes the next word whatever it is
+    (``--label -x``). A word that looks like an option and is none is refused
+    here, with the nearest option as a suggestion, rather than taken for the
+    command: ``--deadlin 5m make`` must not run ``--deadlin``.
+    """
+    actions = parser._option_string_actions
+    options: list[str] = []
+    index = 0
+    while index < len(argv):
+        word = argv[index]
+        if word == "--":
+            return options, argv[index + 1 :]
+        if not word.startswith("-") or word == "-":
+            return options, argv[index:]
+        name = word.split("=", 1)[0] if word.startswith("--") else word[:2]
+        option = _resolve(name, actions)
+        takes_value = actions[option].nargs is None
+        attached = "=" in word if word.startswith("--") else len(word) > 2
+        if takes_value and not attached:
+            if index + 1 == len(argv):
+                _usage(f"option '{option}' requires an argument")
+            index += 1
+            # Joined, so that argparse takes a value like "-x" as the value it is.
+            word = f"{option}={argv[index]}"
+        elif not takes_value and attached and word.startswith("--"):
+            _usage(f"option '{option}' doesn't allow an argument")
+        options.append(word)
+        index += 1
+    return options, []
+
+
+def _resolve(name: str, actions: dict[str, argparse.Action]) -> str:
+    """``name`` if it is an option, or a refusal with the nearest option as a suggestion.
+
+    Options are taken as spelt, never abbreviated (``--dead`` for
+    ``--deadline``): a script that abbreviates breaks the day an option is
+    added with the same beginning, and a typo must not pass for an option.
+    """
+    if name in actions:
+        return name
+    if name.startswith("--"):
+        import difflib
+
+        close = difflib.get_close_matches(name, [o for o in actions if o.startswith("--")], n=1)
+        _usage(f"unrecognized option '{name}'", suggestion=close[0] if close else None)
+    _usage(f"invalid option -- '{name[1:]}'")
 
 
 def _request(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
     """Read ``tether run``'s command line into a request (and ``--verbose``), or refuse it.
 
-    A refusal is one line and status 125, and leaves nothing behind: no
+    A refusal is GNU's two lines and status 125 (:func:`usage_error`), or
+    one line for a record that cannot be kept, and leaves nothing behind: no
     command, no record.
     """
-    split = argv.index("--") if "--" in argv else len(argv)
-    args, extra = _run_parser().parse_known_args(argv[:split])
-    if split == len(argv):
-        _usage("the command must follow --")
-    if extra:
-        fail(f"unrecognized arguments before --: {' '.join(extra)}")
+    parser = _run_parser()
+    options, command = split_command_line(argv, parser)
+    args = parser.parse_args(options)
+    if not command:
+        _usage("no command to run")
 
-    from tether.caller.request import RequestError, build_request
+    from tether.caller.request import LimitsUnavailable, RequestError, build_request
+    from tether.caller.terminal import terminal_group
     from tether.shared.record_file import RecordError
 
     try:
         spec = build_request(
-            argv[split + 1 :],
+            command,
             asked_at=asked_at,
             deadline=args.deadline,
             grace=DEFAULT_GRACE_SECONDS if args.grace is None else args.grace,
@@ -131,6 +195,7 @@ def _request(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
             label=args.label,
             record_argv=args.record_argv,
             flags=_FLAGS,
+            join_group=terminal_group(),
             limits={
                 "memory_max": args.memory_max,
                 "memory_swap_max": args.memory_swap_max,
@@ -139,9 +204,11 @@ def _request(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
             },
         )
     except RequestError as error:
-        if error.option == "argv":
-            _usage("no command after --")
-        fail(str(error))
+        # Where the record goes, or a machine that cannot enforce limits: not how the
+        # line was typed, so no pointer to the help.
+        if error.option == "record" or isinstance(error, LimitsUnavailable):
+            fail(str(error))
+        _usage(str(error))
     except RecordError as error:
         fail(str(error))
     return spec, args.verbose

@@ -1,21 +1,20 @@
 """``tether timeout``: a drop-in for GNU ``timeout``, with tether's guarantees.
 
 Scripts are full of ``timeout 5m make test``. Replacing ``timeout`` with
-``tether timeout`` must change nothing a script can observe: the same
-options (``-k``, ``-s``, ``-v``, ``--preserve-status``, ``--foreground``),
-durations, messages (``timeout: ...``) and exit statuses (124 timed out, 125
-failed, 126 cannot invoke, 127 not found, 137 after a KILL, else the
-command's own). What it adds is what ``timeout`` cannot do: the command is
-stopped when ``tether timeout`` itself is killed (SIGKILL included),
-descendants that left the process group are stopped too, and a record is left
-(``--record PATH``, ``--no-record``; by default where ``tether run`` keeps
-them).
+``tether timeout`` (or putting a ``timeout`` symlink to ``tether`` early on
+``PATH``) is meant to change nothing a script relies on: the same options
+(``-k``, ``-s``, ``-v``, ``-p``, ``-f``/``--foreground``), durations as GNU
+reads them (:mod:`tether.core.gnu_durations`), messages (``timeout: ...``,
+``Try 'timeout --help'``), exit statuses (124 timed out, 125 failed, 126
+cannot invoke, 127 not found, 137 after a KILL, else the command's own), and
+signals: what ``timeout`` receives is passed on to the command as itself,
+SIGALRM is its own timer (:mod:`tether.caller.relay`). What it adds is what
+``timeout`` cannot do: the command is stopped when ``tether timeout`` itself
+is killed (SIGKILL included), and descendants that left the process group
+are stopped too. It keeps no record unless asked (``--record PATH``): a
+drop-in must not fill a disk from a loop in a script.
 
-Where tether cannot be identical it says so in the docs: a signal sent to
-``tether timeout`` stops the command with the stop signal (``-s``, SIGTERM by
-default) rather than forwarding the very signal received, and
-``--foreground`` is accepted but the command never gets the terminal's job
-control, because it always runs in a process group of its own.
+Where tether cannot be identical, ``docs/timeout.md`` says so and why.
 
 Caller side: standard library only, like ``tether run``.
 """
@@ -43,35 +42,39 @@ __all__ = ["main"]
 _KILLED: Final = 128 + signal.SIGKILL
 
 _HELP: Final = """\
-Usage: tether timeout [OPTION] DURATION COMMAND [ARG]...
+Usage: {program} [OPTION] DURATION COMMAND [ARG]...
+  or:  {program} [OPTION]
 Start COMMAND, and kill it if still running after DURATION.
-Like GNU timeout, and COMMAND with its whole process tree is also stopped when
-tether timeout itself is killed; a record of the run is kept.
+Like GNU timeout; COMMAND and its whole process tree are also stopped when
+this program itself is killed.
 
-  -p, --preserve-status
-                 exit with the same status as COMMAND, even when the
-                   command times out
-      --foreground
-                 accepted for compatibility; COMMAND always runs in a
-                   process group of its own (see docs/timeout.md)
+Mandatory arguments to long options are mandatory for short options too.
+  -f, --foreground
+                 when not running timeout directly from a shell prompt,
+                   allow COMMAND to read from the TTY and get TTY signals
   -k, --kill-after=DURATION
                  also send a KILL signal if COMMAND is still running
                    this long after the initial signal was sent
+  -p, --preserve-status
+                 exit with the same status as COMMAND,
+                   even when the command times out
   -s, --signal=SIGNAL
                  specify the signal to be sent on timeout;
-                   SIGNAL may be a name like 'HUP' or a number
+                   SIGNAL may be a name like 'HUP' or a number;
+                   see 'kill -l' for a list of signals
   -v, --verbose  diagnose to stderr any signal sent upon timeout
-      --record=PATH  write tether's record here (default: a new file in
-                   $XDG_STATE_HOME/tether/runs/)
-      --no-record    write no record
-      --help     display this help and exit
-      --version  output version information and exit
+      --record=PATH  write tether's JSON record of the run to PATH
+      --no-record    write no record (the default)
+      --help        display this help and exit
+      --version     output version information and exit
 
 DURATION is a floating point number with an optional suffix:
 's' for seconds (the default), 'm' for minutes, 'h' for hours or 'd' for days.
 A duration of 0 disables the associated timeout.
 
 Upon timeout, send the TERM signal to COMMAND, if no other SIGNAL specified.
+The TERM signal kills any process that does not block or catch that signal.
+It may be necessary to use the KILL signal, since this signal can't be caught.
 
 Exit status:
   124  if COMMAND times out, and --preserve-status is not specified
@@ -80,13 +83,25 @@ Exit status:
   127  if COMMAND cannot be found
   137  if COMMAND (or timeout itself) is sent the KILL (9) signal (128+9)
   -    the exit status of COMMAND otherwise
+
+Where tether differs from GNU timeout: docs/timeout.md.
 """
+
+
+class _Program:
+    """How this program was invoked: ``timeout`` (a symlink) or ``tether timeout``.
+
+    GNU tools name themselves as invoked in ``Try '... --help'``; the
+    prefix of every message is ``timeout:`` either way, as scripts expect.
+    """
+
+    name = "tether timeout"
 
 
 def _usage_error(message: str | None) -> NoReturn:
     if message is not None:
         _say(message)
-    say("Try 'tether timeout --help' for more information.")
+    say(f"Try '{_Program.name} --help' for more information.")
     raise SystemExit(TETHER_FAILED)
 
 
@@ -102,25 +117,24 @@ def _print_and_exit(text: str) -> NoReturn:
 
 
 def _duration(text: str) -> float:
-    from tether.core.durations import DurationError, parse_duration
+    """Seconds for a DURATION as GNU reads it: 0 none, ``inf`` practically forever."""
+    from tether.core.gnu_durations import parse_gnu_duration
 
-    try:
-        return parse_duration(text, flag="DURATION")
-    except DurationError:
+    seconds = parse_gnu_duration(text)
+    if seconds is None:
         _usage_error(f"invalid time interval '{text}'")
+    return seconds
 
 
 def _signal_name(text: str) -> str:
-    """``TERM``, ``SIGTERM``, ``term`` or ``15`` -> ``"SIGTERM"``; refuse anything else."""
-    try:
-        if text.isascii() and text.isdigit():  # not "٣": int() would read three
-            number = signal.Signals(int(text))
-        else:
-            upper = text.upper()
-            number = signal.Signals[upper if upper.startswith("SIG") else f"SIG{upper}"]
-    except (KeyError, ValueError):
-        _usage_error(f"'{text}': invalid signal")
-    return number.name
+    """``TERM``, ``SIGTERM``, ``term``, ``15``, ``0``, ``RTMIN+1`` -> its name; refuse the rest."""
+    from tether.shared.signals import signal_name
+
+    name = signal_name(text)
+    if name is None:
+        _say(f"'{text}': invalid signal")
+        _usage_error(None)
+    return name
 
 
 class _Options:
@@ -129,35 +143,34 @@ class _Options:
         self.stop_signal = "SIGTERM"
         self.verbose = False
         self.preserve_status = False
+        self.foreground = False
         self.record: str | None = None
-        self.no_record = False
+
+
+_LONG_OPTIONS: Final = (
+    "kill-after=",
+    "signal=",
+    "verbose",
+    "preserve-status",
+    "foreground",
+    "help",
+    "version",
+    "record=",
+    "no-record",
+)
 
 
 def _parse(argv: list[str]) -> tuple[_Options, float, list[str]]:
     options = _Options()
     try:
-        pairs, rest = getopt.getopt(
-            argv,
-            "+k:s:vp",
-            [
-                "kill-after=",
-                "signal=",
-                "verbose",
-                "preserve-status",
-                "foreground",
-                "help",
-                "version",
-                "record=",
-                "no-record",
-            ],
-        )
+        pairs, rest = getopt.getopt(argv, "+fk:ps:v", list(_LONG_OPTIONS))
     except getopt.GetoptError as error:
-        _usage_error(_getopt_message(error))
+        _usage_error(_getopt_message(error, argv))
     for flag, value in pairs:
         if flag == "--help":
-            _print_and_exit(_HELP)
+            _print_and_exit(_HELP.format(program=_Program.name))
         if flag == "--version":
-            _print_and_exit(f"tether timeout {__version__}\n")
+            _print_and_exit(f"timeout (tether) {__version__}\n")
         if flag in ("-k", "--kill-after"):
             options.kill_after = _duration(value)
         elif flag in ("-s", "--signal"):
@@ -166,23 +179,39 @@ def _parse(argv: list[str]) -> tuple[_Options, float, list[str]]:
             options.verbose = True
         elif flag in ("-p", "--preserve-status"):
             options.preserve_status = True
+        elif flag in ("-f", "--foreground"):
+            options.foreground = True
         elif flag == "--record":
             options.record = value
         elif flag == "--no-record":
-            options.no_record = True
+            options.record = None
     if len(rest) < 2:
         _usage_error(None)  # GNU says only where to find help here
     duration = _duration(rest[0])
     return options, duration, rest[1:]
 
 
-def _getopt_message(error: getopt.GetoptError) -> str:
+def _getopt_message(error: getopt.GetoptError, argv: list[str]) -> str:
+    """GNU getopt's words for what :mod:`getopt` refused."""
     option = error.opt
+    long = len(option) > 1
     if "requires argument" in error.msg:
-        return f"option requires an argument -- '{option}'"
-    if len(option) == 1:
-        return f"invalid option -- '{option}'"
-    return f"unrecognized option '--{option}'"
+        return (
+            f"option '--{option}' requires an argument"
+            if long
+            else (f"option requires an argument -- '{option}'")
+        )
+    if "must not have an argument" in error.msg:
+        return f"option '--{option}' doesn't allow an argument"
+    if "not a unique prefix" in error.msg:
+        choices = " ".join(
+            f"'--{name.rstrip('=')}'" for name in _LONG_OPTIONS if name.startswith(option)
+        )
+        return f"option '--{option}' is ambiguous; possibilities: {choices}"
+    if long:
+        typed = next((word for word in argv if word.startswith(f"--{option}")), f"--{option}")
+        return f"unrecognized option '{typed}'"
+    return f"invalid option -- '{option}'"
 
 
 def exit_status(finished: Finished, *, preserve_status: bool, stop_signal: str) -> int:
@@ -244,56 +273,98 @@ def _say(message: str) -> None:
     say(f"timeout: {message}")
 
 
-def _request(argv: list[str], asked_at: float) -> tuple[_Options, RunSpec]:
-    """Read the command line into its options and the request, or refuse it.
+def _request(
+    options: _Options,
+    duration: float,
+    command: list[str],
+    *,
+    asked_at: float,
+    ignored_signals: list[int],
+) -> RunSpec:
+    """The request for what the command line asked, or a refusal (125).
 
-    A refusal is GNU's message (or tether's, for what GNU does not check:
-    the record path) and status 125, and leaves nothing behind.
+    A record path that cannot be used is no reason to refuse: GNU ``timeout``
+    would have run the command, so this one says why there is no record and
+    runs it all the same.
     """
-    options, duration, command = _parse(argv)
-
     from tether.caller.request import RequestError, build_request
+    from tether.caller.terminal import terminal_group
+    from tether.core.gnu_durations import FOREVER
     from tether.shared.record_file import RecordError
 
-    try:
-        spec = build_request(
+    def request(record: str | None) -> RunSpec:
+        return build_request(
             command,
             asked_at=asked_at,
-            deadline=duration,
-            # -k 0 (or no -k) means never escalate, as in GNU timeout.
-            grace=options.kill_after or None,
-            record=False if options.no_record else options.record,
+            deadline=None if duration == FOREVER else duration,
+            # -k 0 (or no -k) means never escalate, as in GNU timeout; so does forever.
+            grace=None if options.kill_after in (0, FOREVER) else options.kill_after,
+            record=False if record is None else record,
             stop_signal=options.stop_signal,
+            ignored_signals=ignored_signals,
+            join_group=terminal_group(asked=options.foreground),
         )
-    except (RequestError, RecordError) as error:
+
+    try:
+        try:
+            return request(options.record)
+        except RecordError as error:
+            _say(f"{error}; running without a record")
+            return request(None)
+    except RequestError as error:
         _say(str(error))
         raise SystemExit(TETHER_FAILED) from None
+
+
+def request_for(
+    argv: list[str], asked_at: float, *, ignored_signals: list[int] | None = None
+) -> tuple[_Options, RunSpec]:
+    """The options and the request for ``timeout ARGV``, or a refusal (:class:`SystemExit`)."""
+    options, duration, command = _parse(argv)
+    spec = _request(
+        options, duration, command, asked_at=asked_at, ignored_signals=ignored_signals or []
+    )
     return options, spec
 
 
-def main(argv: list[str], *, asked_at: float | None = None) -> int:
-    """``tether timeout ARGS``; return the exit status (the deadline counts from ``asked_at``)."""
+def main(argv: list[str], *, asked_at: float | None = None, program: str = "tether timeout") -> int:
+    """``timeout ARGS``; return the exit status (the deadline counts from ``asked_at``).
+
+    ``program`` is the name it was invoked by (``timeout`` through a symlink).
+    """
     if asked_at is None:
         asked_at = time.monotonic()
-    options, spec = _request(argv, asked_at)
+    from tether.caller.relay import TimeoutRelay, launcher_mask
 
-    from tether.caller.interrupts import start_interruptible
-    from tether.caller.start import LaunchError
-    from tether.shared.protocol import Signalled
+    inherited = launcher_mask()
+    _Program.name = "timeout" if inherited is not None else program
+    options, duration, command = _parse(argv)
+
+    from tether.shared.signals import short_name, signal_number
+
+    stop = signal_number(options.stop_signal)
+    # Before anything is started, so that no signal in between is lost.
+    relay = TimeoutRelay(stop or None, inherited_mask=inherited)
+    spec = _request(options, duration, command, asked_at=asked_at, ignored_signals=relay.ignored)
+
+    from tether.caller.start import LaunchError, start
 
     try:
-        spawn = start_interruptible(spec, second_interrupt_kills=False)
+        spawn = start(spec)
     except LaunchError as error:
         _say(str(error))
         return TETHER_FAILED
+    relay.requests.attach(spawn.lifeline)
 
-    name = spec.argv[0].rsplit("/", 1)[-1]
+    from tether.shared.protocol import Signalled
+
+    name = spec.argv[0]
     status = spawn.status
+    quiet = {"SIGCONT", "SIGSTOP"} - {options.stop_signal}
     while status.finished is None:
         for message in status.wait():
-            if options.verbose and isinstance(message, Signalled) and message.signal != "SIGCONT":
-                sent = message.signal.removeprefix("SIG")
-                _say(f"sending signal {sent} to command '{name}'")
+            if options.verbose and isinstance(message, Signalled) and message.signal not in quiet:
+                _say(f"sending signal {short_name(message.signal)} to command '{name}'")
     finished = status.wait_finished()
     spawn.lifeline.release()
     if finished.reason == "launch_failed" or finished.message:

@@ -21,7 +21,11 @@ __all__ = [
     "KillRequested",
     "LaunchFailed",
     "Launched",
+    "ResumeRequested",
+    "SignalRequested",
+    "SuspendRequested",
     "Tick",
+    "TimeOutRequested",
     "TreeEmptied",
 ]
 
@@ -72,6 +76,43 @@ class KillRequested:
 
 
 @dataclass(frozen=True, slots=True)
+class TimeOutRequested:
+    """Time is up now, whatever the deadline said: ``timeout`` was sent SIGALRM, its own timer.
+
+    Handled exactly as the deadline passing (the stop signal, 124), as GNU
+    ``timeout`` handles a SIGALRM from outside.
+    """
+
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRequested:
+    """Pass ``signal`` on to the command's tree, as GNU ``timeout`` passes on what it receives.
+
+    Not a stop: the command decides what the signal means, and its own
+    status stands. ``signal`` is a name (``SIGINT``).
+    """
+
+    now: float
+    signal: str
+
+
+@dataclass(frozen=True, slots=True)
+class SuspendRequested:
+    """The caller was stopped (Ctrl-Z): stop the command's tree with it (SIGSTOP)."""
+
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeRequested:
+    """The caller was continued (``fg``, ``bg``): continue the command's tree (SIGCONT)."""
+
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
 class CommandExited:
     """The command's leader process exited (it is not reaped yet).
 
@@ -108,4 +149,8 @@ Event = (
     | CommandExited
     | TreeEmptied
     | Tick
+    | TimeOutRequested
+    | SignalRequested
+    | SuspendRequested
+    | ResumeRequested
 )

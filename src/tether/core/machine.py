@@ -48,7 +48,11 @@ from tether.core.events import (
     KillRequested,
     Launched,
     LaunchFailed,
+    ResumeRequested,
+    SignalRequested,
+    SuspendRequested,
     Tick,
+    TimeOutRequested,
     TreeEmptied,
 )
 from tether.core.reasons import (
@@ -111,6 +115,10 @@ _TRIGGER: Final[dict[type[Event], str]] = {
     CommandExited: "command_exited",
     TreeEmptied: "tree_emptied",
     Tick: "tick",
+    TimeOutRequested: "time_out",
+    SignalRequested: "pass_on",
+    SuspendRequested: "suspend",
+    ResumeRequested: "resume",
 }
 
 _W, _T, _K, _R = Phase.WATCHING, Phase.TERMINATING, Phase.KILLING, Phase.RECORDED
@@ -161,6 +169,25 @@ _TABLE: Final[list[TransitionConfigDict]] = [
     {"trigger": "kill", "source": _W, "dest": _K, "after": "kill_now"},
     {"trigger": "kill", "source": _T, "dest": _K, "after": "escalate"},
     {"trigger": "kill", "source": [_K, _R], "dest": None},
+    # timeout's SIGALRM from outside: the deadline, now.
+    {"trigger": "time_out", "source": _W, "dest": _T, "after": "stop_for_deadline"},
+    {"trigger": "time_out", "source": [_T, _K, _R], "dest": None},
+    # A signal passed on (timeout): the command's to act on. With a finite grace
+    # (-k), GNU starts the KILL timer at the first signal sent, whatever it was.
+    {
+        "trigger": "pass_on",
+        "source": _W,
+        "dest": _T,
+        "conditions": "grace_is_finite",
+        "after": "pass_on_and_arm_kill",
+    },
+    {"trigger": "pass_on", "source": [_W, _T], "dest": None, "after": "pass_on"},
+    {"trigger": "pass_on", "source": [_K, _R], "dest": None},
+    # Job control: the tree stops and continues with its caller; timers keep running.
+    {"trigger": "suspend", "source": [_W, _T], "dest": None, "after": "suspend_tree"},
+    {"trigger": "resume", "source": [_W, _T], "dest": None, "after": "resume_tree"},
+    {"trigger": "suspend", "source": [_K, _R], "dest": None},
+    {"trigger": "resume", "source": [_K, _R], "dest": None},
     # The command's own exit, and the end of whatever it left behind.
     {
         "trigger": "command_exited",
@@ -208,6 +235,9 @@ class _Run:
     def timer_expired(self) -> bool:
         return self.timer_at is not None and self.now >= self.timer_at
 
+    def grace_is_finite(self) -> bool:
+        return not math.isinf(self.grace_seconds)
+
     def tree_is_empty(self) -> bool:
         return isinstance(self.event, CommandExited) and not self.event.others_alive
 
@@ -233,6 +263,8 @@ class _Run:
 
     def bound_the_grace(self) -> None:
         assert self.stop_started_at is not None
+        if self.reason is None:  # stopping for a signal passed on: the caller went meanwhile
+            self.reason = Reason.PARENT_LOST
         bounded = self.stop_started_at + min(self.grace_seconds, CALLER_LOST_GRACE_SECONDS)
         if self.timer_at is None or bounded < self.timer_at:
             self.timer_at = max(bounded, self.now)
@@ -240,12 +272,37 @@ class _Run:
     def stop_stragglers(self) -> None:
         self._terminate(Reason.COMPLETED)
 
+    def pass_on(self) -> None:
+        event = self.event
+        assert isinstance(event, SignalRequested)
+        self._signal(event.signal)
+        if event.signal not in ("SIGKILL", "SIGCONT"):
+            self._signal("SIGCONT")  # as GNU: a stopped command can act on it
+
+    def pass_on_and_arm_kill(self) -> None:
+        """Pass the signal on; the command gets the grace, then KILL, as ``timeout -k`` does.
+
+        The reason stays open: if the command ends of the signal, it completed
+        (its status is the signal's); if the KILL is needed, time ran out.
+        """
+        self.stop_started_at = self.now
+        self.pass_on()
+        self.timer_at = self.now + self.grace_seconds
+
+    def suspend_tree(self) -> None:
+        self._signal("SIGSTOP")
+
+    def resume_tree(self) -> None:
+        self._signal("SIGCONT")
+
     def kill_now(self) -> None:
         self.reason = Reason.CANCELLED
         self.stop_started_at = self.now
         self.escalate()
 
     def escalate(self) -> None:
+        if self.reason is None:  # the KILL after a signal passed on (-k): time ran out
+            self.reason = Reason.DEADLINE_EXCEEDED
         self.escalated = True
         self._signal("SIGKILL")
         self.timer_at = self.now + self.settle_seconds

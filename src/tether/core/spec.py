@@ -75,6 +75,13 @@ class RunSpec:
     no_record_reason: str | None = None
     #: Whether the record keeps the whole command line (redacted), not only its name.
     record_argv: bool = False
+    #: Signal numbers the command starts with ignored, as its caller had them
+    #: (``nohup``, ``trap '' INT``): ``tether timeout`` hands them on as GNU does.
+    ignored_signals: tuple[int, ...] = ()
+    #: The process group the command joins: its caller's, in the caller's terminal
+    #: session, so that it can use the terminal (``None``: a group and, for its
+    #: supervisor, a session of their own). See docs/cli.md, "Terminals".
+    join_group: int | None = None
     #: Resource limits for the run's cgroup, by name (:data:`~tether.core.limits.LIMIT_NAMES`),
     #: as plain numbers; ``None`` (or empty) for none. Added in tether 0.2.
     limits: dict[str, int | float] | None = None
@@ -100,6 +107,7 @@ class RunSpec:
         try:
             data = json.loads(raw)
             data["argv"] = tuple(data["argv"])
+            data["ignored_signals"] = tuple(data.get("ignored_signals", ()))
             data["grace_seconds"] = seconds_from_json(data["grace_seconds"])
             spec = cls(**data)
         except (ValueError, TypeError, KeyError) as error:
@@ -117,7 +125,17 @@ class RunSpec:
             raise SpecError(f"deadline_seconds must be a finite number > 0, not {deadline!r}")
         if not self.grace_seconds >= 0:
             raise SpecError(f"grace_seconds must be a number >= 0, not {self.grace_seconds!r}")
-        if not (self.stop_signal.startswith("SIG") and self.stop_signal[3:].isalnum()):
+        if not all(
+            isinstance(number, int) and not isinstance(number, bool) and 0 < number < 65
+            for number in self.ignored_signals
+        ):
+            raise SpecError(f"ignored_signals must be signal numbers, not {self.ignored_signals!r}")
+        group = self.join_group
+        if group is not None and (
+            not isinstance(group, int) or isinstance(group, bool) or group < 2
+        ):
+            raise SpecError(f"join_group must be a process group id, not {group!r}")
+        if not _looks_like_a_signal(self.stop_signal):
             raise SpecError(
                 f"stop_signal must be a signal name like SIGTERM, not {self.stop_signal!r}"
             )
@@ -128,3 +146,20 @@ class RunSpec:
                 parse_limits(self.limits)
             except LimitError as error:
                 raise SpecError(str(error)) from None
+
+
+def _looks_like_a_signal(name: str) -> bool:
+    """``SIGTERM``, ``SIGRTMIN+2``, ``SIGRTMAX-1``, or ``0`` (``timeout -s 0``: send nothing).
+
+    Only the shape is checked here (the core knows no signal numbers): the
+    supervisor sends nothing it cannot name, and says so in the record.
+    """
+    if name == "0":
+        return True
+    base, _, offset = name.replace("-", "+").partition("+")
+    return (
+        base.startswith("SIG")
+        and base[3:].isalnum()
+        and base[3:].isascii()
+        and (not offset or (offset.isascii() and offset.isdigit()))
+    )

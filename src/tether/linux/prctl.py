@@ -24,6 +24,11 @@ __all__ = ["set_child_subreaper", "set_parent_death_signal"]
 
 _PR_SET_PDEATHSIG: Final = 1
 _PR_SET_CHILD_SUBREAPER: Final = 36
+_PR_SET_NAME: Final = 15
+
+#: The name a supervisor takes once its command runs (``ps``, ``/proc/PID/comm``):
+#: how another supervisor recognises a nested run in its tree.
+SUPERVISOR_NAME: Final = "tether-sup"
 
 
 @functools.cache
@@ -49,3 +54,11 @@ def set_parent_death_signal(signal_number: int) -> None:
     supervisor is single-threaded, so the two are the same.
     """
     _prctl(_PR_SET_PDEATHSIG, signal_number)
+
+
+def set_process_name(name: str) -> None:
+    """Set the calling thread's name (``comm``, at most 15 bytes), as ``ps`` shows it."""
+    raw = ctypes.create_string_buffer(name.encode()[:15])
+    if _libc().prctl(_PR_SET_NAME, raw, 0, 0, 0) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, os.strerror(number))

@@ -87,6 +87,8 @@ class ProcStat(NamedTuple):
     state: str
     parent: int
     pgid: int
+    #: The command name (``comm``), as ``ps`` shows it.
+    name: str = ""
 
 
 def stat_of(pid: int) -> ProcStat | None:
@@ -103,7 +105,8 @@ def stat_of(pid: int) -> ProcStat | None:
         raise
     # The command name is in parentheses and may itself contain ") ".
     fields = raw[raw.rindex(")") + 2 :].split()
-    return ProcStat(fields[0], int(fields[1]), int(fields[2]))
+    name = raw[raw.find("(") + 1 : raw.rindex(")")]
+    return ProcStat(fields[0], int(fields[1]), int(fields[2]), name)
 
 
 def state_of(pid: int) -> str | None:

@@ -9,7 +9,9 @@ of its own; a socket cannot be opened that way.
 shares it. Its end of file is the one message a dead caller can still send,
 whatever killed it, SIGKILL included: the kernel closes the caller's end when
 the last holder exits. One byte on it is a request: :data:`CANCEL` (stop
-gracefully) or :data:`KILL_NOW`. A request on the lifeline tells *cancelled*
+gracefully), :data:`KILL_NOW`, :data:`TIME_OUT`, :data:`SUSPEND` and
+:data:`RESUME` (job control), or a signal to pass on
+(:func:`pass_on_request`). A request on the lifeline tells *cancelled*
 apart from *caller lost* without signalling a pid that may have been reused.
 
 **The status channel** (supervisor to caller). One JSON object per line, each
@@ -44,6 +46,10 @@ if TYPE_CHECKING:
 __all__ = [
     "CANCEL",
     "KILL_NOW",
+    "PASS_ON_BASE",
+    "RESUME",
+    "SUSPEND",
+    "TIME_OUT",
     "Finished",
     "Garbled",
     "Message",
@@ -53,10 +59,28 @@ __all__ = [
     "Started",
     "StatusWriter",
     "decode",
+    "pass_on_request",
 ]
 
 CANCEL: Final = b"c"
 KILL_NOW: Final = b"k"
+#: Time is up now (``timeout`` got SIGALRM, its own timer): the deadline, at once.
+TIME_OUT: Final = b"t"
+#: The caller was stopped (Ctrl-Z) or continued (``fg``): stop or continue the tree.
+SUSPEND: Final = b"z"
+RESUME: Final = b"r"
+#: A signal to pass on to the tree is one byte too: this plus its number (1 to 64).
+PASS_ON_BASE: Final = 0x80
+
+
+def pass_on_request(number: int) -> bytes:
+    """The lifeline byte that asks to pass signal ``number`` on to the tree.
+
+    One byte, so that a request can never be split between two reads.
+    """
+    if not 0 < number < 0x80:
+        raise ValueError(f"no request for signal {number}")
+    return bytes((PASS_ON_BASE + number,))
 
 
 def _int(value: object) -> int | None:

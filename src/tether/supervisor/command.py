@@ -42,6 +42,7 @@ import subprocess
 from tether.core.limits import LimitError, limit_controllers, limit_files, parse_limits
 from tether.linux.cgroup import CgroupUnavailable, RunCgroup
 from tether.linux.prctl import set_parent_death_signal
+from tether.supervisor.identity import restore_in_child
 
 # Run before the command starts: no ``typing`` or ``dataclasses`` at run time.
 TYPE_CHECKING = False
@@ -75,7 +76,7 @@ class Command:
     (the sweep is then the only containment).
     """
 
-    __slots__ = ("cgroup", "pgid", "pid", "pidfd", "popen")
+    __slots__ = ("cgroup", "own_group", "pgid", "pid", "pidfd", "popen")
 
     def __init__(
         self,
@@ -85,8 +86,11 @@ class Command:
         pidfd: int,
         popen: subprocess.Popen[bytes],
         cgroup: RunCgroup | None = None,
+        own_group: bool = True,
     ) -> None:
         self.pid = pid
+        #: Whether ``pgid`` is the command's own group (else its caller's: never signal it whole).
+        self.own_group = own_group
         self.pgid = pgid
         self.pidfd = pidfd
         self.popen = popen
@@ -110,6 +114,7 @@ def _prepare_child(
     required: bool,
     directory: int | None,
     announce: Announce | None,
+    ignored_signals: Sequence[int] = (),
 ) -> None:
     """Run in the child between fork and exec: the backstop, the announcement, the directory,
     then the cgroup.
@@ -125,6 +130,10 @@ def _prepare_child(
     if announce is not None:
         with contextlib.suppress(BaseException):  # nothing here may stop the launch
             announce(os.getpid(), None if cgroup is None else cgroup.directory)
+    restore_in_child()
+    for number in ignored_signals:  # as the caller had them: exec keeps "ignored"
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(number, signal.SIG_IGN)
     if directory is not None:
         os.fchdir(directory)
     if cgroup is not None:
@@ -199,6 +208,8 @@ def start_command(
     stdout: _Stdio,
     stderr: _Stdio,
     announce: Announce | None = None,
+    ignored_signals: Sequence[int] = (),
+    join_group: int | None = None,
     limits: Mapping[str, object] | None = None,
 ) -> Command:
     """Start ``argv``; raise :class:`CommandNotStarted` if it cannot be started.
@@ -210,6 +221,9 @@ def start_command(
     directory of the cgroup it is joining (``None`` without one). ``limits``
     (:mod:`tether.core.limits`) are written to the command's cgroup before it
     can join it; without a cgroup for them the command is not started.
+    ``ignored_signals`` start ignored in the command, as in its caller.
+    ``join_group`` is the caller's process group, for a command that uses the
+    caller's terminal: it joins that group instead of leading one of its own.
     """
     if not argv[0]:
         # "Not found", as execvp("") says in C (GNU timeout: 127). Python's own
@@ -227,7 +241,12 @@ def start_command(
 
     def prepare() -> None:
         _prepare_child(
-            supervisor, cgroup, required=required, directory=directory, announce=announce
+            supervisor,
+            cgroup,
+            required=required,
+            directory=directory,
+            announce=announce,
+            ignored_signals=ignored_signals,
         )
 
     try:
@@ -239,7 +258,7 @@ def start_command(
             cwd=path,
             env=env,
             umask=-1 if umask is None else umask,
-            process_group=0,
+            process_group=0 if join_group is None else join_group,
             close_fds=True,
             preexec_fn=prepare,  # noqa: PLW1509 - the supervisor is single-threaded
         )
@@ -262,7 +281,8 @@ def start_command(
         raise
     return Command(
         pid=popen.pid,
-        pgid=popen.pid,
+        pgid=popen.pid if join_group is None else join_group,
+        own_group=join_group is None,
         pidfd=pidfd,
         popen=popen,
         cgroup=_joined(cgroup, popen.pid),

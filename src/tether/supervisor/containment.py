@@ -81,7 +81,9 @@ from typing import Final, Protocol, TypeVar
 
 from tether.linux import proctree
 from tether.linux.cgroup import RunCgroup
+from tether.linux.prctl import SUPERVISOR_NAME
 from tether.shared.record_document import ResourceUsage
+from tether.shared.signals import signal_name
 from tether.supervisor.reserve import DescriptorReserve
 
 __all__ = ["UNSEEN", "ProcessTree", "Report"]
@@ -121,9 +123,13 @@ class ProcessTree:
         cgroup: RunCgroup | None = None,
         reserve: DescriptorReserve | None = None,
         report: Report = _report_nothing,
+        own_group: bool = True,
     ) -> None:
         self.leader = leader
         self.pgid = pgid
+        #: False when the command joined its caller's group (a terminal's job): the
+        #: group is then never signalled whole, each process of the tree is.
+        self.own_group = own_group
         self.pidfd = pidfd
         self.cgroup = cgroup
         self.reserve = DescriptorReserve() if reserve is None else reserve
@@ -221,16 +227,21 @@ class ProcessTree:
         """
         snapshot = self._read(self._snapshot) or []
         walked = {pid for pid, _stat in snapshot}
+        if signum not in _WHOLE_TREE_SIGNALS:
+            snapshot = _without_nested_runs(snapshot)
         members = self._members()
         killed_by_cgroup = signum == signal.SIGKILL and self._kill_cgroup()
         self._signal_group(signum)
         known = walked | {self._me}
+        if not self.own_group:
+            self._signal_leader(signum)
         for pid, stat in snapshot:
             if pid == self.leader:
                 continue
             self.stopped.add(pid)
             if stat.pgid != self.pgid:
                 self.outside_group.add(pid)
+            if stat.pgid != self.pgid or not self.own_group:
                 self._signal_one(pid, signum, lambda p: proctree.parent_of(p) in known)
         outside_walk = [pid for pid in members if pid not in walked and pid != self.leader]
         self._signal_members(outside_walk, signum, already=killed_by_cgroup)
@@ -243,9 +254,15 @@ class ProcessTree:
             if (stat := proctree.stat_of(pid)) is not None and stat.state != "Z"
         ]
 
+    def _signal_leader(self, signum: int) -> None:
+        """Signal the leader alone, through its pidfd (a command in its caller's group)."""
+        if not self.leader_reaped:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self.pidfd, signum)
+
     def _signal_group(self, signum: int) -> None:
         """Signal the command's group, only while its leader is unreaped (so the id is its)."""
-        if not self.leader_reaped and _is_my_child(self.leader):
+        if self.own_group and not self.leader_reaped and _is_my_child(self.leader):
             with contextlib.suppress(OSError):
                 os.killpg(self.pgid, signum)
 
@@ -297,7 +314,7 @@ class ProcessTree:
         except OSError:
             return
         self.signals_without_pidfd += 1
-        self._report("signal_by_pid", pid=pid, signal=signal.Signals(signum).name)
+        self._report("signal_by_pid", pid=pid, signal=signal_name(str(signum)) or str(signum))
 
     def reap_adopted(self) -> None:
         """Reap every dead child of the supervisor except the leader."""
@@ -362,6 +379,35 @@ class ProcessTree:
             return self.leader_reaped or self.leader_returncode() is not None
         except ChildProcessError:
             return True
+
+
+#: Signals that reach nested runs too (see :func:`_without_nested_runs`).
+_WHOLE_TREE_SIGNALS: Final = frozenset((signal.SIGKILL, signal.SIGSTOP, signal.SIGCONT))
+
+
+def _without_nested_runs(
+    snapshot: list[tuple[int, proctree.ProcStat]],
+) -> list[tuple[int, proctree.ProcStat]]:
+    """The walk less every nested run: a tether supervisor below this one, and its tree.
+
+    A command may itself use tether (``timeout -s ALRM 30 timeout 25 cmd``).
+    Its supervisor, adopted by this one, is in the walk, and so is its
+    command; a gentle signal (the stop signal, one passed on) is for the
+    nested *caller*, in this command's group, to act on as it chooses: pass
+    it on, time out, cancel. Sent past it, straight to the nested command
+    (or to its supervisor, which most signals would kill), it would decide
+    for it. SIGKILL, SIGSTOP and SIGCONT still reach everything. A command
+    that names itself like a supervisor only spares itself signals it could
+    ignore anyway.
+    """
+    nested: set[int] = set()
+    kept: list[tuple[int, proctree.ProcStat]] = []
+    for pid, stat in snapshot:  # parents before children
+        if stat.parent in nested or stat.name == SUPERVISOR_NAME:
+            nested.add(pid)
+        else:
+            kept.append((pid, stat))
+    return kept
 
 
 def _alive(pid: int) -> bool:

@@ -109,6 +109,8 @@ def main(spec_fd: int) -> int:
         cwd=fds.get("cwd", data.get("cwd")),
         env=data.get("env"),
         umask=data.get("umask"),
+        ignored_signals=data.get("ignored_signals") or (),
+        join_group=data.get("join_group"),
         stdin=fds["stdin"],
         stdout=fds["stdout"],
         stderr=fds["stderr"],

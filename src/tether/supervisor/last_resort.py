@@ -144,7 +144,11 @@ def _sweep(wakeup: SignalWakeup, command: Command, tree: ProcessTree | None) -> 
 
     if tree is None:
         tree = ProcessTree(
-            leader=command.pid, pgid=command.pgid, pidfd=command.pidfd, cgroup=command.cgroup
+            leader=command.pid,
+            pgid=command.pgid,
+            pidfd=command.pidfd,
+            cgroup=command.cgroup,
+            own_group=command.own_group,
         )
     emptied = tree.kill_everything(_wait_for_a_child(wakeup), bound=SETTLE_SECONDS)
     _reap_everything(tree, command)
@@ -182,4 +186,7 @@ def _kill_group_bare(command: Command) -> None:
             command.cgroup.kill()
     with contextlib.suppress(OSError):
         os.waitid(os.P_PID, command.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        os.killpg(command.pgid, signal.SIGKILL)
+        if command.own_group:  # else it is the caller's group: the leader alone
+            os.killpg(command.pgid, signal.SIGKILL)
+        else:
+            signal.pidfd_send_signal(command.pidfd, signal.SIGKILL)

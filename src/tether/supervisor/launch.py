@@ -37,6 +37,7 @@ import time
 from tether.linux.prctl import set_child_subreaper
 from tether.shared.protocol import Spawned, Started, StatusWriter
 from tether.supervisor.command import Command, CommandNotStarted, start_command
+from tether.supervisor.identity import become_a_supervisor
 from tether.supervisor.reserve import NEEDED, DescriptorReserve, free_descriptors
 
 TYPE_CHECKING = False
@@ -121,6 +122,8 @@ def launch(
     stderr: _Stdio,
     status: StatusWriter,
     close_after_launch: tuple[int, ...] = (),
+    ignored_signals: Sequence[int] = (),
+    join_group: int | None = None,
     limits: Mapping[str, object] | None = None,
 ) -> LaunchAttempt:
     """Start the command under a supervisor that is ready to watch it.
@@ -130,6 +133,7 @@ def launch(
     copies, so a reader of the caller's output sees end of file when the
     command is done, not when the supervisor is.
     """
+    become_a_supervisor()
     wakeup = SignalWakeup()
     set_child_subreaper()
     try:
@@ -143,6 +147,8 @@ def launch(
             stdout=stdout,
             stderr=stderr,
             announce=_announcer(status),
+            ignored_signals=ignored_signals,
+            join_group=join_group,
             limits=limits,
         )
     except CommandNotStarted as failure:

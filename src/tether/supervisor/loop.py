@@ -53,14 +53,28 @@ from tether.core.events import (
     KillRequested,
     Launched,
     LaunchFailed,
+    ResumeRequested,
+    SignalRequested,
+    SuspendRequested,
     Tick,
+    TimeOutRequested,
     TreeEmptied,
 )
 from tether.core.machine import Phase, RunMachine
 from tether.core.reasons import TETHER_FAILED, Reason
 from tether.linux.cgroup import read_usage
 from tether.shared.clock import wall_clock_at
-from tether.shared.protocol import CANCEL, KILL_NOW, Finished, Signalled, StatusWriter
+from tether.shared.protocol import (
+    CANCEL,
+    KILL_NOW,
+    PASS_ON_BASE,
+    RESUME,
+    SUSPEND,
+    TIME_OUT,
+    Finished,
+    Signalled,
+    StatusWriter,
+)
 from tether.shared.record_document import (
     ResourceUsage,
     RunFacts,
@@ -68,6 +82,7 @@ from tether.shared.record_document import (
     build_document,
 )
 from tether.shared.record_file import RecordError, write_record
+from tether.shared.signals import signal_name, signal_number
 from tether.supervisor import last_resort
 from tether.supervisor.containment import ProcessTree, Report
 
@@ -139,6 +154,7 @@ class Supervision:
                 cgroup=command.cgroup,
                 reserve=attempt.reserve,
                 report=_tree_reporter(self),
+                own_group=command.own_group,
             )
         self.lifeline_bytes = LifelineBytes()
         self.machine = RunMachine(
@@ -293,8 +309,9 @@ class Supervision:
         tally = self.lifeline_bytes
         events: list[Event] = []
         for request in tally.fresh_requests(data):
-            events.append(CancelRequested(now) if request == CANCEL else KillRequested(now))
-            self.log.emit("lifeline_request", request=request.decode("ascii"))
+            event = _request_event(request, now)
+            events.append(event)
+            self.log.emit("lifeline_request", request=_describe_request(request))
         if tally.unknown_report_due():
             self.log.emit("lifeline_unknown_bytes", count=tally.unknown)
         if closed:
@@ -358,7 +375,7 @@ class Supervision:
     def _signal(self, effect: SignalTree, now: float) -> None:
         tree = self.tree
         assert tree is not None
-        number = getattr(signal, effect.signal)
+        number = signal_number(effect.signal)
         # Stamped with the time the core decided at (microseconds before the
         # group has it): the grace in the record is the grace the core kept.
         at = now - self.started_monotonic
@@ -529,7 +546,13 @@ def _tree_reporter(supervision: Supervision) -> Report:
 
 
 class LifelineBytes:
-    """What came over the lifeline: requests heard once, other bytes counted.
+    """What came over the lifeline: requests in the order they came, other bytes counted.
+
+    :data:`CANCEL`, :data:`KILL_NOW` and :data:`TIME_OUT` are heard once each
+    (a second one would change nothing). Job control (:data:`SUSPEND`,
+    :data:`RESUME`) and signals to pass on are heard every time, as they come,
+    but a run of the same request counts once: a caller that repeats itself
+    costs one signal, not one per byte.
 
     Unknown bytes are reported on a doubling scale, when their count first
     reaches 1, 2, 4, 8... bytes (per turn, at most once): a caller that writes
@@ -539,20 +562,27 @@ class LifelineBytes:
 
     def __init__(self) -> None:
         self.heard: set[bytes] = set()
-        #: How many bytes were neither ``c`` nor ``k``.
+        #: How many bytes were no request.
         self.unknown = 0
         self._report_at = 1
 
     def fresh_requests(self, data: bytes) -> list[bytes]:
-        """The requests in ``data`` not heard before, in the order they came; count the rest."""
-        found = sorted(
-            (data.index(request), request)
-            for request in (CANCEL, KILL_NOW)
-            if request in data and request not in self.heard
-        )
-        self.heard.update(request for _at, request in found)
-        self.unknown += len(data) - data.count(CANCEL) - data.count(KILL_NOW)
-        return [request for _at, request in found]
+        """The requests in ``data`` to act on, in the order they came; count the rest."""
+        requests = data.translate(None, _NOT_A_REQUEST)  # in C: junk costs no Python loop
+        self.unknown += len(data) - len(requests)
+        fresh: list[bytes] = []
+        previous = -1
+        for byte in requests:
+            if byte == previous:
+                continue
+            previous = byte
+            request = bytes((byte,))
+            if request in _ONCE:
+                if request in self.heard:
+                    continue
+                self.heard.add(request)
+            fresh.append(request)
+        return fresh
 
     def unknown_report_due(self) -> bool:
         """Whether the count of unknown bytes reached the next report since the last one."""
@@ -560,6 +590,44 @@ class LifelineBytes:
             return False
         self._report_at = 2 * self.unknown
         return True
+
+
+#: Requests that mean the same however often they come.
+_ONCE: Final = frozenset((CANCEL, KILL_NOW, TIME_OUT))
+_REQUESTS: Final = frozenset(
+    (
+        *(byte[0] for byte in (CANCEL, KILL_NOW, TIME_OUT, SUSPEND, RESUME)),
+        *(PASS_ON_BASE + number for number in range(1, 65) if signal_name(str(number))),
+    )
+)
+_NOT_A_REQUEST: Final = bytes(byte for byte in range(256) if byte not in _REQUESTS)
+
+
+def _request_event(request: bytes, now: float) -> Event:
+    """The core's event for one lifeline request (see :mod:`tether.shared.protocol`)."""
+    if request == CANCEL:
+        return CancelRequested(now)
+    if request == KILL_NOW:
+        return KillRequested(now)
+    if request == TIME_OUT:
+        return TimeOutRequested(now)
+    if request == SUSPEND:
+        return SuspendRequested(now)
+    if request == RESUME:
+        return ResumeRequested(now)
+    return SignalRequested(now, _pass_on_name(request))
+
+
+def _pass_on_name(request: bytes) -> str:
+    name = signal_name(str(request[0] - PASS_ON_BASE))
+    assert name is not None  # only bytes of named signals are requests (_REQUESTS)
+    return name
+
+
+def _describe_request(request: bytes) -> str:
+    if request[0] >= PASS_ON_BASE:
+        return f"pass on {_pass_on_name(request)}"
+    return request.decode("ascii")
 
 
 def _drain(fd: int, bound: int) -> tuple[bytes, bool]:

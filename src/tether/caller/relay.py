@@ -1,0 +1,222 @@
+"""Signals a command-line caller receives, relayed to its command's tree as GNU tools do.
+
+Two jobs, each a set of signal handlers that write one byte on the lifeline
+(``os.write`` is safe in a handler; the supervisor does the signalling):
+
+* **Job control**, for both doors (:func:`relay_job_control`). Ctrl-Z sends
+  SIGTSTP to the terminal's foreground job, which is the CLI, not the
+  command: the command runs in a process group of its own. So the CLI asks
+  the supervisor to stop the whole tree (:data:`SUSPEND`: SIGSTOP to it) and
+  then stops itself, and when the shell continues it (``fg``, ``bg``:
+  SIGCONT), it asks for the tree to continue (:data:`RESUME`). SIGTTIN and
+  SIGTTOU (a background job touching the terminal) stop the same way. The
+  deadline keeps counting meanwhile, on ``CLOCK_MONOTONIC``, as GNU
+  ``timeout``'s does.
+* **Passing signals on**, for ``tether timeout`` (:class:`TimeoutRelay`):
+  every signal GNU ``timeout`` passes on (INT, QUIT, HUP, TERM, PIPE, USR1,
+  USR2, ... and the real-time ones) goes to the command's tree as itself,
+  so that Ctrl-C ends a command with 130 by its own SIGINT; SIGALRM is
+  ``timeout``'s own timer going off: time is up now (:data:`TIME_OUT`). A
+  signal ignored when the program started is left ignored, as GNU leaves it,
+  and the command inherits it ignored (:func:`ignored_at_start`).
+
+A signal that arrives before the lifeline exists (during the launch) is
+kept and sent once there is one.
+
+Caller side: standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from types import FrameType
+from typing import Protocol
+
+from tether.shared.protocol import RESUME, SUSPEND, TIME_OUT, pass_on_request
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
+
+    from tether.caller.start import Lifeline
+
+__all__ = [
+    "JOB_STOP_SIGNALS",
+    "LAUNCHER_VARIABLE",
+    "PYTHON_IGNORES",
+    "PendingRequests",
+    "TimeoutRelay",
+    "ignored_at_start",
+    "launcher_mask",
+    "relay_job_control",
+]
+
+#: Signals that stop a job in a terminal, and so the command's tree with the CLI.
+JOB_STOP_SIGNALS: Final = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
+
+#: Signals the interpreter itself sets to "ignored" before any of tether runs:
+#: what the program inherited for these cannot be seen (see docs/timeout.md).
+PYTHON_IGNORES: Final = frozenset(
+    number
+    for number in (getattr(signal, "SIGPIPE", None), getattr(signal, "SIGXFSZ", None))
+    if number is not None
+)
+
+#: What GNU timeout passes on (coreutils' term-sig.h), less SIGALRM (its timer)
+#: and the signals of a fault (SEGV, BUS, ILL, FPE, SYS): a Python handler
+#: returns to the faulting instruction, which would fault for ever.
+_PASSED_ON: Final = tuple(
+    number
+    for name in (
+        "SIGINT",
+        "SIGQUIT",
+        "SIGHUP",
+        "SIGTERM",
+        "SIGPIPE",
+        "SIGUSR1",
+        "SIGUSR2",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGPOLL",
+        "SIGPWR",
+        "SIGSTKFLT",
+    )
+    if (number := getattr(signal, name, None)) is not None
+) + tuple(range(signal.SIGRTMIN, signal.SIGRTMAX + 1))
+
+
+#: Signals GNU timeout gives the command at their default whatever it inherited.
+_NEVER_INHERITED: Final = frozenset(
+    (signal.SIGCHLD, signal.SIGTTIN, signal.SIGTTOU, signal.SIGKILL, signal.SIGSTOP)
+)
+
+
+#: The environment variable by which ``tether-timeout`` (a POSIX shell launcher)
+#: says what this process inherited: ``PID:SIGIGN``, its pid and its ``SigIgn`` mask.
+LAUNCHER_VARIABLE: Final = "TETHER_LAUNCHER"
+
+
+def launcher_mask() -> int | None:
+    """The ignored-signal mask ``tether-timeout`` read before Python started, if it ran.
+
+    Taken out of the environment (the command must not inherit it), and
+    trusted only in the very process the launcher became (same pid): a
+    value left in an environment by anything else is no evidence.
+    """
+    import os
+
+    value = os.environ.pop(LAUNCHER_VARIABLE, "")
+    pid, _, mask = value.partition(":")
+    if not (pid.isdigit() and int(pid) == os.getpid()):
+        return None
+    try:
+        return int(mask, 16)
+    except ValueError:
+        return None
+
+
+_inherited_mask: int | None = None
+
+
+def ignored_at_start(number: int) -> bool:
+    """Whether this program was started with signal ``number`` ignored (``trap '' INT``, ``&``).
+
+    For :data:`PYTHON_IGNORES` only the launcher knows (:func:`launcher_mask`);
+    without it they count as not ignored: the common case, where GNU
+    ``timeout`` passes them on.
+    """
+    if number in PYTHON_IGNORES:
+        mask = _inherited_mask
+        return mask is not None and bool(mask >> (number - 1) & 1)
+    try:
+        return signal.getsignal(number) is signal.SIG_IGN
+    except (OSError, ValueError):
+        return False
+
+
+class PendingRequests:
+    """Requests written on a lifeline, or kept until there is one."""
+
+    def __init__(self) -> None:
+        self._lifeline: Lifeline | None = None
+        self._pending: list[bytes] = []
+
+    def send(self, byte: bytes) -> None:
+        if self._lifeline is None:
+            self._pending.append(byte)
+        else:
+            self._lifeline.request(byte)
+
+    def attach(self, lifeline: Lifeline) -> None:
+        """Start sending on ``lifeline``, including what arrived during the launch."""
+        self._lifeline = lifeline
+        pending, self._pending = self._pending, []
+        for byte in pending:
+            lifeline.request(byte)
+
+
+class _Sender(Protocol):
+    def send(self, byte: bytes) -> None: ...
+
+
+def relay_job_control(requests: _Sender) -> None:
+    """Stop and continue the command's tree with this program (see the module).
+
+    ``requests.send`` writes a lifeline request (or keeps it until there is a
+    lifeline); it must be safe in a signal handler.
+    """
+
+    def on_stop(_number: int, _frame: FrameType | None) -> None:
+        requests.send(SUSPEND)
+        # Stop as the default action would have; SIGSTOP cannot be caught.
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    def on_continue(_number: int, _frame: FrameType | None) -> None:
+        requests.send(RESUME)
+
+    for number in JOB_STOP_SIGNALS:
+        if not ignored_at_start(number):
+            signal.signal(number, on_stop)
+    signal.signal(signal.SIGCONT, on_continue)
+
+
+class TimeoutRelay:
+    """``tether timeout``'s handlers: signals passed on, SIGALRM as time up, job control.
+
+    ``stop_signal`` is always handled, even if it was ignored at start (GNU
+    does the same: it must hear what it sends its own group).
+    """
+
+    def __init__(self, stop_signal: int | None, *, inherited_mask: int | None = None) -> None:
+        global _inherited_mask  # noqa: PLW0603 - what this process inherited, once
+        _inherited_mask = inherited_mask
+        self.requests = PendingRequests()
+        #: Signals left ignored because they were ignored at start.
+        self.ignored: list[int] = []
+        signal.signal(signal.SIGALRM, self._on_alarm)
+        with contextlib.suppress(OSError, ValueError):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
+        for number in _PASSED_ON:
+            if number != stop_signal and ignored_at_start(number):
+                self.ignored.append(number)
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(number, self._on_signal)
+        for number in range(1, signal.NSIG):
+            if number in _NEVER_INHERITED or number in _PASSED_ON:
+                continue
+            if ignored_at_start(number):
+                self.ignored.append(number)
+        relay_job_control(self.requests)
+
+    def _on_alarm(self, _number: int, _frame: FrameType | None) -> None:
+        self.requests.send(TIME_OUT)
+
+    def _on_signal(self, number: int, _frame: FrameType | None) -> None:
+        self.requests.send(pass_on_request(number))

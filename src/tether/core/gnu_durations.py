@@ -1,0 +1,97 @@
+"""Durations exactly as GNU ``timeout`` reads them, for ``tether timeout``.
+
+``tether run`` reads durations strictly (:mod:`tether.core.durations`): a
+promise about when a command stops should not be guessed at. ``tether
+timeout`` has another promise to keep: to read every duration a script
+already passes to GNU ``timeout`` the way GNU does, so that swapping one for
+the other changes nothing. GNU reads the number with C's ``strtod``, then one
+optional unit letter, and so does this module:
+
+* leading white space is skipped, trailing white space is not (``" 5"`` is
+  five seconds, ``"5 "`` is refused);
+* decimal (``1.5``, ``.5``, ``5.``, ``1e3``), hexadecimal (``0x10``,
+  ``0x1p-2``) and ``inf``/``infinity`` are numbers; ``nan`` is refused;
+* a value too large for any clock (``1e5000``, ``1.19e+4932``, ``inf``, or a
+  finite number that a unit makes overflow) is "practically forever":
+  :data:`FOREVER`, never an error;
+* a positive value too small for a ``double`` (``1e-10000``) underflows to
+  the smallest positive interval, so it times out at once, rather than
+  becoming ``0`` (which disables the timeout); a negative one, however small
+  (``-1e-10000``), is refused, and so is any negative number except ``-0``.
+
+Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
+
+__all__ = ["FOREVER", "SMALLEST", "parse_gnu_duration"]
+
+#: "Practically forever": a duration no timer could count down.
+FOREVER: Final = math.inf
+
+#: What a positive duration that underflowed becomes: it times out at once.
+SMALLEST: Final = 1e-9
+
+_UNITS: Final = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+_NUMBER: Final = re.compile(
+    r"[ \t\n\v\f\r]*"
+    r"(?P<sign>[+-]?)"
+    r"(?:"
+    r"(?P<hex>0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?)"
+    r"|(?P<dec>(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)"
+    r"|(?P<inf>[iI][nN][fF](?:[iI][nN][iI][tT][yY])?)"
+    r"|(?P<nan>[nN][aA][nN](?:\([0-9A-Za-z_]*\))?)"
+    r")"
+)
+
+
+def parse_gnu_duration(text: str) -> float | None:  # noqa: PLR0911 - one return per case
+    """Seconds for ``text`` as GNU ``timeout`` reads it; ``None`` if GNU refuses it.
+
+    ``0`` disables the timeout, :data:`FOREVER` means never, anything else is
+    a positive number of seconds (at least :data:`SMALLEST`).
+    """
+    match = _NUMBER.match(text)
+    if match is None:
+        return None
+    unit = text[match.end() :]
+    if unit not in _UNITS:
+        return None
+    negative = match["sign"] == "-"
+    if match["nan"] is not None:
+        return None
+    if match["inf"] is not None:
+        return None if negative else FOREVER
+    digits = match["hex"] or match["dec"]
+    value = _magnitude(digits, hexadecimal=match["hex"] is not None)
+    if value == 0 and _has_nonzero_digit(digits, hexadecimal=match["hex"] is not None):
+        value = SMALLEST  # underflowed: not zero
+    elif value == 0:
+        return 0.0  # "0", "-0", "0x0": no timeout
+    if negative:
+        return None
+    seconds = value * _UNITS[unit]
+    return FOREVER if math.isinf(seconds) else seconds
+
+
+def _magnitude(digits: str, *, hexadecimal: bool) -> float:
+    if hexadecimal:
+        try:
+            return float.fromhex(digits)
+        except OverflowError:
+            return math.inf
+    return float(digits)  # overflows to inf, underflows to 0.0
+
+
+def _has_nonzero_digit(digits: str, *, hexadecimal: bool) -> bool:
+    """Whether the mantissa (before any exponent) has a digit other than 0."""
+    mantissa = re.split("[pP]", digits[2:])[0] if hexadecimal else re.split("[eE]", digits)[0]
+    return any(char not in "0." for char in mantissa)
