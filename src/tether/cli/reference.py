@@ -26,7 +26,7 @@ TIMEOUT_OPTIONS: tuple[tuple[tuple[str, ...], str | None, str], ...] = (
         None,
         "exit with the same status as COMMAND, even when the command times out",
     ),
-    (("--foreground",), None, "accepted for compatibility; COMMAND always has its own group"),
+    (("-f", "--foreground"), None, "let COMMAND read from the terminal and get its signals"),
     (
         ("-k", "--kill-after"),
         "DURATION",
