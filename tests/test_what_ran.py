@@ -114,3 +114,19 @@ def test_a_label_too_long_is_refused_by_the_name_people_use(tmp_path: Path) -> N
     done = tether_run("--label", "x" * 5000, "--", "true", cwd=tmp_path)
     assert done.returncode == 125
     assert done.stderr.startswith("tether run: --label: a label of 5000 characters is too long")
+
+
+def test_tether_timeout_takes_a_label_too(tmp_path: Path) -> None:
+    record = tmp_path / "r.json"
+    done = subprocess.run(
+        tether_argv("timeout", "--label", "nightly", "--record", str(record), "5", "true"),
+        capture_output=True, text=True, timeout=BOUND,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert read_json(record)["variant"] == "nightly"
+    refused = subprocess.run(
+        tether_argv("timeout", "--label", "x" * 5000, "5", "true"),
+        capture_output=True, text=True, timeout=BOUND,
+    )  # fmt: skip
+    assert refused.returncode == 125
+    assert "--label: a label of 5000 characters is too long" in refused.stderr

@@ -36,6 +36,7 @@ TIMEOUT_OPTIONS: tuple[tuple[tuple[str, ...], str | None, str], ...] = (
     (("-v", "--verbose"), None, "diagnose to stderr any signal sent upon timeout"),
     (("--record",), "PATH", "write tether's record here"),
     (("--no-record",), None, "write no record"),
+    (("--label",), "LABEL", "a label for the record, shown by tether ls and show"),
 )
 
 

@@ -11,7 +11,7 @@ _shtab_tether_show_option_strings=(-h --help --last --json -a --all)
 _shtab_tether_ls_option_strings=(-h --help --reason --since --label --json)
 _shtab_tether_prune_option_strings=(-h --help --older-than --keep --dry-run)
 _shtab_tether_run_option_strings=(-h --help --deadline --grace --record --no-record --record-argv --label --name -v --verbose --memory-max --memory-swap-max --cpus --pids-max)
-_shtab_tether_timeout_option_strings=(-h --help -p --preserve-status -f --foreground -k --kill-after -s --signal -v --verbose --record --no-record)
+_shtab_tether_timeout_option_strings=(-h --help -p --preserve-status -f --foreground -k --kill-after -s --signal -v --verbose --record --no-record --label)
 _shtab_tether_option_strings=(-h --help --version)
 
 
