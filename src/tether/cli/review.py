@@ -198,6 +198,27 @@ def show(args: argparse.Namespace) -> int:
     return print_out(render_run(run, colour=use_colour(sys.stdout), all_steps=args.all))
 
 
+def _records_directory(given: str | None) -> Path | None:
+    """The directory ``ls`` or ``prune`` reads: the one given, or the default one.
+
+    ``None`` (after saying so) when the default directory does not exist yet: no run has
+    been recorded, which is no error.
+    """
+    from tether.review import printable_path
+    from tether.shared.record_file import RecordError
+
+    if given:
+        return Path(given)
+    try:
+        directory = default_records_dir()
+    except RecordError as error:
+        fail(str(error))
+    if not os.path.lexists(directory):
+        warn(f"no runs recorded yet ({printable_path(directory)} does not exist)")
+        return None
+    return directory
+
+
 @_never_a_traceback
 def ls(args: argparse.Namespace) -> int:
     from tether.review import (
@@ -221,16 +242,10 @@ def ls(args: argparse.Namespace) -> int:
         )
     except ReviewError as error:
         fail(str(error))
-    from tether.shared.record_file import RecordError
-
-    try:
-        directory = Path(args.directory) if args.directory else default_records_dir()
-    except RecordError as error:
-        fail(str(error))
-    shown = printable_path(directory)
-    if not args.directory and not os.path.lexists(directory):
-        warn(f"no runs recorded yet ({shown} does not exist)")
+    directory = _records_directory(args.directory)
+    if directory is None:
         return print_out("[]\n") if args.json else 0
+    shown = printable_path(directory)
     if os.path.lexists(directory) and not os.path.isdir(directory):
         fail(f"{shown}: not a directory (tether show FILE shows one run)")
     try:
@@ -259,7 +274,6 @@ def prune(args: argparse.Namespace) -> int:
 
     from tether.core.durations import DurationError, parse_duration
     from tether.review import printable_path
-    from tether.shared.record_file import RecordError
     from tether.shared.retention import prune as prune_directory
     from tether.shared.retention import retention_from
 
@@ -277,14 +291,10 @@ def prune(args: argparse.Namespace) -> int:
             )
         except DurationError as error:
             fail(str(error))
-    try:
-        directory = Path(args.directory) if args.directory else default_records_dir()
-    except RecordError as error:
-        fail(str(error))
-    shown = printable_path(directory)
-    if not args.directory and not os.path.lexists(directory):
-        warn(f"no runs recorded yet ({shown} does not exist)")
+    directory = _records_directory(args.directory)
+    if directory is None:
         return 0
+    shown = printable_path(directory)
     try:
         pruned = prune_directory(directory, retention, dry_run=args.dry_run)
     except OSError as error:
