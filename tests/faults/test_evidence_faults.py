@@ -482,7 +482,9 @@ def test_a_fifo_that_appears_after_the_check_means_no_log_not_a_hang(
     spec = build_request(
         fixture("sleeper", str(ready.path)),
         asked_at=time.monotonic(),
-        deadline=1,
+        # Kept from the start, even while the supervisor loads: time enough for the
+        # command (a Python program) to announce itself first, under load.
+        deadline=3,
         record=record,
         env=env,
     )
