@@ -195,6 +195,43 @@ def _idle_rows(results: Mapping[str, Any]) -> list[str]:
     return rows
 
 
+def _api_section(results: Mapping[str, Any]) -> list[str]:
+    """Measure 9: one caller, N launches through ``tether.launch``, with and without a zygote."""
+    items = results.get("api", [])
+    if not items:
+        return []
+    lines = [
+        "",
+        "**The API** (9: one long-lived caller launching N commands through `tether.launch`, "
+        "one after the other, after one cold launch; then the caller SIGKILLed; times in ms, "
+        "memory in MiB, PSS measured with all N running)",
+        "",
+        "| zygote | N | cold launch | launch median | p90 | max | all N running "
+        "| supervisors' PSS | per supervisor | zygote PSS | all gone after the kill | records |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
+    ]
+    for item in items:
+        size = item["launches"]
+        if "error" in item:
+            lines.append(f"| {'yes' if item['zygote'] else 'no'} | {size} | {item['error']} |")
+            continue
+        lines.append(
+            f"| {'yes' if item['zygote'] else 'no (`TETHER_ZYGOTE=0`)'} | {size} "
+            f"| {format_ms(item.get('cold_launch_ms'))} "
+            f"| {format_ms(item.get('launch_median_ms'))} "
+            f"| {format_ms(item.get('launch_p90_ms'))} "
+            f"| {format_ms(item.get('launch_max_ms'))} "
+            f"| {format_ms(item.get('all_launched_ms'))} "
+            f"| {item.get('supervisors_pss_kib', 0) / MIB:.1f} "
+            f"| {item.get('supervisor_pss_median_kib', 0) / MIB:.2f} "
+            f"| {item.get('zygote_pss_kib', 0) / MIB:.1f} "
+            f"| {format_ms(item.get('everything_gone_ms'))} "
+            f"| {item.get('records', 0)} of {size + 1} "
+            f"({item.get('records_parent_lost', 0)} parent_lost) |"
+        )
+    return lines
+
+
 def _scale_rows(results: Mapping[str, Any]) -> list[str]:
     rows = []
     for item in results.get("scale", []):
@@ -373,6 +410,7 @@ def markdown(results: Mapping[str, Any]) -> str:
         "| ≤ 1 s, all records |",
         "|---|--:|---|--:|--:|--:|--:|---|--:|--:|---|",
         *_scale_rows(results),
+        *_api_section(results),
     ]
     failures = [
         f"- {key} / {contender}: {', '.join(series['failures'][:5])}"

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import measures
+from benchmarks.api import api_path
 from benchmarks.doors import Doors
 from benchmarks.measures import Bench, Series
 from benchmarks.procs import Channel, Registry
@@ -38,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 DOC = ROOT / "docs" / "performance.md"
 DOC_PLOT = ROOT / "docs" / "performance" / "latency.svg"
-MEASURES = ("caller_death", "deadline", "escalation", "true", "spawn", "idle", "scale")
+MEASURES = ("caller_death", "deadline", "escalation", "true", "spawn", "idle", "scale", "api")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +56,11 @@ class Plan:
     spawn_trials: int
     idle_window: float
     scale_sizes: tuple[int, ...]
+    api_launches: int = 100
 
 
 FULL = Plan("full", 20, 5, 2.0, 15, 0.2, 30, 20, 10.0, (100, 300))
-QUICK = Plan("quick", 3, 2, 0.5, 3, 0.2, 4, 3, 2.0, (50,))
+QUICK = Plan("quick", 3, 2, 0.5, 3, 0.2, 4, 3, 2.0, (50,), api_launches=20)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -127,7 +129,7 @@ def measure(
     doors = Doors(registry, channel, workdir)
     bench = Bench(registry, channel, doors, random.Random(seed), _say, compare)
     latency: dict[str, object] = {}
-    results: dict[str, Any] = {"latency": latency, "idle": [], "scale": []}
+    results: dict[str, Any] = {"latency": latency, "idle": [], "scale": [], "api": []}
     try:
         if "caller_death" in only:
             _say("1. caller SIGKILLed -> SIGTERM")
@@ -155,6 +157,12 @@ def measure(
         if "scale" in only:
             _say("8. scale")
             results["scale"] = measures.scale(bench, plan.scale_sizes, plan.never_after)
+        if "api" in only:
+            _say(f"9. the API: one caller, {plan.api_launches} launches, with and without a zygote")
+            results["api"] = [
+                api_path(bench, plan.api_launches, zygote=True),
+                api_path(bench, plan.api_launches, zygote=False),
+            ]
     finally:
         leaked = registry.cleanup()
         channel.close()

@@ -150,7 +150,8 @@ def test_a_failed_join_falls_back_to_the_sweep_under_auto(monkeypatch: pytest.Mo
     command = start(["true"])
     try:
         assert command.cgroup is None
-        assert command.popen.wait(timeout=BOUND) == 0
+        assert wait_gone(command.pid)
+        assert os.waitstatus_to_exitcode(os.waitpid(command.pid, 0)[1]) == 0
     finally:
         os.close(command.pidfd)
 

@@ -196,13 +196,15 @@ def test_tether_timeout_stops_what_is_left_and_leaves_a_record(
     assert (data["reason"], data["eval_pid"]) == ("supervisor_lost", leader)
 
 
-#: A ``sitecustomize`` that makes the detached supervisor die before it starts anything.
+#: A ``sitecustomize`` that makes the detached supervisor die before it starts anything:
+#: as it loads the launch (spawned by the API, or forked from the CLI), which no caller loads.
 LOSE_BEFORE_STARTED = """
 import os, sys
-if sys.argv[:1] == ["-c"]:
-    with open(f"/proc/{os.getpid()}/cmdline", "rb") as cmdline:
-        if b"tether.supervisor.detach" in cmdline.read():
+class _Lose:
+    def find_spec(self, name, path=None, target=None):
+        if name == "tether.supervisor.launch":
             os._exit(3)
+sys.meta_path.insert(0, _Lose())
 """
 
 

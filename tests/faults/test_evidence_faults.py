@@ -29,6 +29,7 @@ import pytest
 
 from conftest import (
     BOUND,
+    FIXTURES,
     Processes,
     ReadyPipe,
     fixture,
@@ -148,6 +149,27 @@ def started(ready: ReadyPipe, processes: Processes) -> list[int]:
     pids = ready.ready_pids()
     processes.track(*pids)
     return pids
+
+
+def announce_loop_running(door: Door) -> ReadyPipe:
+    """Have the door's supervisor say ``running PID`` once its loop (not the sentry) watches.
+
+    Through the test hook ``fixtures/slow_loop``; for tests whose point is what
+    the loop does with a request, not what the sentry does before it runs.
+    """
+    running = ReadyPipe(door.tmp_path / f"running-{door.runs}.fifo")
+    door.env["PYTHONPATH"] = os.pathsep.join(
+        path for path in (str(FIXTURES / "slow_loop"), door.env.get("PYTHONPATH")) if path
+    )
+    door.env["TETHER_TEST_LOOP_RUNNING"] = str(running.path)
+    return running
+
+
+def wait_for_the_loop(running: ReadyPipe) -> None:
+    try:
+        assert running.line()[0] == "running"
+    finally:
+        running.close()
 
 
 def all_gone(pids: list[int]) -> bool:
@@ -460,12 +482,15 @@ def test_a_fifo_that_appears_after_the_check_means_no_log_not_a_hang(
     spec = build_request(
         fixture("sleeper", str(ready.path)),
         asked_at=time.monotonic(),
-        deadline=1,
+        # Kept from the start, even while the supervisor loads: time enough for the
+        # command (a Python program) to announce itself first, under load.
+        deadline=3,
         record=record,
         env=env,
     )
     with open(os.devnull, "r+b") as nowhere:
-        spawn = spawn_supervisor(spec, stdin=nowhere, stdout=nowhere, stderr=nowhere)
+        # Spawned, not forked by a zygote: it waits for its spec while the FIFO is made.
+        spawn = spawn_supervisor(spec, stdin=nowhere, stdout=nowhere, stderr=nowhere, zygote=False)
     os.mkfifo(events_of(record))
     send_spec(spawn)
     assert spawn.intermediate.wait(timeout=BOUND) == 0
@@ -579,12 +604,19 @@ def test_a_full_disk_costs_the_record_never_the_stop(
 def test_lines_lost_to_a_full_disk_are_counted_in_the_record_and_said_once(
     door: Door, small_disk: Path, ready: ReadyPipe, processes: Processes
 ) -> None:
-    """The disk is full while the stop begins, and has room again for the record."""
+    """The disk is full while the stop begins, and has room again for the record.
+
+    The cancel is sent once the loop runs (it says so on a FIFO of its own,
+    through ``fixtures/slow_loop``): a cancel the sentry acts on while the
+    loop is still loading is logged only later, when the disk may have room.
+    """
     record = small_disk / "runs" / "r.json"
     record.parent.mkdir()
     filler = fill(small_disk)
+    running = announce_loop_running(door)
     run = door.start(record, fixture("sleeper", str(ready.path), "--note-term"), grace="60")
     (pid,) = started(ready, processes)
+    wait_for_the_loop(running)
     run.cancel()
     assert ready.line() == ["term", str(pid)]  # the stop's lines were due, and lost
     filler.unlink()
@@ -687,10 +719,12 @@ def test_descriptors_running_out_mid_run_cost_the_record_not_the_stop(
     """The supervisor's descriptor limit drops below what it holds while it is stopping the tree."""
     record = tmp_path / "r.json"
     door = Door("seed", processes, env, tmp_path)
+    running = announce_loop_running(door)
     run = door.start(record, fixture("sleeper", str(ready.path), "--note-term"), grace="60")
     (pid,) = started(ready, processes)
+    wait_for_the_loop(running)  # everything it needs is loaded
     run.cancel()
-    assert ready.line() == ["term", str(pid)]  # the loop runs: everything it needs is loaded
+    assert ready.line() == ["term", str(pid)]
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.prlimit(run.process.pid, resource.RLIMIT_NOFILE, (3, hard))
     run.kill_now()

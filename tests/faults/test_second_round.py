@@ -247,7 +247,7 @@ def test_a_supervisor_lost_before_it_said_started_leaves_nothing_running(
     script = f'sleep 60 & a=$!; sleep 60 & echo "ready $a $! $$" > "{ready.path}"; wait'
     for _attempt in range(5):
         spec = build_request(["sh", "-c", script], asked_at=time.monotonic(), record=str(record))
-        spawn = spawn_supervisor(spec)
+        spawn = spawn_supervisor(spec, zygote=False)  # a spawned supervisor, stopped mid-way
         processes.track(spawn.intermediate.pid)
         send_spec(spawn)
         supervisor = _supervisor_of(spawn.intermediate.pid)

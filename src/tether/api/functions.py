@@ -182,6 +182,8 @@ async def run_async(argv: Argv, *, check: bool = False, **options: Unpack[RunOpt
 async def _send_spec_async(loop: asyncio.AbstractEventLoop, spawn: Spawn) -> None:
     """Write the spec without blocking the loop (it fits the pipe at once unless it is huge)."""
     fd, data = spawn.spec_fd, memoryview(spawn.spec_data)
+    if fd < 0:
+        return  # forked by the zygote: the supervisor has its spec already
     os.set_blocking(fd, False)
     try:
         while data:

@@ -1,10 +1,18 @@
-"""The caller's side of a launch: make the pipes, start a detached supervisor, hand it the spec.
+"""The caller's side of a launch: make the channels, start a detached supervisor, hand it the spec.
 
 This module runs inside *your* process (the CLI, or a Python program using
-the API), so it is held to two rules. It imports the standard library only,
-and cheaply: neither ``transitions`` nor ``structlog`` is loaded on this side.
-And it never forks the caller: a fresh interpreter is spawned instead
-(see :mod:`tether.supervisor.detach`), because the caller may have threads.
+the API), so it imports the standard library only, and cheaply: neither
+``transitions`` nor ``structlog`` is loaded on this side. How the supervisor
+starts depends on who the caller is:
+
+* **tether's own CLI** (``tether run``, ``tether timeout``) is single-threaded,
+  so it forks itself (:func:`fork_supervisors`, :func:`start`): fork,
+  ``setsid``, fork, and the grandchild becomes the supervisor, with no second
+  interpreter;
+* **a Python program** may have threads, so it is never forked: its
+  supervisors are forked by its zygote (:mod:`tether.caller.zygote`), or, for
+  the first launch or without a zygote, spawned as a fresh interpreter (see
+  :mod:`tether.supervisor.detach`).
 
 The lifeline's write end lives only here (:class:`Lifeline`). It is
 close-on-exec, so no program the caller runs inherits it, and it is closed in
@@ -13,25 +21,25 @@ outlives its parent must not keep the parent's commands alive by holding
 their lifeline open.
 
 The steps are cut apart so that an event loop can take them without
-blocking: :func:`spawn_supervisor` only spawns (a ``vfork`` and an ``exec``),
-:func:`send_spec` hands the spec over, and the status pipe is read by
+blocking: :func:`spawn_supervisor` only starts the supervisor (a request to
+the zygote, or a ``vfork`` and an ``exec``), :func:`send_spec` hands the spec
+over where it still must, and the status channel is read by
 :class:`~tether.caller.status.StatusClient`. :func:`start` takes all the
 steps at once, for the command line.
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import errno
 import fcntl
 import os
-import subprocess
 import sys
-import threading
 import weakref
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, TYPE_CHECKING, Final, NoReturn, Protocol
 
 from tether.caller.status import StatusClient
 from tether.core.reasons import TETHER_FAILED
@@ -40,11 +48,16 @@ from tether.linux import UnsupportedPlatform, require_linux
 from tether.shared.protocol import CANCEL, KILL_NOW, Message
 from tether.shared.record_file import RecordError, hold_record_directory
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 __all__ = [
+    "Intermediate",
     "LaunchError",
     "Lifeline",
     "Spawn",
     "caller_umask",
+    "fork_supervisors",
     "send_spec",
     "spawn_supervisor",
     "start",
@@ -55,12 +68,12 @@ __all__ = [
 _PACKAGE_ROOT: Final = str(Path(__file__).resolve().parents[2])
 
 _BOOTSTRAP: Final = (
-    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "import gc, sys; gc.disable(); sys.path.insert(0, sys.argv[1]); "
     "from tether.supervisor.detach import main; raise SystemExit(main(int(sys.argv[2])))"
 )
 
 _open_lifelines: set[int] = set()
-_lifelines_lock = threading.Lock()
+_lifelines_lock = _thread.allocate_lock()
 
 Stream = int | IO[bytes] | IO[str] | None
 
@@ -128,7 +141,7 @@ class Lifeline:
     def __init__(self, fd: int) -> None:
         os.set_blocking(fd, False)
         self._fd: int | None = fd
-        self._lock = threading.RLock()
+        self._lock = _thread.RLock()
         with _lifelines_lock:
             _open_lifelines.add(fd)
 
@@ -235,6 +248,17 @@ def _working_directory() -> int:
     return _above_stdio(os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
 
 
+class Intermediate(Protocol):
+    """The short-lived process between a caller and its detached supervisor, to be reaped."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 @dataclass
 class Spawn:
     """A supervisor spawned but not heard from yet: the caller's ends of its pipes.
@@ -255,17 +279,26 @@ class Spawn:
     status: StatusClient
     spec_fd: int
     spec_data: bytes
-    intermediate: subprocess.Popen[bytes]
+    intermediate: Intermediate
 
 
 def spawn_supervisor(
-    spec: RunSpec, *, stdin: Stream = None, stdout: Stream = None, stderr: Stream = None
+    spec: RunSpec,
+    *,
+    stdin: Stream = None,
+    stdout: Stream = None,
+    stderr: Stream = None,
+    zygote: bool = True,
 ) -> Spawn:
-    """Spawn the interpreter that becomes ``spec``'s supervisor; do not wait for it.
+    """Start ``spec``'s supervisor, through this caller's zygote or a fresh interpreter.
 
-    Blocks only for the spawn itself (a ``vfork`` and an ``exec``, about a
-    millisecond), as :func:`asyncio.create_subprocess_exec` does. Raises
-    :class:`LaunchError` (and leaves no descriptor behind) if it cannot.
+    Through the zygote (:mod:`tether.caller.zygote`) where it can, and then
+    the supervisor is forked and has its spec when this returns; otherwise a
+    fresh interpreter is spawned, and the spec is still to be sent
+    (:func:`send_spec`). Blocks only for a fork in the zygote or for the spawn
+    itself (a ``vfork`` and an ``exec``), about a millisecond either way, as
+    :func:`asyncio.create_subprocess_exec` does. Raises :class:`LaunchError`
+    (and leaves no descriptor behind) if it cannot.
     """
     try:
         require_linux()
@@ -294,18 +327,43 @@ def spawn_supervisor(
         _close_all(opened)
         raise _cannot_start(error) from None
     *ours, lifeline_r, lifeline_w, status_r, status_w, spec_r, spec_w = opened
-    roles = {"stdin": ours[0], "stdout": ours[1], "stderr": ours[2]}
-    if spec.cwd is None:
-        roles["cwd"] = ours[3]
-    if record_dir is not None:
-        roles["record_dir"] = record_dir
-    passed = (*roles.values(), lifeline_r, status_w, spec_r)
-    complete = replace(
-        spec,
-        cwd=cwd,
-        umask=caller_umask() if spec.umask is None else spec.umask,
-        fds={**roles, "lifeline": lifeline_r, "status": status_w},
+    complete, passed = _completed(
+        spec, cwd, ours=ours, record_dir=record_dir, lifeline_r=lifeline_r, status_w=status_w
     )
+    # Loaded here, not with the module: tether's own CLI forks, and needs neither.
+    import subprocess
+
+    from tether.caller import zygote as _zygote
+
+    # A command that joins its caller's group (its terminal) needs a supervisor in
+    # the caller's session, which a zygote (in a session of its own) cannot fork.
+    if zygote and spec.join_group is None and _zygote.enabled():
+        forked = _zygote.fork_supervisor(
+            replace(complete, fds={}).to_json(),
+            list(complete.fds),
+            list(complete.fds.values()),
+            _PACKAGE_ROOT,
+        )
+        if forked == _zygote.UNKNOWN:
+            # Lost with the request: the status channel says whether it forked.
+            passed = tuple(fd for fd in passed if fd != status_w)
+            os.close(status_w)
+            if _nobody_writes(status_r):
+                _close_all([fd for fd in opened if fd != status_w])
+                return spawn_supervisor(
+                    spec, stdin=stdin, stdout=stdout, stderr=stderr, zygote=False
+                )
+        if forked is not None:
+            _close_all([spec_r, spec_w])
+            return _handed_over(
+                complete,
+                passed,
+                lifeline_w=lifeline_w,
+                status_r=status_r,
+                spec_w=-1,
+                intermediate=_Reaped(forked),
+            )
+    passed = (*passed, spec_r)
     try:
         intermediate = subprocess.Popen(
             [sys.executable, "-P", "-c", _BOOTSTRAP, _PACKAGE_ROOT, str(spec_r)],
@@ -321,8 +379,73 @@ def spawn_supervisor(
     except OSError as error:
         _close_all(opened)
         raise _cannot_start(error) from None
-    # The caller keeps the record's directory, for the record it writes itself
-    # should the supervisor be lost; everything else passed is the supervisor's now.
+    return _handed_over(
+        complete,
+        passed,
+        lifeline_w=lifeline_w,
+        status_r=status_r,
+        spec_w=spec_w,
+        intermediate=intermediate,
+    )
+
+
+def _nobody_writes(status_r: int) -> bool:
+    """Whether the status channel ends before any message: no supervisor holds its other end.
+
+    Waits for the first message or the end (the caller's own copy of the
+    writing end must be closed first). Reads nothing: the status client does.
+    """
+    import socket
+
+    borrowed = socket.socket(fileno=status_r)
+    try:
+        borrowed.setblocking(True)
+        return not borrowed.recv(1, socket.MSG_PEEK)
+    except OSError:
+        return True
+    finally:
+        borrowed.detach()
+
+
+def _completed(
+    spec: RunSpec,
+    cwd: str | None,
+    *,
+    ours: list[int],
+    record_dir: int | None,
+    lifeline_r: int,
+    status_w: int,
+) -> tuple[RunSpec, tuple[int, ...]]:
+    """The spec as the supervisor gets it (descriptors by role), and the descriptors it gets."""
+    roles = {"stdin": ours[0], "stdout": ours[1], "stderr": ours[2]}
+    if spec.cwd is None:
+        roles["cwd"] = ours[3]
+    if record_dir is not None:
+        roles["record_dir"] = record_dir
+    complete = replace(
+        spec,
+        cwd=cwd,
+        umask=caller_umask() if spec.umask is None else spec.umask,
+        fds={**roles, "lifeline": lifeline_r, "status": status_w},
+    )
+    return complete, (*roles.values(), lifeline_r, status_w)
+
+
+def _handed_over(
+    complete: RunSpec,
+    passed: tuple[int, ...],
+    *,
+    lifeline_w: int,
+    status_r: int,
+    spec_w: int,
+    intermediate: Intermediate,
+) -> Spawn:
+    """Let go of what is the supervisor's now; the caller's ends of the run, as a :class:`Spawn`.
+
+    The caller keeps the record's directory, for the record it writes itself
+    should the supervisor be lost.
+    """
+    record_dir = complete.fds.get("record_dir")
     _close_all([fd for fd in passed if fd != record_dir])
     status = (
         StatusClient(complete, status_r)
@@ -334,7 +457,7 @@ def spawn_supervisor(
         lifeline=Lifeline(lifeline_w),
         status=status,
         spec_fd=spec_w,
-        spec_data=complete.to_json(),
+        spec_data=complete.to_json() if spec_w >= 0 else b"",
         intermediate=intermediate,
     )
 
@@ -418,6 +541,8 @@ def send_spec(spawn: Spawn) -> None:
     A supervisor that died before reading is not an error here: the caller
     sees it as a status pipe that ends without ``started``.
     """
+    if spawn.spec_fd < 0:
+        return  # a forked supervisor has its spec already
     try:
         with os.fdopen(spawn.spec_fd, "wb") as spec_pipe:
             spec_pipe.write(spawn.spec_data)
@@ -430,13 +555,216 @@ def start(
 ) -> Spawn:
     """Start a detached supervisor for ``spec`` and hand it the spec; for the command line.
 
-    Returns once the intermediate interpreter has gone; read how the run goes
-    from ``spawn.status``.
+    Forks this process when it is tether's own program (:func:`fork_supervisors`),
+    and spawns a fresh interpreter otherwise. Returns once the intermediate
+    has gone; read how the run goes from ``spawn.status``.
     """
+    if _become_supervisor is not None:
+        return _fork(spec, _become_supervisor, stdin=stdin, stdout=stdout, stderr=stderr)
     spawn = spawn_supervisor(spec, stdin=stdin, stdout=stdout, stderr=stderr)
     send_spec(spawn)
     spawn.intermediate.wait()
     return spawn
+
+
+#: How a forked child becomes the supervisor of a (completed) spec; set by the CLI.
+_become_supervisor: Callable[[RunSpec], NoReturn] | None = None
+
+
+def fork_supervisors(become: Callable[[RunSpec], NoReturn]) -> None:
+    """Make :func:`start` fork this process into the supervisor instead of spawning one.
+
+    Only for tether's own command-line program: it is single-threaded, so a
+    forked child is safe, and its supervisor then needs no second interpreter
+    (which costs tens of milliseconds and a second copy of everything already
+    loaded). ``become`` runs in the forked supervisor, with the spec whose
+    descriptors it holds, and never returns. A Python program using the API
+    never calls this: it may have threads, and its supervisors are spawned.
+    """
+    global _become_supervisor  # noqa: PLW0603 - one setting, made once by the program's entry
+    _become_supervisor = become
+
+
+class _Reaped:
+    """The intermediate of a forked supervisor: already reaped when the caller sees it."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode = 0
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.returncode
+
+
+def _fork(
+    spec: RunSpec,
+    become: Callable[[RunSpec], NoReturn],
+    *,
+    stdin: Stream,
+    stdout: Stream,
+    stderr: Stream,
+) -> Spawn:
+    """Fork, ``setsid``, fork: the grandchild becomes ``spec``'s supervisor; reap the child.
+
+    The same double fork as :mod:`tether.supervisor.detach` does after a spawn,
+    without the interpreter in between: the supervisor is not a session
+    leader, is nobody's child to reap, and survives a kill of this process's
+    group or session. Buffered output is flushed first, so nothing is written
+    twice; every forked branch ends in ``os._exit``, never in this program's
+    cleanup.
+    """
+    try:
+        require_linux()
+    except UnsupportedPlatform as error:
+        raise LaunchError(str(error), exit_status=TETHER_FAILED) from None
+    opened: list[int] = []
+    try:
+        cwd = _absolute(spec.cwd)
+        for stream, default in ((stdin, 0), (stdout, 1), (stderr, 2)):
+            opened.append(_command_stream(stream, default))
+        if spec.cwd is None:
+            opened.append(_working_directory())
+        record_dir = _record_directory(spec)
+        if record_dir is not None:
+            opened.append(record_dir)
+        for _ in range(2):  # lifeline, status
+            opened += [_above_stdio(end) for end in _socket_pair()]
+    except RecordError as error:
+        _close_all(opened)
+        raise LaunchError(str(error), errno=error.errno, exit_status=TETHER_FAILED) from None
+    except OSError as error:
+        _close_all(opened)
+        raise _cannot_start(error) from None
+    try:
+        # Opened here, so that a caller out of descriptors hears it as a launch error.
+        null = _above_stdio(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
+        _check_headroom(null)
+    except OSError as error:
+        _close_all(opened)
+        raise _cannot_start(error) from None
+    *ours, lifeline_r, lifeline_w, status_r, status_w = opened
+    complete, passed = _completed(
+        spec, cwd, ours=ours, record_dir=record_dir, lifeline_r=lifeline_r, status_w=status_w
+    )
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    try:
+        child = os.fork()
+    except OSError as error:
+        _close_all([*opened, null])
+        raise _cannot_start(error) from None
+    if child == 0:
+        _become_detached(
+            passed, null, lambda: become(complete), new_session=complete.join_group is None
+        )
+    os.close(null)
+    os.waitpid(child, 0)
+    return _handed_over(
+        complete,
+        passed,
+        lifeline_w=lifeline_w,
+        status_r=status_r,
+        spec_w=-1,
+        intermediate=_Reaped(child),
+    )
+
+
+#: Descriptors a forked supervisor opens to start its command, beyond the three
+#: of the caller's it closes: its signal wakeup pipe, the command's error pipe,
+#: a pidfd and the cgroup's ``cgroup.procs`` (its own check counts the rest).
+_HEADROOM: Final = 5
+
+
+def _check_headroom(null: int) -> None:
+    """Raise ``EMFILE`` unless :data:`_HEADROOM` more descriptors can be opened now.
+
+    The forked supervisor shares this process's open-file limit: under a low
+    ``ulimit -n`` it would start, fail to start the command, and leave a
+    ``launch_failed`` record of a run that was never possible. Refused here,
+    it is one line before anything started, as when the caller itself runs out.
+    """
+    probes: list[int] = []
+    try:
+        for _ in range(_HEADROOM):
+            probes.append(os.dup(null))
+    finally:
+        _close_all(probes)
+
+
+def _become_detached(
+    keep: tuple[int, ...], null: int, become: Callable[[], object], *, new_session: bool
+) -> NoReturn:
+    """In the forked child: a new session, one more fork, a clean slate, then ``become``.
+
+    (Not a new session for a command that joins its caller's group to use its
+    terminal: that needs the caller's session, and the child only leaves the
+    caller's group.)
+
+    The clean slate is what a freshly spawned supervisor would have: no
+    handler of this program's (the supervisor installs its own), no wakeup
+    descriptor, ``/dev/null`` as its own standard streams, and no descriptor
+    but the run's.
+    """
+    try:
+        if new_session:
+            os.setsid()
+        else:
+            # The command is to join the caller's group, in this session: only
+            # leave the caller's group (as the spawned intermediate does).
+            os.setpgid(0, 0)
+        if os.fork() > 0:
+            os._exit(0)
+        _reset_signals()
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        _close_all_but(keep)
+        become()
+    except BaseException:  # noqa: S110 - nobody to tell; the caller sees a lost supervisor
+        pass
+    os._exit(TETHER_FAILED)
+
+
+def _reset_signals() -> None:
+    """The signal dispositions a freshly started interpreter would have had.
+
+    Every signal this program handles in Python goes back to its default
+    action (an ``exec`` would have done that), and SIGPIPE and SIGXFSZ are
+    ignored, as Python ignores them at start-up: this program may have set
+    them otherwise (``tether timeout`` passes SIGPIPE on), and a supervisor
+    that died of SIGPIPE writing to a caller that is gone would leave no
+    record.
+    """
+    import signal
+
+    with contextlib.suppress(ValueError, OSError):
+        signal.set_wakeup_fd(-1)
+    for number in signal.valid_signals():
+        with contextlib.suppress(ValueError, OSError, TypeError):
+            if callable(signal.getsignal(number)):
+                signal.signal(number, signal.SIG_DFL)
+    for number in (signal.SIGPIPE, signal.SIGXFSZ):
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(number, signal.SIG_IGN)
+
+
+def _close_all_but(keep: tuple[int, ...]) -> None:
+    """Close every descriptor above the standard streams except ``keep``."""
+    low = 3
+    for fd in sorted(keep):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, _max_descriptors())
+
+
+def _max_descriptors() -> int:
+    try:
+        return os.sysconf("SC_OPEN_MAX")
+    except (OSError, ValueError):
+        return 65536
 
 
 def _absolute(cwd: str | None) -> str | None:

@@ -54,12 +54,26 @@ def console_main() -> int:
     ``PATH``), it is ``tether timeout``, so that scripts use it unchanged.
     """
     quiet_interrupts()
+    _fork_supervisors()
     if os.path.basename(sys.argv[0]) == "timeout":
         # Installed as ``timeout`` (a symlink to tether): GNU timeout's drop-in.
         from tether.cli.timeout import main as timeout_main
 
         return timeout_main(sys.argv[1:], asked_at=tether._LOADED_AT, program="timeout")
     return main(asked_at=tether._LOADED_AT)
+
+
+def _fork_supervisors() -> None:
+    """``tether run`` and ``tether timeout`` fork their supervisor: this program is tether's own.
+
+    Single-threaded, so forking it is safe, and a forked supervisor needs no
+    second interpreter. Only the program does this: :func:`main`, called from
+    a Python program (a test, say), spawns its supervisors like the API.
+    """
+    from tether.caller.start import fork_supervisors
+    from tether.supervisor.detach import become
+
+    fork_supervisors(become)
 
 
 def quiet_interrupts() -> None:

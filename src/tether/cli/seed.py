@@ -37,7 +37,6 @@ import argparse
 import fcntl
 import os
 import stat
-import subprocess
 import sys
 import time
 
@@ -203,19 +202,29 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
     from tether.supervisor.launch import launch
 
     status = StatusWriter(None)
+    try:
+        nothing = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as error:
+        _fail(f"cannot open {os.devnull}: {error.strerror}")
     attempt = launch(
         command,
         cwd=None,
         env=None,
         umask=None,
-        stdin=subprocess.DEVNULL,
+        stdin=nothing,
+        close_after_launch=(nothing,),
         stdout=None,
         stderr=None,
         status=status,
+        lifeline=parsed.parent_fd,
+        deadline_at=spec.deadline_at,
+        stop_signal=spec.stop_signal,
     )
     try:
+        from tether.supervisor.detach import loaded
         from tether.supervisor.loop import supervise
 
+        loaded()
         return supervise(spec, attempt, lifeline=parsed.parent_fd, status=status)
     except BaseException as error:
         # supervise() has a last resort of its own; this one is for loading it.

@@ -1,6 +1,10 @@
 """``python -m tether.supervisor``: the seed door (:mod:`tether.cli.seed`)."""
 
+import gc
 import signal
+
+# No collection while the seed door loads its code (see tether.supervisor.detach.loading).
+gc.disable()
 
 # Ctrl-C before the supervisor's own handlers are in: the default action, no traceback.
 signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -8,15 +8,15 @@ In the child, between fork and exec, it asks for SIGKILL when its parent dies
 (``PR_SET_PDEATHSIG``) and then checks that the parent is still the
 supervisor: had the supervisor died in the instant before the ``prctl``, the
 signal would never come, so the child kills itself instead (the coreutils 9.11
-check, against the saved pid rather than against 1). This runs in
-``preexec_fn``, which is unsafe in a threaded process and safe here because
-the supervisor is single-threaded. It is only a backstop: it reaches the
-command's leader, not its descendants, and only when the supervisor is
-SIGKILLed; everything else is the supervisor's job.
+check, against the saved pid rather than against 1). This is Python code run
+in the child (:mod:`tether.supervisor.spawn`), which is unsafe in a threaded
+process and safe here because the supervisor is single-threaded. It is only a
+backstop: it reaches the command's leader, not its descendants, and only when
+the supervisor is SIGKILLed; everything else is the supervisor's job.
 
 Where a writable cgroup v2 hierarchy allows it, the command also gets a cgroup
 of its own (:mod:`tether.linux.cgroup`), which it joins itself in the same
-``preexec_fn``, before exec, so that nothing it starts is ever born outside
+child before its exec, so that nothing it starts is ever born outside
 it. The environment variable ``TETHER_CONTAINMENT`` chooses: ``auto`` (the
 default) uses a cgroup where one can be made and the sweep otherwise,
 silently; ``sweep`` never makes a cgroup; ``cgroup`` insists, and a run for
@@ -37,12 +37,12 @@ import contextlib
 import errno as errno_codes
 import os
 import signal
-import subprocess
 
 from tether.core.limits import LimitError, limit_controllers, limit_files, parse_limits
 from tether.linux.cgroup import CgroupUnavailable, RunCgroup
 from tether.linux.prctl import set_parent_death_signal
 from tether.supervisor.identity import restore_in_child
+from tether.supervisor.spawn import SpawnFailed, spawn
 
 # Run before the command starts: no ``typing`` or ``dataclasses`` at run time.
 TYPE_CHECKING = False
@@ -76,7 +76,7 @@ class Command:
     (the sweep is then the only containment).
     """
 
-    __slots__ = ("cgroup", "own_group", "pgid", "pid", "pidfd", "popen")
+    __slots__ = ("cgroup", "own_group", "pgid", "pid", "pidfd")
 
     def __init__(
         self,
@@ -84,7 +84,6 @@ class Command:
         pid: int,
         pgid: int,
         pidfd: int,
-        popen: subprocess.Popen[bytes],
         cgroup: RunCgroup | None = None,
         own_group: bool = True,
     ) -> None:
@@ -93,7 +92,6 @@ class Command:
         self.own_group = own_group
         self.pgid = pgid
         self.pidfd = pidfd
-        self.popen = popen
         self.cgroup = cgroup
 
 
@@ -250,43 +248,43 @@ def start_command(
         )
 
     try:
-        popen = subprocess.Popen(
+        pid = spawn(
             argv,
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            cwd=path,
             env=env,
-            umask=-1 if umask is None else umask,
+            cwd=path,
+            umask=umask,
+            stdio=(_fd(stdin), _fd(stdout), _fd(stderr)),
+            prepare=prepare,
             process_group=0 if join_group is None else join_group,
-            close_fds=True,
-            preexec_fn=prepare,  # noqa: PLW1509 - the supervisor is single-threaded
         )
-    except OSError as error:
+    except OSError as error:  # the fork itself: EAGAIN under ulimit -u, ENOMEM
         _discard(cgroup)
-        raise _launch_failure(argv, path, error) from None
-    except (ValueError, TypeError, subprocess.SubprocessError) as error:
+        reason = error.strerror or str(error)
+        raise CommandNotStarted(
+            error.errno, f"cannot start {argv[0]!r}: {reason}", "setup"
+        ) from None
+    except SpawnFailed as failure:
         _discard(cgroup)
-        if required and isinstance(error, subprocess.SubprocessError):
-            why = "resource limits" if checked else f"{CONTAINMENT_VARIABLE}=cgroup"
-            message = f"{why}, but the command could not join its cgroup"
-            raise CommandNotStarted(None, message, "setup") from None
-        raise CommandNotStarted(None, f"cannot start {argv[0]!r}: {error}", "setup") from None
+        why = "resource limits" if checked else f"{CONTAINMENT_VARIABLE}=cgroup"
+        raise _launch_failure(argv, path, failure, required=required, why=why) from None
     try:
-        pidfd = os.pidfd_open(popen.pid)
+        pidfd = os.pidfd_open(pid)
     except OSError:
-        os.kill(popen.pid, signal.SIGKILL)
-        popen.wait()
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
         _discard(cgroup)
         raise
     return Command(
-        pid=popen.pid,
-        pgid=popen.pid if join_group is None else join_group,
+        pid=pid,
+        pgid=pid if join_group is None else join_group,
         own_group=join_group is None,
         pidfd=pidfd,
-        popen=popen,
-        cgroup=_joined(cgroup, popen.pid),
+        cgroup=_joined(cgroup, pid),
     )
+
+
+def _fd(stream: _Stdio) -> int | None:
+    return stream if stream is None or isinstance(stream, int) else stream.fileno()
 
 
 def _joined(cgroup: RunCgroup | None, pid: int) -> RunCgroup | None:
@@ -310,21 +308,28 @@ def _discard(cgroup: RunCgroup | None) -> None:
         cgroup.discard()
 
 
-def _launch_failure(argv: Sequence[str], cwd: str | None, error: OSError) -> CommandNotStarted:
-    """What an ``OSError`` from ``Popen`` means: the program's (``exec``) or tether's (``setup``).
+def _launch_failure(
+    argv: Sequence[str], cwd: str | None, failure: SpawnFailed, *, required: bool, why: str
+) -> CommandNotStarted:
+    """What a failed spawn means: the program's (``exec``) or tether's (``setup``).
 
-    ``Popen`` names the program in the error when its exec failed, and the
-    directory when its ``chdir`` did. An error that names neither happened
-    before either was tried: the fork itself (``EAGAIN`` under ``ulimit -u``,
-    ``ENOMEM``) or the child's own setup. The command was never tried, so that
-    is tether's failure (125, as GNU ``timeout`` says for a failed fork), not
-    a command that "cannot be executed" (126).
+    Only a failed ``exec`` is the program's (127 for not found, 126
+    otherwise, as ``timeout`` says). A working directory that cannot be
+    entered, a descriptor that cannot be set up, a cgroup that cannot be
+    joined, an argument or variable that cannot be passed (a NUL byte): the
+    command was never tried, so that is tether's failure (125), as GNU
+    ``timeout`` says for a failed fork.
     """
-    reason = error.strerror or str(error)
-    if cwd is not None and error.filename == cwd and cwd != argv[0]:
+    reason = failure.message
+    if failure.stage == "exec":
         return CommandNotStarted(
-            error.errno, f"cannot change to directory {cwd!r}: {reason}", "setup"
+            failure.errno, f"failed to run command {argv[0]!r}: {reason}", "exec"
         )
-    if error.filename is None:
-        return CommandNotStarted(error.errno, f"cannot start {argv[0]!r}: {reason}", "setup")
-    return CommandNotStarted(error.errno, f"failed to run command {argv[0]!r}: {reason}", "exec")
+    if failure.stage == "chdir" and cwd is not None:
+        return CommandNotStarted(
+            failure.errno, f"cannot change to directory {cwd!r}: {reason}", "setup"
+        )
+    if failure.stage == "prepare" and required:
+        # why: what required the cgroup (TETHER_CONTAINMENT=cgroup, or resource limits)
+        return CommandNotStarted(None, f"{why}, but the command could not join its cgroup", "setup")
+    return CommandNotStarted(failure.errno, f"cannot start {argv[0]!r}: {reason}", "setup")

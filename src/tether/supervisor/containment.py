@@ -219,11 +219,14 @@ class ProcessTree:
 
     # -- acting ---------------------------------------------------------------
 
-    def signal(self, signum: int) -> int:
+    def signal(self, signum: int, *, group: bool = True) -> int:
         """Send ``signum`` to the whole tree; return how many live processes it was sent to.
 
         The tree is walked *before* anything is sent: a process that dies of
-        the group's signal in the meantime was still reached by it.
+        the group's signal in the meantime was still reached by it. With
+        ``group=False`` the command's group (or its leader, when the group is
+        not its own) is not signalled, because it already got ``signum`` (from
+        the sentry, before the loop ran); the rest of the tree still is.
         """
         snapshot = self._read(self._snapshot) or []
         walked = {pid for pid, _stat in snapshot}
@@ -231,9 +234,10 @@ class ProcessTree:
             snapshot = _without_nested_runs(snapshot)
         members = self._members()
         killed_by_cgroup = signum == signal.SIGKILL and self._kill_cgroup()
-        self._signal_group(signum)
+        if group:
+            self._signal_group(signum)
         known = walked | {self._me}
-        if not self.own_group:
+        if not self.own_group and group:
             self._signal_leader(signum)
         for pid, stat in snapshot:
             if pid == self.leader:

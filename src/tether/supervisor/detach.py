@@ -33,6 +33,7 @@ inherits it.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import sys
@@ -42,9 +43,12 @@ from tether.core.reasons import TETHER_FAILED
 # On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import NoReturn
 
-__all__ = ["exit_now", "main"]
+    from tether.core.spec import RunSpec
+
+__all__ = ["become", "exit_now", "loaded", "loading", "main", "supervise_raw"]
 
 
 def exit_now(status: int) -> NoReturn:
@@ -78,13 +82,66 @@ def _read_all(fd: int) -> bytes:
 
 def main(spec_fd: int) -> int:
     """Become the detached supervisor of the run described on ``spec_fd``."""
+    loading()
     _leave_intermediate()
     try:
         raw = _read_all(spec_fd)
+    except OSError:
+        return TETHER_FAILED
+    return supervise_raw(raw)
+
+
+def supervise_raw(raw: bytes) -> int:
+    """Supervise the run whose spec is ``raw`` (JSON, descriptors by role); exit when done.
+
+    The command starts from the spec's raw fields, before the spec's own class
+    (and ``dataclasses`` with it) is even loaded; the spec is checked whole
+    right after. Returns only if ``raw`` is not a spec at all.
+    """
+    try:
         data = json.loads(raw)
         argv, fds = data["argv"], data["fds"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return TETHER_FAILED
+
+    def checked_spec() -> RunSpec:
+        from tether.core.spec import RunSpec
+
+        return RunSpec.from_json(raw)
+
+    return _supervise(argv, fds, data, checked_spec)
+
+
+def become(spec: RunSpec) -> NoReturn:
+    """Become the supervisor of ``spec``, in a process forked from tether's own CLI.
+
+    The fork already made this process detached (see
+    :func:`tether.caller.start.fork_supervisors`) and left it only the run's
+    descriptors; the spec is the one the caller built and checked, already in
+    memory.
+    """
+    loading()
+    data: dict[str, object] = {
+        "cwd": spec.cwd,
+        "env": spec.env,
+        "umask": spec.umask,
+        "asked_at": spec.asked_at,
+        "deadline_seconds": spec.deadline_seconds,
+        "stop_signal": spec.stop_signal,
+        "limits": spec.limits,
+        "ignored_signals": list(spec.ignored_signals),
+        "join_group": spec.join_group,
+    }
+    _supervise(list(spec.argv), dict(spec.fds), data, lambda: spec)
+
+
+def _supervise(
+    argv: list[str],
+    fds: dict[str, int],
+    data: dict[str, object],
+    checked_spec: Callable[[], RunSpec],
+) -> NoReturn:
+    """Launch ``argv`` from the spec's raw fields, then load the loop and supervise it."""
     os.chdir("/")
     # The command gets the caller's umask back (it is in the spec); tether's own
     # files are private whatever the caller's umask was.
@@ -104,27 +161,36 @@ def main(spec_fd: int) -> int:
     for_the_command = tuple(
         fds[role] for role in ("stdin", "stdout", "stderr", "cwd") if role in fds
     )
+    umask = data.get("umask")
+    env = data.get("env")
+    limits = data.get("limits")
+    ignored = data.get("ignored_signals")
+    join_group = data.get("join_group")
     launched = launch(
         argv,
-        cwd=fds.get("cwd", data.get("cwd")),
-        env=data.get("env"),
-        umask=data.get("umask"),
-        ignored_signals=data.get("ignored_signals") or (),
-        join_group=data.get("join_group"),
+        cwd=fds.get("cwd", data.get("cwd")),  # type: ignore[arg-type]
+        env=env if isinstance(env, dict) else None,
+        umask=umask if isinstance(umask, int) else None,
+        ignored_signals=ignored if isinstance(ignored, list | tuple) else (),
+        join_group=join_group if isinstance(join_group, int) else None,
         stdin=fds["stdin"],
         stdout=fds["stdout"],
         stderr=fds["stderr"],
         status=status,
         close_after_launch=for_the_command,
-        limits=data.get("limits"),
+        lifeline=fds["lifeline"],
+        deadline_at=_deadline_at(data),
+        stop_signal=str(data.get("stop_signal", "SIGTERM")),
+        limits=limits if isinstance(limits, dict) else None,
     )
 
     try:
-        from tether.core.spec import RunSpec
         from tether.supervisor.loop import supervise
 
+        spec = checked_spec()
+        loaded()
         outcome = supervise(
-            RunSpec.from_json(raw),
+            spec,
             launched,
             lifeline=fds["lifeline"],
             status=status,
@@ -134,6 +200,35 @@ def main(spec_fd: int) -> int:
         # supervise() has a last resort of its own; this one is for reaching it.
         outcome = last_resort.abandon(launched, error, status=status, say=_say_nothing)
     exit_now(outcome)
+
+
+def _deadline_at(data: dict[str, object]) -> float | None:
+    """The deadline in the raw spec, for the sentry; ``None`` if none (or none that makes sense).
+
+    The spec is checked whole once its class is loaded, after the launch; a
+    deadline that cannot be read here is the check's to refuse.
+    """
+    asked_at, seconds = data.get("asked_at"), data.get("deadline_seconds")
+    if isinstance(asked_at, int | float) and isinstance(seconds, int | float):
+        return float(asked_at) + float(seconds)
+    return None
+
+
+def loading() -> None:
+    """Start loading code: no garbage collection until :func:`loaded`.
+
+    A collection while modules load finds nothing to free (every new object
+    is a module's, alive for good) and costs milliseconds each time; a
+    supervisor loads thousands of objects, and the allocations trigger several.
+    """
+    gc.disable()
+
+
+def loaded() -> None:
+    """Everything is loaded: freeze what is there (never collected, never written by the
+    collector, so pages shared with a parent stay shared) and collect again from here on."""
+    gc.freeze()
+    gc.enable()
 
 
 def _say_nothing(_message: str) -> None:

@@ -34,7 +34,9 @@ The log is written through structlog, but through a *private* logger:
 tether's caller nor any library that configured structlog globally can change
 what (or whether) tether logs, and tether never calls ``structlog.configure()``
 or touches stdlib ``logging``. Only the supervisor process imports this module;
-structlog costs tens of milliseconds to import, which callers should not pay.
+structlog costs tens of milliseconds to import, which callers should not pay,
+and it is imported without the :mod:`asyncio` it would load for nothing
+(:mod:`tether.supervisor.deferred`).
 
 Each line starts with ``ts`` (UTC, ISO 8601, microseconds), ``mono`` (the
 monotonic clock, which is what deadlines are measured on; an explicit
@@ -60,11 +62,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
-import structlog
-from structlog.typing import EventDict, FilteringBoundLogger
-
 from tether.core.redaction import Redactor
 from tether.shared.record_file import open_record_directory
+from tether.supervisor.deferred import asyncio_deferred
+
+with asyncio_deferred():
+    import structlog
+    from structlog.typing import EventDict, FilteringBoundLogger
 
 __all__ = ["INCOMPLETE_EVENT", "EventLog"]
 

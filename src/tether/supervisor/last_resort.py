@@ -151,7 +151,7 @@ def _sweep(wakeup: SignalWakeup, command: Command, tree: ProcessTree | None) -> 
             own_group=command.own_group,
         )
     emptied = tree.kill_everything(_wait_for_a_child(wakeup), bound=SETTLE_SECONDS)
-    _reap_everything(tree, command)
+    _reap_everything(tree)
     return tree.release() and emptied
 
 
@@ -167,12 +167,9 @@ def _wait_for_a_child(wakeup: SignalWakeup) -> Callable[[float], None]:
     return wait
 
 
-def _reap_everything(tree: ProcessTree, command: Command) -> None:
+def _reap_everything(tree: ProcessTree) -> None:
     """Reap the leader (it is dead, or the bound ran out) and every other child left."""
-    returncode, _usage = tree.reap_leader(block=False)
-    if returncode is not None:
-        # Popen must not try to reap it again.
-        command.popen.returncode = returncode
+    tree.reap_leader(block=False)
     tree.reap_adopted()
     with contextlib.suppress(ChildProcessError):
         while os.waitpid(-1, os.WNOHANG)[0] > 0:

@@ -16,9 +16,12 @@ needs (``os``, ``signal``, ``subprocess``, ``ctypes``): no ``dataclasses``, no
    between its fork and its exec, the command itself tells the caller where
    it is (``spawned``), so that no moment exists in which it runs unknown to
    the caller.
-4. **``started``** goes to the caller at once, and the caller's stdio, which
+4. **The sentry** (:mod:`tether.supervisor.sentry`) takes the watch: from
+   here until the loop runs, the caller's death, a cancel and the deadline
+   are acted on at once, however long the loop takes to load.
+5. **``started``** goes to the caller at once, and the caller's stdio, which
    only the command needs, is let go of.
-5. **The reserve**: a few spare descriptors for stopping the tree
+6. **The reserve**: a few spare descriptors for stopping the tree
    (:mod:`tether.supervisor.reserve`, which says why right after the spawn and
    not before it).
 
@@ -32,6 +35,7 @@ import contextlib
 import errno
 import os
 import signal
+import sys
 import time
 
 from tether.linux.prctl import set_child_subreaper
@@ -39,6 +43,7 @@ from tether.shared.protocol import Spawned, Started, StatusWriter
 from tether.supervisor.command import Command, CommandNotStarted, start_command
 from tether.supervisor.identity import become_a_supervisor
 from tether.supervisor.reserve import NEEDED, DescriptorReserve, free_descriptors
+from tether.supervisor.sentry import Sentry
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -60,8 +65,10 @@ class SignalWakeup:
     """Signals delivered as bytes on a pipe, read in the loop, never handled in a handler."""
 
     def __init__(self) -> None:
-        self.read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
+        self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        #: Bytes read from the pipe by someone else (the sentry), not drained yet.
+        self.pending = b""
+        signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
         for number in _HANDLED:
             signal.signal(number, _wake_only)
 
@@ -72,7 +79,8 @@ class SignalWakeup:
         written by a signal handler (the command, as the same user, can open
         the pipe through ``/proc`` and write to it), and is ignored.
         """
-        received: list[int] = []
+        received = [number for number in self.pending if number in _HANDLED]
+        self.pending = b""
         while True:
             try:
                 chunk = os.read(self.read_fd, 256)
@@ -91,10 +99,12 @@ class LaunchAttempt:
     """How the launch went: the command (or why there is none), when, and the wakeup pipe.
 
     ``reserve`` holds the spare descriptors kept for stopping the command's
-    tree (empty when there is no command).
+    tree (empty when there is no command); ``sentry`` watches the run until
+    the loop takes over (``None`` when there is no command, or when the loop
+    was loaded before the launch and takes over at once).
     """
 
-    __slots__ = ("at", "command", "failure", "reserve", "wakeup")
+    __slots__ = ("at", "command", "failure", "reserve", "sentry", "wakeup")
 
     def __init__(
         self,
@@ -109,6 +119,7 @@ class LaunchAttempt:
         self.command = command
         self.failure = failure
         self.reserve = DescriptorReserve()
+        self.sentry: Sentry | None = None
 
 
 def launch(
@@ -125,13 +136,18 @@ def launch(
     ignored_signals: Sequence[int] = (),
     join_group: int | None = None,
     limits: Mapping[str, object] | None = None,
+    lifeline: int | None = None,
+    deadline_at: float | None = None,
+    stop_signal: str = "SIGTERM",
 ) -> LaunchAttempt:
     """Start the command under a supervisor that is ready to watch it.
 
     ``close_after_launch`` are descriptors only the command needs (the caller's
     stdio): the supervisor lets go of them as soon as the command has its own
     copies, so a reader of the caller's output sees end of file when the
-    command is done, not when the supervisor is.
+    command is done, not when the supervisor is. ``lifeline``, ``deadline_at``
+    (monotonic) and ``stop_signal`` are what the sentry watches and sends
+    until the loop runs.
     """
     become_a_supervisor()
     wakeup = SignalWakeup()
@@ -159,6 +175,17 @@ def launch(
         result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), failure=_unwatchable(error))
     else:
         result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), command=command)
+        if _LOOP not in sys.modules:
+            result.sentry = _post_sentry(
+                lifeline=lifeline,
+                wakeup=wakeup.read_fd,
+                wakeup_write=wakeup.write_fd,
+                leader=command.pid,
+                pgid=command.pgid,
+                own_group=command.own_group,
+                deadline_at=deadline_at,
+                stop_signal=_signal_number(stop_signal),
+            )
         status.send(
             Started(
                 supervisor_pid=os.getpid(),
@@ -173,6 +200,52 @@ def launch(
     if result.command is not None:
         result.reserve = DescriptorReserve.take()
     return result
+
+
+#: The loop's module: a supervisor that loaded it before the launch (forked from a
+#: zygote) needs no sentry, its loop takes over at once.
+_LOOP: Final = "tether.supervisor.loop"
+
+
+def _post_sentry(
+    *,
+    lifeline: int | None,
+    wakeup: int,
+    wakeup_write: int,
+    leader: int,
+    pgid: int,
+    own_group: bool,
+    deadline_at: float | None,
+    stop_signal: int,
+) -> Sentry | None:
+    """A sentry on the run, or ``None`` if none can be had (no thread, no descriptor left).
+
+    Without one the run is still watched, only from the moment the loop runs:
+    everything waits, level-triggered, in the descriptors the loop reads.
+    """
+    try:
+        return Sentry(
+            lifeline=lifeline,
+            wakeup=wakeup,
+            wakeup_write=wakeup_write,
+            leader=leader,
+            pgid=pgid,
+            own_group=own_group,
+            deadline_at=deadline_at,
+            stop_signal=stop_signal,
+        )
+    except (OSError, RuntimeError):
+        return None
+
+
+def _signal_number(name: str) -> int:
+    """The number of the signal called ``name``; SIGTERM for a name this system lacks.
+
+    The spec's check let the name through; the core sends it by name later,
+    and a name it cannot send is its to report.
+    """
+    number = getattr(signal, name, None)
+    return number if isinstance(number, int) else signal.SIGTERM
 
 
 def _announcer(status: StatusWriter) -> Callable[[int, str | None], None]:

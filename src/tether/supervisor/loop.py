@@ -141,6 +141,11 @@ class Supervision:
         self.log: EventSink = NullEventLog()
         self.on_message = on_message
         self.wakeup = attempt.wakeup
+        self.sentry = attempt.sentry
+        #: Signals the sentry sent to the command's group before the loop ran, and when.
+        self.sent_by_sentry: dict[int, float] = {}
+        #: The lifeline's bytes and end of file as the sentry read them, not yet translated.
+        self.pending_lifeline: tuple[bytes, bool] | None = None
         # poll(), not epoll: it needs no descriptor of its own, and under a low
         # open-file limit every descriptor counts (three are watched).
         self.selector = selectors.PollSelector()
@@ -259,10 +264,7 @@ class Supervision:
             self.selector.register(self.lifeline, selectors.EVENT_READ, "lifeline")
         if self.tree is not None:
             self.selector.register(self.tree.pidfd, selectors.EVENT_READ, "exit")
-        # The launch happened before this module was imported; the core must
-        # see the time it is now, or a grace would be counted from a moment
-        # long past and SIGKILL would come early in real time.
-        self._feed(dataclasses.replace(first, now=time.monotonic()))
+        self._take_over(first)
         while not self._recorded():
             deadline = self.machine.next_deadline
             timeout = None if deadline is None else _wait_bound(deadline - time.monotonic())
@@ -276,6 +278,45 @@ class Supervision:
         self.selector.close()
         self.log.close()
         return self.exit_status
+
+    def _take_over(self, first: Event) -> None:
+        """Take the watch over from the sentry, and replay what it saw and did.
+
+        Without a sentry's action, the launch happened before this module was
+        imported and nothing has happened since; the core must see the time it
+        is now, or a grace would be counted from a moment long past and
+        SIGKILL would come early in real time. When the sentry already sent the
+        stop signal (or SIGKILL), the core is told the launch and then what
+        the sentry saw, both at the times they happened: it then decides what
+        the sentry did, and its grace counts from the signal the group really
+        got (:meth:`_signal` does not send it to the group a second time).
+        """
+        handover = None if self.sentry is None else self.sentry.stand_down()
+        if handover is None or handover.acted_at is None:
+            self._feed(dataclasses.replace(first, now=time.monotonic()))
+            now = time.monotonic()
+        else:
+            self._feed(first)
+            now = handover.acted_at
+            self.sent_by_sentry = {number: at for number, at in reversed(handover.sent)}
+            if self.tree is not None:
+                self.tree.stopped.update(handover.walked - {self.tree.leader})
+        if handover is None:
+            return
+        self.wakeup.pending += handover.signals
+        self.pending_lifeline = (handover.lifeline, handover.lifeline_closed)
+        sources = set()
+        if handover.signals:
+            sources.add("signal")
+        if handover.lifeline or handover.lifeline_closed:
+            sources.add("lifeline")
+        events = self._translate(sources, now)
+        if handover.acted_at is not None:
+            events.append(Tick(now))  # an overdue deadline, if that is what the sentry saw
+        for event in events:
+            if self._recorded():
+                break
+            self._feed(event)
 
     def _recorded(self) -> bool:
         return self.machine.phase is Phase.RECORDED
@@ -305,7 +346,10 @@ class Supervision:
         few lines and the loop one turn per MiB.
         """
         assert self.lifeline is not None
-        data, closed = _drain(self.lifeline, _LIFELINE_TURN)
+        if self.pending_lifeline is not None:
+            (data, closed), self.pending_lifeline = self.pending_lifeline, None
+        else:
+            data, closed = _drain(self.lifeline, _LIFELINE_TURN)
         tally = self.lifeline_bytes
         events: list[Event] = []
         for request in tally.fresh_requests(data):
@@ -379,7 +423,9 @@ class Supervision:
         # Stamped with the time the core decided at (microseconds before the
         # group has it): the grace in the record is the grace the core kept.
         at = now - self.started_monotonic
-        reached = tree.signal(number)
+        # The sentry sent it to the group already: the rest of the tree still needs it.
+        by_sentry = self.sent_by_sentry.pop(number, None) is not None
+        reached = tree.signal(number, group=not by_sentry)
         self.signals.append(
             SignalSent(signal=effect.signal, at_seconds=round(at, 6), processes=reached)
         )
@@ -484,9 +530,6 @@ class Supervision:
         reaped, usage = tree.reap_leader(block=self.exited)
         if reaped is not None:
             returncode = reaped
-            # Popen must not try to reap it again, or warn that it never did.
-            assert self.command is not None
-            self.command.popen.returncode = reaped
         tree.reap_adopted()
         if tree.cgroup is not None:
             # The whole tree's account, read once it is all gone and before its cgroup is.

@@ -1,0 +1,283 @@
+"""The caller's side of the zygote: one fork server per calling process, for the API.
+
+A Python program may have threads, so it never forks itself to start a
+supervisor. Its first launch starts one fresh interpreter, the *zygote*
+(:mod:`tether.supervisor.zygote`), which forks the supervisor of that first
+request at once, then loads the supervisor's side and stays, forking one
+detached supervisor per later request: a fork of a process that has loaded
+everything is a few milliseconds and shares its memory, where a fresh
+interpreter is tens of milliseconds and megabytes of its own.
+
+**The command must not be able to tell.** What a spawned supervisor would
+have inherited from the caller at the time of the request travels with the
+request: the environment, the umask (in the spec), the resource limits, the
+ignored signals and the signal mask; the working directory and the stdio go
+as descriptors. What the zygote cannot take on for a request (the caller
+changed its credentials, joined other namespaces, changed its root directory,
+moved to another cgroup, or changed a hard resource limit since the zygote
+started) means a fresh
+zygote: the old one is let go of and exits.
+
+**A lost zygote is never a lost launch.** If the zygote cannot be reached or
+does not answer, the request takes the plain path (a fresh interpreter per
+supervisor, :func:`tether.caller.start.spawn_supervisor`) unless the
+supervisor was in fact forked: the status channel says which (its end of
+file, with every copy of its writing end gone, means no supervisor holds
+it). The next launch starts a fresh zygote.
+
+**One zygote per caller, shared by its threads and tasks.** A request and
+its answer are one exchange under a lock (a fork in the zygote: about a
+millisecond). The zygote's socket is close-on-exec and closed in any child
+the caller forks, like every lifeline: its end of file is how the zygote
+learns that its caller is gone.
+
+``TETHER_ZYGOTE=0`` in the caller's environment turns the zygote off (every
+supervisor is then spawned), for a program that would rather not have a
+process of its own waiting beside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
+
+__all__ = [
+    "TOO_BIG",
+    "UNKNOWN",
+    "ZYGOTE_VARIABLE",
+    "enabled",
+    "forget",
+    "fork_supervisor",
+    "zygote_pid",
+]
+
+#: The environment variable that turns the zygote off (``0``).
+ZYGOTE_VARIABLE: Final = "TETHER_ZYGOTE"
+
+#: A request larger than this takes the plain path (the zygote's own limit; the
+#: socket's send buffer, about 208 KiB by default, may refuse a smaller one).
+_MAX_REQUEST: Final = 1 << 20
+
+_BOOTSTRAP: Final = (
+    "import gc, sys; gc.disable(); sys.path.insert(0, sys.argv[1]); "
+    "from tether.supervisor.zygote import main; raise SystemExit(main(int(sys.argv[2])))"
+)
+
+_NAMESPACES: Final = ("cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts")
+
+#: The signals Python itself ignores at start-up; every supervisor's command gets them back.
+_PYTHON_IGNORES: Final = frozenset({signal.SIGPIPE, signal.SIGXFSZ})
+
+_LIMITS: Final = tuple(name for name in dir(resource) if name.startswith("RLIMIT_"))
+
+
+class _Zygote:
+    """One running zygote: the socket to it, and what it was started with."""
+
+    def __init__(self, package_root: str, identity: tuple[object, ...]) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            intermediate = subprocess.Popen(
+                [sys.executable, "-P", "-c", _BOOTSTRAP, package_root, str(theirs.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.socket = ours
+        self.identity = identity
+        #: The zygote's pid, once it has answered a request.
+        self.pid: int | None = None
+        # The intermediate forks the zygote and exits at once.
+        intermediate.wait()
+
+    def exchange(self, request: bytes, fds: list[int]) -> int | None:
+        """Send one request: the pid the zygote forked, ``-1`` if it did not, :data:`UNKNOWN`
+        if it was lost after it had the request, ``None`` if it was lost before,
+        :data:`TOO_BIG` if the request does not fit in one message."""
+        try:
+            socket.send_fds(self.socket, [request], fds)
+        except OSError as error:
+            if error.errno in (errno.EMSGSIZE, errno.ENOBUFS):
+                return TOO_BIG  # the zygote is fine; this request takes the plain path
+            return None
+        try:
+            answer = self.socket.recv(64).split()
+            if not answer:
+                return UNKNOWN
+            child, self.pid = int(answer[0]), int(answer[1])
+        except (OSError, ValueError, IndexError):
+            return UNKNOWN
+        return child
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.socket.close()
+
+
+#: The answer when the zygote was lost with the request: whether it forked, the
+#: run's status channel will say.
+UNKNOWN: Final = 0
+
+#: The answer when the request is larger than one message on the socket can be
+#: (a huge environment): the zygote never saw it.
+TOO_BIG: Final = -2
+
+_zygote: _Zygote | None = None
+_lock = threading.Lock()
+#: How many zygotes this process has started (for tests and the benchmark).
+started = 0
+
+
+def _forget_in_child() -> None:
+    """In a forked child: this process's zygote is its parent's, never to be used here."""
+    global _zygote, _lock  # noqa: PLW0603 - the fork-safety reset of the one zygote
+    if _zygote is not None:
+        with contextlib.suppress(OSError):
+            _zygote.socket.close()
+    _zygote = None
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def enabled() -> bool:
+    """Whether this caller uses a zygote (``TETHER_ZYGOTE`` is not ``0``)."""
+    return os.environ.get(ZYGOTE_VARIABLE, "") != "0"
+
+
+def zygote_pid() -> int | None:
+    """The pid of this caller's zygote, ``None`` without one (or before it answered)."""
+    zygote = _zygote
+    return None if zygote is None else zygote.pid
+
+
+def forget() -> None:
+    """Let go of this caller's zygote (it exits when it sees its socket closed)."""
+    global _zygote  # noqa: PLW0603
+    with _lock:
+        if _zygote is not None:
+            _zygote.close()
+        _zygote = None
+
+
+def fork_supervisor(
+    spec_json: bytes, roles: list[str], fds: list[int], package_root: str
+) -> int | None:
+    """Have this caller's zygote fork the supervisor of a run; ``None``: take the plain path.
+
+    ``spec_json`` is the completed spec without its descriptors; ``fds`` are
+    the run's descriptors, in the order of ``roles``. Returns the pid of the
+    zygote's child (already reaped by the zygote) once the supervisor is
+    forked, ``None`` if it was not and the caller must spawn one, or
+    :data:`UNKNOWN` if the zygote was lost with the request.
+    """
+    global _zygote, started  # noqa: PLW0603 - the one zygote of this caller
+    request = _request(spec_json, roles)
+    if len(request) > _MAX_REQUEST:
+        return None
+    identity = _identity()
+    if identity is None:
+        return None  # cannot tell whether the zygote still fits: this once, the plain path
+    with _lock:
+        zygote = _zygote
+        if zygote is not None and zygote.identity != identity:
+            zygote.close()  # it cannot take on what changed; a fresh one can
+            zygote = _zygote = None
+        if zygote is None:
+            try:
+                zygote = _zygote = _Zygote(package_root, identity)
+            except OSError:
+                return None
+            started += 1
+        answer = zygote.exchange(request, fds)
+        if answer is None or answer == UNKNOWN:
+            zygote.close()
+            _zygote = None
+    if answer is None or answer < 0:
+        return None
+    return answer
+
+
+def _request(spec_json: bytes, roles: list[str]) -> bytes:
+    """The request's header: the spec and what the supervisor must inherit, as of now."""
+    limits = {}
+    for name in _LIMITS:
+        with contextlib.suppress(OSError, ValueError):
+            limits[name] = resource.getrlimit(getattr(resource, name))
+    ignored = []
+    for number in signal.valid_signals():
+        if number in _PYTHON_IGNORES:
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            if signal.getsignal(number) is signal.SIG_IGN:
+                ignored.append(int(number))
+    return json.dumps(
+        {
+            "spec": spec_json.decode(),
+            "roles": roles,
+            "environ": dict(os.environ),
+            "rlimits": limits,
+            "ignored": ignored,
+            "sigmask": sorted(int(n) for n in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+        }
+    ).encode()
+
+
+def _identity() -> tuple[object, ...] | None:
+    """What a zygote must share with its caller to fork the caller's supervisors.
+
+    Credentials, namespaces, the root directory, the cgroup and the hard
+    resource limits: a forked process cannot take these on from a request
+    (not without privileges, and not all of them even with), and a spawned
+    supervisor would have had the caller's. ``None`` if they cannot be read
+    now (no descriptor left).
+    """
+    namespaces = []
+    for name in _NAMESPACES:
+        try:
+            namespaces.append(os.stat(f"/proc/self/ns/{name}").st_ino)
+        except FileNotFoundError:
+            namespaces.append(0)  # a namespace this kernel does not have
+        except OSError:
+            return None
+    try:
+        with open("/proc/self/cgroup", "rb") as cgroup:
+            where = cgroup.read()
+        root = os.stat("/")  # a chroot changes no namespace
+    except OSError:
+        return None
+    hard = []
+    for name in _LIMITS:
+        try:
+            hard.append(resource.getrlimit(getattr(resource, name))[1])
+        except (OSError, ValueError):
+            return None
+    return (
+        os.getresuid(),
+        os.getresgid(),
+        tuple(sorted(os.getgroups())),
+        tuple(namespaces),
+        (root.st_dev, root.st_ino),
+        where,
+        tuple(hard),
+    )

@@ -1,0 +1,274 @@
+"""The sentry: who watches the run while the supervisor is still loading its loop.
+
+The command is launched before the supervisor imports ``transitions``,
+``structlog`` and the loop, so that it starts as early as the interpreter
+allows. Those imports take tens of milliseconds on a quiet machine and whole
+seconds on a busy one, and until the loop runs nobody would read the
+lifeline, the signal pipe or the clock: a caller that died in that window
+would be noticed late, and the command would run on past its deadline.
+
+So the moment the command runs, a thread takes the watch: one ``poll()`` on
+the lifeline and the signal wakeup pipe, with the deadline as its timeout.
+It acts on what cannot wait, exactly as the core would, and nothing more:
+
+* the caller gone (end of file), a ``c`` on the lifeline, a cancel signal to
+  the supervisor, or the deadline: the stop signal, then SIGCONT, to the
+  command's process group (to its leader alone when the group is its
+  caller's, for a command on its caller's terminal);
+* a ``k`` on the lifeline: SIGKILL, the same way.
+
+Everything else (the sweep of descendants that left the group, the grace,
+the escalation, the record) is the loop's, which takes over from the sentry
+(:meth:`Sentry.stand_down`) with everything the sentry read and sent: the
+lifeline's bytes and its end of file, the signal numbers, and the signals
+that already reached the group and when. The loop replays those at the
+times they happened, so the core decides what the sentry did, the grace
+counts from the signal the command really got, and the group never gets the
+same signal twice (a second SIGTERM means "stop right now" to some programs).
+
+The group is the right target before the loop runs: the leader cannot have
+been reaped (only the loop reaps), so the group id is still the command's.
+
+A thread, not a signal handler: Python runs handlers only between bytecodes
+of the main thread, which may be in the middle of unmarshalling a module. A
+thread blocked in ``poll()`` holds no lock, and once woken it waits at most
+one switch interval for the interpreter (lowered to a millisecond while the
+sentry stands). It imports nothing: everything it calls is loaded before it
+starts, so it can never wait on the import lock the main thread holds.
+"""
+
+from __future__ import annotations
+
+import _thread
+import os
+import select
+import signal
+import sys
+import time
+
+from tether.shared.protocol import CANCEL, KILL_NOW
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
+
+__all__ = ["Handover", "Sentry"]
+
+#: Signals to the supervisor that mean "cancel" (as :data:`.launch.CANCEL_SIGNALS`).
+_CANCEL_SIGNALS: Final = frozenset((signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
+
+#: The interpreter's switch interval while the sentry stands, in seconds.
+_SWITCH_INTERVAL: Final = 0.001
+
+_READ: Final = 1 << 16
+
+#: Written to the signal wakeup pipe to stand the sentry down: no signal is numbered 0.
+_STAND_DOWN: Final = b"\0"
+
+#: How long to wait for the sentry before writing the word to stand down again.
+_RETRY_SECONDS: Final = 0.05
+
+
+class Handover:
+    """What the sentry saw and did, for the loop to replay.
+
+    ``lifeline`` holds the bytes read from the lifeline and ``lifeline_closed``
+    whether its end of file was seen; ``signals`` the bytes read from the
+    signal wakeup pipe (signal numbers); ``sent`` the signals sent to the
+    command's group, each with the monotonic time it was sent at;
+    ``acted_at`` the time of the first of those, ``None`` if none was sent;
+    ``walked`` the descendants found just before that first signal (the
+    record counts them among the processes stopped, though many are gone by
+    the time the loop looks).
+    """
+
+    __slots__ = ("acted_at", "lifeline", "lifeline_closed", "sent", "signals", "walked")
+
+    def __init__(self) -> None:
+        self.lifeline = b""
+        self.lifeline_closed = False
+        self.signals = b""
+        self.sent: list[tuple[int, float]] = []
+        self.acted_at: float | None = None
+        self.walked: set[int] = set()
+
+
+class Sentry:
+    """A thread that watches one run from the command's launch until the loop takes over."""
+
+    def __init__(
+        self,
+        *,
+        lifeline: int | None,
+        wakeup: int,
+        wakeup_write: int,
+        leader: int,
+        pgid: int,
+        own_group: bool,
+        deadline_at: float | None,
+        stop_signal: int,
+    ) -> None:
+        self._lifeline = lifeline
+        self._wakeup = wakeup
+        self._wakeup_write = wakeup_write
+        self._leader = leader
+        self._pgid = pgid
+        self._own_group = own_group
+        self._deadline_at = deadline_at
+        self._stop_signal = stop_signal
+        self._seen = Handover()
+        self._stopping = False
+        self._killed = False
+        self._done = _thread.allocate_lock()
+        self._done.acquire()
+        self._switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(_SWITCH_INTERVAL)
+        try:
+            _thread.start_new_thread(self._watch, ())
+        except BaseException:
+            self._done.release()
+            self._restore()
+            raise
+
+    def stand_down(self) -> Handover:
+        """Stop watching, wait for the thread to be done, and hand over what it saw and did.
+
+        The word to stop is :data:`_STAND_DOWN` on the signal wakeup pipe, which
+        the sentry watches anyway: the sentry costs the run no descriptor, and
+        under a low open-file limit every one is the stop path's. A full pipe
+        (the sentry is busy reading it) is tried again until the word fits.
+        """
+        while True:
+            try:
+                os.write(self._wakeup_write, _STAND_DOWN)
+            except BlockingIOError:
+                pass
+            except OSError:
+                break  # cannot happen to a pipe held open; nothing else would wake it
+            if self._done.acquire(timeout=_RETRY_SECONDS):
+                self._done.release()
+                break
+        self._restore()
+        return self._seen
+
+    def _restore(self) -> None:
+        sys.setswitchinterval(self._switch_interval)
+
+    def _watch(self) -> None:
+        try:
+            self._keep_watch()
+        except BaseException:  # noqa: S110 - a thread has nobody to tell; the loop still comes
+            pass
+        finally:
+            self._done.release()
+
+    def _keep_watch(self) -> None:
+        poller = select.poll()
+        poller.register(self._wakeup, select.POLLIN)
+        if self._lifeline is not None:
+            poller.register(self._lifeline, select.POLLIN)
+        while not self._killed:
+            ready = {fd for fd, _mask in poller.poll(self._timeout_ms())}
+            now = time.monotonic()
+            if self._wakeup in ready and self._read_signals(now):
+                return
+            if self._lifeline is not None and self._lifeline in ready:
+                self._read_lifeline(poller, now)
+            deadline = self._deadline_at
+            if deadline is not None and now >= deadline:
+                self._stop(now)
+
+    def _timeout_ms(self) -> int | None:
+        deadline = self._deadline_at
+        if deadline is None or self._stopping:
+            return None
+        # Rounded up: waking a millisecond early would only mean a second wait.
+        return max(0, int((deadline - time.monotonic()) * 1000) + 1)
+
+    def _read_lifeline(self, poller: select.poll, now: float) -> None:
+        lifeline = self._lifeline
+        assert lifeline is not None
+        try:
+            chunk = os.read(lifeline, _READ)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""  # the caller can no longer be heard: as the loop reads it
+        if not chunk:
+            self._seen.lifeline_closed = True
+            poller.unregister(lifeline)
+            self._lifeline = None
+            self._stop(now)
+            return
+        self._seen.lifeline += chunk
+        if KILL_NOW in chunk:
+            self._kill(now)
+        elif CANCEL in chunk:
+            self._stop(now)
+
+    def _read_signals(self, now: float) -> bool:
+        """Read the wakeup pipe; act on a cancel; return whether the word to stand down came."""
+        try:
+            chunk = os.read(self._wakeup, 256)
+        except OSError:
+            return False
+        standing_down = _STAND_DOWN in chunk
+        chunk = chunk.replace(_STAND_DOWN, b"")
+        self._seen.signals += chunk
+        if any(number in _CANCEL_SIGNALS for number in chunk):
+            self._stop(now)
+        return standing_down
+
+    def _stop(self, now: float) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        self._send(self._stop_signal, now)
+        # A stopped process cannot act on the stop signal until it is continued.
+        self._send(signal.SIGCONT, now)
+
+    def _kill(self, now: float) -> None:
+        self._stopping = self._killed = True
+        self._send(signal.SIGKILL, now)
+
+    def _send(self, number: int, now: float) -> None:
+        if self._seen.acted_at is None:
+            self._seen.walked = _descendants()
+        try:
+            if self._own_group:
+                os.killpg(self._pgid, number)
+            else:  # the caller's group (a command on its terminal): the leader alone
+                os.kill(self._leader, number)
+        except OSError:
+            return
+        self._seen.sent.append((number, now))
+        if self._seen.acted_at is None:
+            self._seen.acted_at = now
+
+
+def _descendants() -> set[int]:
+    """The supervisor's descendants, as far as ``/proc`` shows them now; best effort.
+
+    Only counted, never signalled: the sentry signals the group, and the loop
+    signals the rest of the tree (:mod:`tether.supervisor.containment`) when it
+    takes over.
+    """
+    found: set[int] = set()
+    stack = [os.getpid()]
+    while stack:
+        parent = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children", "rb") as children:
+                    pids = [int(word) for word in children.read().split()]
+            except (OSError, ValueError):
+                continue
+            for pid in pids:
+                if pid not in found:
+                    found.add(pid)
+                    stack.append(pid)
+    return found

@@ -1,0 +1,158 @@
+"""Fork and exec the command, as :class:`subprocess.Popen` would, without loading ``subprocess``.
+
+``subprocess`` brings ``threading``, ``locale``, ``selectors`` and
+``warnings`` with it: milliseconds of imports on the path to the command's
+launch, for one ``Popen`` call whose every option tether fixes (a new process
+group, all descriptors closed, a function run in the child). This module does
+the same in a few lines, in the order ``Popen`` does it: the standard streams,
+the working directory by name, the umask, SIGPIPE and SIGXFSZ back to their
+default (Python ignores them), a process group of the command's own, the
+caller's function (``prepare``), every other descriptor closed, then the
+``exec``, searched along the ``PATH`` of the command's environment.
+
+Running Python in the child is safe because the supervisor is single-threaded
+when it spawns (the sentry starts after). The child tells the parent why it
+failed on a close-on-exec pipe: end of file means the ``exec`` succeeded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+__all__ = ["SpawnFailed", "spawn"]
+
+
+class SpawnFailed(Exception):
+    """The command could not be started: at which step, with which errno (or which message)."""
+
+    def __init__(self, stage: str, errno: int | None, message: str) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.errno = errno
+        self.message = message
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None,
+    cwd: str | None,
+    umask: int | None,
+    stdio: tuple[int | None, int | None, int | None],
+    prepare: Callable[[], None],
+    process_group: int = 0,
+) -> int:
+    """Start ``argv`` in a new process group; return its pid, or raise :class:`SpawnFailed`.
+
+    ``stdio`` are the descriptors that become the command's 0, 1 and 2
+    (``None``: the supervisor's own); ``env`` ``None`` means the supervisor's.
+    ``process_group`` is the group to join, ``0`` for one of its own (``Popen``'s
+    ``process_group``). A fork that fails raises :class:`OSError`.
+    """
+    environment = os.environ if env is None else env
+    _check(argv, environment)
+    errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(errors_r)
+        os.close(errors_w)
+        raise
+    if pid == 0:
+        _child(
+            argv,
+            environment,
+            cwd=cwd,
+            umask=umask,
+            stdio=stdio,
+            prepare=prepare,
+            process_group=process_group,
+            errors=errors_w,
+        )
+    os.close(errors_w)
+    chunks = []
+    try:
+        while chunk := os.read(errors_r, 4096):
+            chunks.append(chunk)
+    finally:
+        os.close(errors_r)
+    said = b"".join(chunks)
+    if not said:
+        return pid
+    os.waitpid(pid, 0)
+    stage, _, rest = said.decode("utf-8", "replace").partition(":")
+    number, _, message = rest.partition(":")
+    errno = int(number) if number.isdigit() else None
+    raise SpawnFailed(stage, errno, message or (os.strerror(errno) if errno else stage))
+
+
+def _check(argv: Sequence[str], environment: Mapping[str, str]) -> None:
+    """Refuse, in the parent, what ``Popen`` refuses before it forks."""
+    if any("\0" in word for word in argv):
+        raise SpawnFailed("setup", None, "embedded null byte")
+    for name, value in environment.items():
+        if "\0" in name or "\0" in value:
+            raise SpawnFailed("setup", None, "embedded null byte")
+        if "=" in name or not name:
+            raise SpawnFailed("setup", None, "illegal environment variable name")
+
+
+def _child(
+    argv: Sequence[str],
+    environment: Mapping[str, str],
+    *,
+    cwd: str | None,
+    umask: int | None,
+    stdio: tuple[int | None, int | None, int | None],
+    prepare: Callable[[], None],
+    process_group: int,
+    errors: int,
+) -> None:
+    """In the child: never returns."""
+    stage = "dup"
+    try:
+        # A source among 0-2 could be overwritten by an earlier dup2: move them all up first.
+        sources = [None if fd is None else os.dup(fd) if fd < 3 else fd for fd in stdio]
+        for target, source in enumerate(sources):
+            if source is not None:
+                os.dup2(source, target)  # inheritable, as a standard stream must be
+        stage = "chdir"
+        if cwd is not None:
+            os.chdir(cwd)
+        if umask is not None:
+            os.umask(umask)
+        for number in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(number, signal.SIG_DFL)
+        os.setpgid(0, process_group)
+        stage = "prepare"
+        prepare()
+        os.closerange(3, errors)
+        os.closerange(errors + 1, _max_descriptors())
+        stage = "exec"
+        os.execvpe(argv[0], list(argv), environment)  # noqa: S606 - the command, as given
+    except BaseException as error:  # every failure is the parent's to report
+        _report(errors, stage, error)
+    os._exit(255)
+
+
+def _report(errors: int, stage: str, error: BaseException) -> None:
+    if isinstance(error, OSError) and error.errno is not None:
+        said = f"{stage}:{error.errno}:"
+    else:
+        said = f"{stage}::{error}"
+    with contextlib.suppress(OSError):
+        os.write(errors, said.encode("utf-8", "replace")[:4000])
+    os._exit(255)
+
+
+def _max_descriptors() -> int:
+    try:
+        return os.sysconf("SC_OPEN_MAX")
+    except (OSError, ValueError):
+        return 65536

@@ -1,0 +1,188 @@
+"""The zygote: one caller's fork server, which forks a detached supervisor per request.
+
+A Python program that launches hundreds of commands would otherwise start a
+fresh interpreter for every supervisor, and each would load ``transitions``,
+``structlog`` and the loop again: tens of milliseconds and megabytes of
+private memory per run. Its first launch starts this one interpreter
+instead (:mod:`tether.caller.zygote` on the caller's side), which
+
+1. forks the supervisor of the first request at once, before it has loaded
+   anything heavy (that supervisor takes today's path, watched by its sentry);
+2. then loads the supervisor's side whole and freezes it (``gc.freeze()``), so
+   every later supervisor is a fork that starts with everything loaded and
+   shares those pages with the zygote and its siblings;
+3. and then serves: each request is one message on a Unix ``SOCK_SEQPACKET``
+   socket, a JSON header (the spec, the roles of the descriptors, the
+   caller's environment, umask, resource limits, ignored signals and signal
+   mask *at the time of the request*) with the run's descriptors attached
+   (``SCM_RIGHTS``: the command's stdio, the caller's working directory, the
+   record's directory, the lifeline's and the status channel's ends). It
+   forks, the child calls ``setsid`` and forks again, and the grandchild,
+   detached, takes on the request's process state and becomes the
+   supervisor (:func:`tether.supervisor.detach.become`); the zygote answers
+   with the child's pid and its own, and reaps the child.
+
+The zygote's socket is also its lifeline: the caller holds the other end
+(close-on-exec, and closed in any child the caller forks), so its end of
+file means the caller is gone, and the zygote exits. The supervisors it
+forked never depended on it: each has its own lifeline to the caller.
+
+The zygote never reads what the request carries beyond what it must pass on;
+the supervisor checks the spec (:meth:`~tether.core.spec.RunSpec.from_json`)
+as it would one read from a pipe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+
+from tether.core.reasons import TETHER_FAILED
+from tether.supervisor.detach import loaded, loading
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final, NoReturn
+
+__all__ = ["MAX_DESCRIPTORS", "MAX_REQUEST", "main"]
+
+#: The largest request, in bytes; a caller with a larger spec takes the plain path.
+MAX_REQUEST: Final = 1 << 20
+#: The most descriptors one request carries.
+MAX_DESCRIPTORS: Final = 16
+
+
+def main(sock_fd: int) -> int:
+    """Serve the caller on ``sock_fd`` until it is gone."""
+    loading()
+    if os.fork() > 0:  # the caller reaps this one at once; the zygote is nobody's child
+        os._exit(0)
+    os.setsid()
+    os.chdir("/")
+    server = socket.socket(fileno=sock_fd)
+    warm = False
+    while True:
+        try:
+            request = _receive(server)
+        except OSError:
+            request = None
+        if request is None:
+            os._exit(0)  # the caller is gone
+        header, fds = request
+        child = _fork_supervisor(server, header, fds)
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        with contextlib.suppress(OSError):
+            server.send(f"{child} {os.getpid()}".encode())
+        if child > 0:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(child, 0)
+        if not warm:
+            warm = True
+            _warm_up()
+
+
+def _receive(server: socket.socket) -> tuple[bytes, list[int]] | None:
+    """One request, or ``None`` at end of file."""
+    data, fds, _flags, _address = socket.recv_fds(server, MAX_REQUEST, MAX_DESCRIPTORS)
+    if not data:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        return None
+    return data, fds
+
+
+def _warm_up() -> None:
+    """Load everything a supervisor loads after its launch, then freeze it for the forks."""
+    with contextlib.suppress(Exception):
+        import tether.core.spec
+        import tether.shared.paths
+        import tether.shared.secrets
+        import tether.supervisor.containment
+        import tether.supervisor.event_log
+        import tether.supervisor.launch
+        import tether.supervisor.loop  # noqa: F401
+    loaded()
+
+
+def _fork_supervisor(server: socket.socket, header: bytes, fds: list[int]) -> int:
+    """Fork the request's supervisor (detached: ``setsid``, fork); return the child's pid, or -1."""
+    try:
+        child = os.fork()
+    except OSError:
+        return -1
+    if child == 0:
+        try:
+            server.close()
+            os.setsid()
+            if os.fork() > 0:
+                os._exit(0)
+            _become(header, fds)
+        except BaseException:  # noqa: S110 - nobody to tell; the caller sees a lost supervisor
+            pass
+        os._exit(TETHER_FAILED)
+    return child
+
+
+def _become(header: bytes, fds: list[int]) -> NoReturn:
+    """Take on the caller's process state as the request says, then become its supervisor."""
+    loading()
+    request = json.loads(header)
+    roles = dict(zip(request["roles"], fds, strict=True))
+    _close_all_but(fds)
+    environment = request["environ"]
+    os.environ.clear()
+    os.environ.update(environment)
+    for name, (soft, hard) in request["rlimits"].items():
+        _set_limit(name, soft, hard)
+    _ignore_as_the_caller(set(request["ignored"]))
+    signal.pthread_sigmask(signal.SIG_SETMASK, request["sigmask"])
+
+    from tether.supervisor.detach import supervise_raw
+
+    supervise_raw(json.dumps({**json.loads(request["spec"]), "fds": roles}).encode())
+    os._exit(TETHER_FAILED)
+
+
+#: Signals whose disposition is not the caller's to pass on: Python ignores the
+#: first two itself (and every command gets them back), the last two cannot change.
+_NOT_PASSED: Final = frozenset({signal.SIGPIPE, signal.SIGXFSZ, signal.SIGKILL, signal.SIGSTOP})
+
+
+def _ignore_as_the_caller(ignored: set[int]) -> None:
+    """Ignore what the caller ignores now, and only that (the zygote's may be older)."""
+    for number in signal.valid_signals():
+        if number in _NOT_PASSED:
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            if number in ignored:
+                signal.signal(number, signal.SIG_IGN)
+            elif signal.getsignal(number) is signal.SIG_IGN:
+                signal.signal(number, signal.SIG_DFL)
+
+
+def _close_all_but(keep: list[int]) -> None:
+    """Close every descriptor above the standard streams but the run's."""
+    low = 3
+    for fd in sorted(keep):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+
+
+def _set_limit(name: str, soft: int, hard: int) -> None:
+    import resource
+
+    number = getattr(resource, name, None)
+    if isinstance(number, int):
+        resource.setrlimit(number, (soft, hard))
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised as a subprocess
+    sys.exit(main(int(sys.argv[1])))

@@ -1,0 +1,287 @@
+"""The API's zygote: one fork server per caller, invisible to the command, never a lost launch.
+
+Each test runs a real caller (a Python program using the API, started as a
+process of its own) whose supervisors come from its zygote, and looks at
+what the command saw, what is left running, and what the records say.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import BOUND, Processes, alive, read_json, validate_record, wait_gone
+
+
+def _caller(script: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path)}
+    env.pop("TETHER_ZYGOTE", None)
+    result = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=BOUND * 3,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    return result
+
+
+_STORM = """
+import asyncio, json, sys, threading
+import tether
+from tether.caller import zygote
+
+records = sys.argv[1]
+outcomes = []
+lock = threading.Lock()
+
+def one(i):
+    outcome = tether.run(["true"], record=f"{records}/thread-{i}.json")
+    with lock:
+        outcomes.append(outcome.reason.value)
+
+first = tether.run(["true"], record=f"{records}/first.json")
+threads = [threading.Thread(target=one, args=(i,)) for i in range(50)]
+for thread in threads:
+    thread.start()
+
+async def tasks():
+    runs = [tether.run_async(["true"], record=f"{records}/task-{i}.json") for i in range(50)]
+    return [outcome.reason.value for outcome in await asyncio.gather(*runs)]
+
+from_tasks = asyncio.run(tasks())
+for thread in threads:
+    thread.join()
+print(json.dumps({"started": zygote.started, "threads": outcomes, "tasks": from_tasks}))
+"""
+
+
+@pytest.mark.timeout(240)
+def test_fifty_threads_and_fifty_tasks_share_one_zygote(tmp_path: Path) -> None:
+    records = tmp_path / "runs"
+    result = _caller(_STORM, tmp_path, str(records))
+    said = json.loads(result.stdout)
+    assert said["started"] == 1
+    assert said["threads"] == ["completed"] * 50
+    assert said["tasks"] == ["completed"] * 50
+    written = sorted(path.name for path in records.glob("*.json"))
+    assert len(written) == 101
+    supervisors = set()
+    for path in records.glob("*.json"):
+        data = read_json(path)
+        assert data["reason"] == "completed"
+        supervisors.add(data["supervisor_pid"])
+    assert len(supervisors) == 101
+
+
+_AT_REQUEST_TIME = """
+import os, resource, sys
+import tether
+out = sys.argv[1]
+tether.run(["true"], record=False)  # the zygote starts with the caller as it is now
+os.environ["TETHER_TEST_WORD"] = "later"
+os.umask(0o027)
+os.chdir(sys.argv[2])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (200, hard))
+with open(out, "w") as stream:
+    tether.run(
+        ["sh", "-c", "echo $TETHER_TEST_WORD; umask; pwd; ulimit -n"],
+        record=False,
+        stdout=stream,
+    )
+from tether.caller import zygote
+print(zygote.started)
+"""
+
+
+def test_the_command_gets_the_caller_as_it_is_at_the_request(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    where = tmp_path / "elsewhere"
+    where.mkdir()
+    result = _caller(_AT_REQUEST_TIME, tmp_path, str(out), str(where))
+    assert result.stdout.split() == ["1"]
+    assert out.read_text().split() == ["later", "0027", str(where), "200"]
+
+
+_NEW_GROUPS = """
+import os, sys
+import tether
+from tether.caller import zygote
+out = sys.argv[1]
+tether.run(["true"], record=False)
+os.setgroups([4242])
+with open(out, "w") as stream:
+    tether.run(["id", "-G"], record=False, stdout=stream)
+print(zygote.started)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing groups needs root")
+def test_new_credentials_mean_a_fresh_zygote(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = _caller(_NEW_GROUPS, tmp_path, str(out))
+    assert result.stdout.split() == ["2"]
+    assert "4242" in out.read_text().split()
+
+
+_LOST = """
+import os, signal, sys
+import tether
+from tether.caller import zygote
+tether.run(["true"], record=False)
+lost = zygote.zygote_pid()
+os.kill(lost, signal.SIGKILL)
+pidfd = os.pidfd_open(lost)
+import select
+select.select([pidfd], [], [], 10)
+after = tether.run(["true"], record=sys.argv[1])
+again = tether.run(["true"], record=False)
+print(lost, after.reason.value, again.reason.value, zygote.started, zygote.zygote_pid())
+"""
+
+
+def test_a_lost_zygote_means_the_plain_path_then_a_fresh_zygote(tmp_path: Path) -> None:
+    record = tmp_path / "after.json"
+    result = _caller(_LOST, tmp_path, str(record))
+    lost, after, again, started, fresh = result.stdout.split()
+    assert (after, again, started) == ("completed", "completed", "2")
+    assert fresh != lost
+    assert not alive(int(lost))
+    validate_record(read_json(record))
+
+
+_HOLD = """
+import os, sys
+import tether
+from tether.caller import zygote
+handles = [
+    tether.launch(["sleep", "600"], record=f"{sys.argv[2]}/run-{i}.json") for i in range(3)
+]
+said = {
+    "zygote": zygote.zygote_pid(),
+    "pids": [h.pid for h in handles],
+    "supervisors": [h.supervisor_pid for h in handles],
+}
+print(json.dumps(said), flush=True)
+sys.stdin.read()  # until the test kills this caller
+"""
+
+
+def test_the_caller_killed_takes_its_zygote_and_every_command(
+    tmp_path: Path, processes: Processes
+) -> None:
+    runs = tmp_path / "runs"
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path)}
+    env.pop("TETHER_ZYGOTE", None)
+    caller = processes.start(
+        [sys.executable, "-c", "import json\n" + _HOLD, "unused", str(runs)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+    assert caller.stdout is not None
+    said = json.loads(caller.stdout.readline())
+    zygote, pids, supervisors = said["zygote"], said["pids"], said["supervisors"]
+    processes.track(zygote, *pids, *supervisors)
+    caller.send_signal(signal.SIGKILL)
+    caller.wait(timeout=BOUND)
+    assert all(wait_gone(pid) for pid in pids)
+    assert all(wait_gone(pid) for pid in supervisors)
+    assert wait_gone(zygote)
+    records = sorted(runs.glob("run-*.json"))
+    assert len(records) == 3
+    for path in records:
+        data = read_json(path)
+        validate_record(data)
+        assert data["reason"] == "parent_lost"
+
+
+_WITHOUT_IT = """
+import os, select, signal, sys
+import tether
+from tether.caller import zygote
+tether.run(["true"], record=False)
+handle = tether.launch(["sleep", "600"], record=sys.argv[1])
+gone = zygote.zygote_pid()
+os.kill(gone, signal.SIGKILL)
+select.select([os.pidfd_open(gone)], [], [], 10)
+handle.cancel()
+outcome = handle.wait()
+print(outcome.reason.value, handle.pid)
+"""
+
+
+def test_a_supervisor_does_not_depend_on_its_zygote(tmp_path: Path) -> None:
+    record = tmp_path / "r.json"
+    result = _caller(_WITHOUT_IT, tmp_path, str(record))
+    reason, pid = result.stdout.split()
+    assert reason == "cancelled"
+    assert not alive(int(pid))
+    assert read_json(record)["reason"] == "cancelled"
+
+
+def test_tether_zygote_0_spawns_every_supervisor(tmp_path: Path) -> None:
+    script = (
+        "import os, tether\n"
+        "from tether.caller import zygote\n"
+        "os.environ['TETHER_ZYGOTE'] = '0'\n"
+        "print(tether.run(['true'], record=False).reason.value, zygote.started)\n"
+    )
+    assert _caller(script, tmp_path).stdout.split() == ["completed", "0"]
+
+
+_IGNORED = """
+import signal, sys
+import tether
+def ignored_by_the_command():
+    with open(sys.argv[1], "w") as out:
+        tether.run(["grep", "SigIgn", "/proc/self/status"], record=False, stdout=out)
+    with open(sys.argv[1]) as said:
+        return int(said.read().split()[1], 16) >> (signal.SIGTTOU - 1) & 1
+# SIGTTOU: a signal the supervisor neither handles nor lets go by itself.
+signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # the zygote starts with it ignored
+tether.run(["true"], record=False)
+first = ignored_by_the_command()
+signal.signal(signal.SIGTTOU, signal.SIG_DFL)
+print(first, ignored_by_the_command())
+"""
+
+
+def test_the_command_ignores_what_the_caller_ignores_at_the_request(tmp_path: Path) -> None:
+    assert _caller(_IGNORED, tmp_path, str(tmp_path / "out")).stdout.split() == ["1", "0"]
+
+
+_HUGE = """
+import os, sys
+import tether
+from tether.caller import zygote
+tether.run(["true"], record=False)
+# More than one message on the socket holds (each variable within what exec takes).
+for i in range(3):
+    os.environ[f"TETHER_TEST_HUGE_{i}"] = "x" * 100_000
+with open(sys.argv[1], "w") as out:
+    huge = tether.run(["sh", "-c", "echo ${#TETHER_TEST_HUGE_2}"], record=False, stdout=out)
+for i in range(3):
+    del os.environ[f"TETHER_TEST_HUGE_{i}"]
+after = tether.run(["true"], record=False)
+print(huge.reason.value, after.reason.value, zygote.started)
+"""
+
+
+def test_a_request_too_big_for_the_zygote_takes_the_plain_path_and_keeps_it(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    result = _caller(_HUGE, tmp_path, str(out))
+    assert result.stdout.split() == ["completed", "completed", "1"]
+    assert out.read_text().split() == ["100000"]
