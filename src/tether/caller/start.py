@@ -39,7 +39,6 @@ import sys
 import weakref
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Final, NoReturn, Protocol
 
 from tether.caller.status import StatusClient
 from tether.core.reasons import TETHER_FAILED
@@ -48,11 +47,27 @@ from tether.linux import UnsupportedPlatform, require_linux
 from tether.shared.protocol import CANCEL, KILL_NOW, Message
 from tether.shared.record_file import RecordError, hold_record_directory
 
+# On the path to the command's launch (``tether run`` forks its supervisor
+# from here): no ``typing`` at run time.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import IO, Final, NoReturn, Protocol
+
+    Stream = int | IO[bytes] | IO[str] | None
+
+    class Intermediate(Protocol):
+        """The short-lived process between a caller and its detached supervisor, to be reaped."""
+
+        @property
+        def pid(self) -> int: ...
+
+        def poll(self) -> int | None: ...
+
+        def wait(self, timeout: float | None = None) -> int: ...
+
 
 __all__ = [
-    "Intermediate",
     "LaunchError",
     "Lifeline",
     "Spawn",
@@ -74,8 +89,6 @@ _BOOTSTRAP: Final = (
 
 _open_lifelines: set[int] = set()
 _lifelines_lock = _thread.allocate_lock()
-
-Stream = int | IO[bytes] | IO[str] | None
 
 
 def _close_lifelines_in_child() -> None:
@@ -246,17 +259,6 @@ def _working_directory() -> int:
     somewhere else.
     """
     return _above_stdio(os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
-
-
-class Intermediate(Protocol):
-    """The short-lived process between a caller and its detached supervisor, to be reaped."""
-
-    @property
-    def pid(self) -> int: ...
-
-    def poll(self) -> int | None: ...
-
-    def wait(self, timeout: float | None = None) -> int: ...
 
 
 @dataclass

@@ -23,11 +23,14 @@ import errno
 import os
 import signal
 import sys
-from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from tether.core.reasons import TETHER_FAILED
 
+# On the path to the command's launch: no ``typing`` at run time.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import IO, Any, NoReturn
+
     from _typeshed import SupportsWrite
 
 __all__ = [
