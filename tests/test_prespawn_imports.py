@@ -26,6 +26,8 @@ from conftest import BOUND, FIXTURES, tether_argv
 #: interpreter; see docs/performance.md for what else is still loaded and why.
 FORBIDDEN = (
     "typing",
+    "dataclasses",
+    "inspect",
     "subprocess",
     "threading",
     "asyncio",

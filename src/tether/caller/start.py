@@ -37,7 +37,6 @@ import fcntl
 import os
 import sys
 import weakref
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tether.caller.status import StatusClient
@@ -261,7 +260,6 @@ def _working_directory() -> int:
     return _above_stdio(os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
 
 
-@dataclass
 class Spawn:
     """A supervisor spawned but not heard from yet: the caller's ends of its pipes.
 
@@ -274,14 +272,29 @@ class Spawn:
     and in the supervisor. The caller's copy is for the record it writes itself
     if the supervisor is lost; ``status`` closes it once the run is over. That
     is one more descriptor per running run.
+
+    A plain class, not a dataclass: ``tether run`` builds one before its
+    command is launched, and ``dataclasses`` would load ``inspect`` first.
     """
 
-    spec: RunSpec
-    lifeline: Lifeline
-    status: StatusClient
-    spec_fd: int
-    spec_data: bytes
-    intermediate: Intermediate
+    __slots__ = ("intermediate", "lifeline", "spec", "spec_data", "spec_fd", "status")
+
+    def __init__(
+        self,
+        *,
+        spec: RunSpec,
+        lifeline: Lifeline,
+        status: StatusClient,
+        spec_fd: int,
+        spec_data: bytes,
+        intermediate: Intermediate,
+    ) -> None:
+        self.spec = spec
+        self.lifeline = lifeline
+        self.status = status
+        self.spec_fd = spec_fd
+        self.spec_data = spec_data
+        self.intermediate = intermediate
 
 
 def spawn_supervisor(
@@ -341,7 +354,7 @@ def spawn_supervisor(
     # the caller's session, which a zygote (in a session of its own) cannot fork.
     if zygote and spec.join_group is None and _zygote.enabled():
         forked = _zygote.fork_supervisor(
-            replace(complete, fds={}).to_json(),
+            complete.replace(fds={}).to_json(),
             list(complete.fds),
             list(complete.fds.values()),
             _PACKAGE_ROOT,
@@ -424,8 +437,7 @@ def _completed(
         roles["cwd"] = ours[3]
     if record_dir is not None:
         roles["record_dir"] = record_dir
-    complete = replace(
-        spec,
+    complete = spec.replace(
         cwd=cwd,
         umask=caller_umask() if spec.umask is None else spec.umask,
         fds={**roles, "lifeline": lifeline_r, "status": status_w},
