@@ -20,7 +20,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tether.cli.messages import UsageParser, fail, print_out, warn
+from tether.cli.messages import fail, print_out, warn
+from tether.cli.parsers import UsageParser
 from tether.core.reasons import Reason
 from tether.shared.paths import default_records_dir
 

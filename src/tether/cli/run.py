@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import argparse
 
-from tether.cli.messages import GnuStyleParser, fail, usage_error, warn
+from tether.cli.messages import fail, usage_error, warn
+from tether.cli.parsers import GnuStyleParser
 from tether.core.durations import format_duration
 from tether.core.reasons import Reason
 from tether.core.spec import DEFAULT_GRACE_SECONDS

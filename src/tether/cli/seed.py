@@ -40,7 +40,8 @@ import stat
 import sys
 import time
 
-from tether.cli.messages import UsageParser, say
+from tether.cli.messages import say
+from tether.cli.parsers import UsageParser
 from tether.core.reasons import TETHER_FAILED
 from tether.linux import UnsupportedPlatform, require_linux
 
