@@ -67,6 +67,14 @@ class RequestError(ValueError):
         super().__init__(message)
         self.option = option
 
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle by the keyword (the default would call ``RequestError(message)``)."""
+        return (_rebuild_request_error, (type(self), str(self.args[0]), self.option))
+
+
+def _rebuild_request_error(kind: type[RequestError], message: str, option: str) -> RequestError:
+    return kind(message, option=option)
+
 
 class LimitsUnavailable(RequestError):
     """Resource limits were asked for where no cgroup v2 can enforce them (tether's failure, 125).

@@ -150,6 +150,14 @@ class RecordError(OSError):
         self.path = path
         self.errno = error_number
 
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle by the keywords (:class:`OSError` would rebuild ``RecordError(message)``)."""
+        return (_rebuild_record_error, (str(self.args[0]), self.path, self.errno))
+
+
+def _rebuild_record_error(message: str, path: Path, error_number: int | None) -> RecordError:
+    return RecordError(message, path=path, error_number=error_number)
+
 
 # -- paths --------------------------------------------------------------------
 
