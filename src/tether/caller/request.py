@@ -42,6 +42,7 @@ __all__ = [
     "RequestError",
     "build_request",
     "command_words",
+    "limits_refusal",
     "record_path_for",
 ]
 
@@ -175,6 +176,21 @@ def _limits(values: Mapping[str, object], flags: Mapping[str, str]) -> dict[str,
             option="limits",
         ) from None
     return checked
+
+
+def limits_refusal(limits: Mapping[str, object]) -> str | None:
+    """Why ``limits`` cannot be enforced here, or ``None`` if they can (or none are asked for).
+
+    The check a launch makes before it starts anything, for a caller that
+    would rather run without limits it only inferred (a Ray task's resources:
+    :mod:`tether.ray`) than be refused. A value that is no limit at all still
+    raises :class:`RequestError`: that is a mistake, not the machine's shape.
+    """
+    try:
+        _limits(limits, _API_NAMES)
+    except LimitsUnavailable as why:
+        return str(why)
+    return None
 
 
 def _seconds(value: object, option: str, flags: Mapping[str, str]) -> float:
