@@ -163,3 +163,32 @@ def test_the_gathered_names_stay_on_one_line_in_ls(tmp_path: Path) -> None:
     assert len(table.splitlines()) == 3
     assert "\x1b" not in table
     assert os.uname().nodename in table
+
+
+def test_a_node_without_records_or_a_home_has_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tether.ray.gather import _records_here
+
+    assert _records_here(str(tmp_path / "missing"), None, None, False) == []
+    monkeypatch.setenv("HOME", "relative")
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    assert _records_here(None, None, None, False) == []
+
+
+def test_a_node_reads_its_records_filtered(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from tether.ray.gather import _records_here
+
+    for label in ("case-1", "case-2", "other"):
+        tether.run(["true"], record=str(tmp_path / f"{label}.json"), label=label)
+    (tmp_path / "junk.json").write_text("not json")
+    (tmp_path / "fifo.json").unlink(missing_ok=True)
+    os.mkfifo(tmp_path / "fifo.json")
+    found = _records_here(str(tmp_path), "case-*", None, True)
+    assert sorted(f.record_name for f in found) == ["case-1.json", "case-2.json"]
+    assert all(f.events for f in found)
+    assert all(f.hostname == os.uname().nodename for f in found)
+    later = datetime.now(UTC) + timedelta(hours=1)
+    assert _records_here(str(tmp_path), None, later, False) == []

@@ -155,13 +155,13 @@ def _records_here(
     """On one node: its records in ``directory`` that pass the filters (a Ray task's body)."""
     from tether.ray.task import read_event_log, this_node_id
 
-    folder = default_records_dir() if directory is None else Path(directory)
     try:
+        folder = default_records_dir() if directory is None else Path(directory)
         names = sorted(
             (entry.name for entry in os.scandir(folder) if _is_record_name(entry.name)),
             reverse=True,
         )
-    except OSError:
+    except OSError:  # RecordError among them: a node with no home has no default directory
         return []
     hostname, node = os.uname().nodename, this_node_id()
     found: list[NodeRecord] = []
