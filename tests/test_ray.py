@@ -266,9 +266,12 @@ def test_a_sync_actor_runs_commands_and_its_death_stops_them(cluster: Path, tmp_
     ready = ReadyPipe(tmp_path / "ready.fifo")
     ref = actor.hang.remote(str(ready.path))
     (command,) = ready.ready_pids(timeout=60)
-    SEEN.add(command)
+    supervisor = parent_of(command)
+    assert supervisor is not None
+    SEEN.update({command, supervisor})
     ray.kill(actor)  # the actor's process is killed outright
     assert wait_gone(command, BOUND)
+    assert wait_gone(supervisor, BOUND)  # it is gone once the record is written
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(ref, timeout=BOUND)
     ready.close()
@@ -290,9 +293,12 @@ def test_an_async_actor_runs_commands_at_once_and_cancels_one(
     ready = ReadyPipe(tmp_path / "ready.fifo")
     ref = actor.hang.remote(str(ready.path))
     (command,) = ready.ready_pids(timeout=60)
-    SEEN.add(command)
+    supervisor = parent_of(command)
+    assert supervisor is not None
+    SEEN.update({command, supervisor})
     ray.cancel(ref)  # an async actor's task: its coroutine is cancelled, the command with it
     assert wait_gone(command, BOUND)
+    assert wait_gone(supervisor, BOUND)
     with pytest.raises((ray.exceptions.TaskCancelledError, asyncio.CancelledError)):
         ray.get(ref, timeout=BOUND)
     ready.close()
