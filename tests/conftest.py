@@ -4,6 +4,12 @@ Every wait here is bounded and event-driven: a FIFO the command announces
 itself on, a pidfd that becomes readable when a process exits. Every process a
 test learns about is registered with :class:`Processes`, which SIGKILLs
 whatever is still alive at teardown, by pid, so a failing test does not leak.
+
+No test writes into the real home: :func:`private_home` points ``HOME`` and
+``XDG_STATE_HOME`` at a temporary directory for every test (and so for every
+process a test starts with this process's environment), and
+:func:`real_state_unchanged` fails the session if the real record directory
+changed while it ran, whatever a test did to escape the first fixture.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+EVENTS_SUFFIX = ".events.jsonl"
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 SCHEMA = ROOT / "src" / "tether" / "schema" / "record.v1.json"
@@ -163,6 +170,107 @@ class Processes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(timeout=BOUND)
         return leaked
+
+
+def state_snapshot(directory: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``directory`` by relative name: its size and modification time (ns).
+
+    Empty if the directory does not exist. Links are not followed; directories
+    count only through what they hold.
+    """
+    snapshot: dict[str, tuple[int, int]] = {}
+    if not directory.is_dir():
+        return snapshot
+    for root, dirs, files in os.walk(directory):
+        for name in files + [d for d in dirs if Path(root, d).is_symlink()]:
+            path = Path(root, name)
+            with contextlib.suppress(OSError):
+                info = path.lstat()
+                snapshot[str(path.relative_to(directory))] = (info.st_size, info.st_mtime_ns)
+    return snapshot
+
+
+def snapshot_changes(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
+) -> list[str]:
+    """What differs between two :func:`state_snapshot` results, one line per entry."""
+    changes = [f"added {name}" for name in sorted(after.keys() - before.keys())]
+    changes += [f"removed {name}" for name in sorted(before.keys() - after.keys())]
+    changes += [
+        f"changed {name}"
+        for name in sorted(before.keys() & after.keys())
+        if before[name] != after[name]
+    ]
+    return changes
+
+
+def _real_state_directory() -> Path:
+    """The record directory of the user running the tests, as tether would choose it.
+
+    Only ``runs``: the benchmark keeps its scratch records beside it, and may
+    be running (``python -m benchmarks``) while the tests do.
+    """
+    state = os.environ.get("XDG_STATE_HOME", "")
+    if not os.path.isabs(state):
+        state = os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "tether" / "runs"
+
+
+def ours(directory: Path, name: str, places: tuple[Path, ...]) -> bool:
+    """Whether the run ``name`` in the real record directory was started from one of ``places``.
+
+    This machine may be shared: another program of the same user may run
+    ``tether run`` while the suite does, and its records are not the suite's
+    doing. A record says where its command ran (``cwd``, since tether 0.2);
+    every test runs its commands from this checkout or the session's
+    temporary directories. A record without ``cwd`` (an older tether) is not
+    this suite's; an event log is judged by its record, and one without a
+    record (a run still going) is left out.
+    """
+    stem = name.removesuffix(EVENTS_SUFFIX).removesuffix(".json")
+    try:
+        record = json.loads((directory / f"{stem}.json").read_text())
+    except (OSError, ValueError):
+        return False
+    cwd = record.get("cwd") if isinstance(record, dict) else None
+    return isinstance(cwd, str) and any(Path(cwd).is_relative_to(place) for place in places)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def real_state_unchanged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Fail the session (an error at its last teardown) if the real record directory changed.
+
+    Taken before any test has moved ``HOME``, so it watches the operator's
+    own ``~/.local/state/tether/runs`` (or ``$XDG_STATE_HOME/tether/runs``).
+    Runs that other programs start meanwhile on a shared machine are told
+    apart by where they ran (:func:`ours`); a removal is always the suite's.
+    """
+    directory = _real_state_directory()
+    places = (ROOT, tmp_path_factory.getbasetemp())
+    before = state_snapshot(directory)
+    yield
+    after = state_snapshot(directory)
+    mine = {name for name in after if ours(directory, name, places)}
+    changes = snapshot_changes(
+        {name: info for name, info in before.items() if name in mine or name not in after},
+        {name: info for name, info in after.items() if name in mine},
+    )
+    if changes:
+        shown = "; ".join(changes[:5]) + (f"; and {len(changes) - 5} more" if changes[5:] else "")
+        pytest.fail(f"the test session wrote into the real state directory {directory}: {shown}")
+
+
+@pytest.fixture(autouse=True)
+def private_home(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home of the test's own, with ``XDG_STATE_HOME`` inside it; returned for tests to use.
+
+    Outside ``tmp_path``, so a test that lists its own temporary directory
+    sees only what it made there.
+    """
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / ".local" / "state"))
+    return home
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ walking the package (none can be forgotten), built, and round-tripped.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import importlib
 import inspect
@@ -18,7 +19,7 @@ import pkgutil
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import hypothesis.strategies as st
 from hypothesis import given
@@ -43,8 +44,8 @@ _moments = st.none() | st.datetimes(timezones=st.just(UTC))
 _texts = st.none() | st.text(max_size=40)
 _ints = st.none() | st.integers(min_value=-(2**31), max_value=2**31)
 
-outcomes = st.builds(
-    Outcome,
+#: A strategy for every field of Outcome (a test checks none is missing).
+OUTCOME_FIELDS: dict[str, st.SearchStrategy[Any]] = dict(
     reason=st.sampled_from(tether.Reason),
     exit_status=st.integers(min_value=0, max_value=255),
     returncode=_ints,
@@ -65,7 +66,13 @@ outcomes = st.builds(
     oom_killed=st.none() | st.booleans(),
     cpu_seconds=st.none() | st.floats(min_value=0, allow_nan=False),
     memory_peak_bytes=st.none() | st.integers(min_value=0),
+    no_record_reason=_texts,
+    deadline_seconds=st.none() | st.floats(min_value=0, allow_nan=False),
+    processes_stopped=st.none() | st.integers(min_value=0),
+    outside_group=st.none() | st.integers(min_value=0),
+    shutdown_seconds=st.none() | st.floats(min_value=0, allow_nan=False),
 )
+outcomes = st.builds(Outcome, **OUTCOME_FIELDS)
 
 
 def round_trip(value: T) -> T:
@@ -79,6 +86,10 @@ def same_exception(original: BaseException, copy: BaseException) -> None:
     assert copy.args == original.args
     assert str(copy) == str(original)
     assert vars(copy) == vars(original)
+
+
+def test_every_field_of_an_outcome_is_generated() -> None:
+    assert {field.name for field in dataclasses.fields(Outcome)} == set(OUTCOME_FIELDS)
 
 
 @given(outcomes)

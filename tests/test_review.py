@@ -390,17 +390,20 @@ def test_ls_lists_real_runs_newest_first(runs: dict[str, Path]) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     rows = table(result.stdout)
-    assert rows[0] == ["WHEN", "LABEL", "REASON", "EXIT", "DURATION", "ESCALATED", "RECORD"]
+    assert rows[0] == [
+        "WHEN", "LABEL", "COMMAND", "REASON", "EXIT", "DURATION", "ESCALATED", "RECORD"
+    ]  # fmt: skip
     body = rows[1:]
     # Made in KINDS order, so newest first is the reverse.
     assert [row[-1] for row in body] == [f"{kind}.json" for kind in reversed(KINDS)]
     by_name = {row[-1]: row for row in body}
-    assert by_name["deadline.json"][1:4] == ["eval-slow", "deadline_exceeded", "124"]
-    assert by_name["completed.json"][1:4] == ["eval-ok", "completed", "0"]
-    assert by_name["launch_failed.json"][1:4] == ["-", "launch_failed", "127"]
+    python = Path(sys.executable).name
+    assert by_name["deadline.json"][1:5] == ["eval-slow", "sh", "deadline_exceeded", "124"]
+    assert by_name["completed.json"][1:5] == ["eval-ok", python, "completed", "0"]
+    assert by_name["launch_failed.json"][1:5] == ["-", "command", "launch_failed", "127"]
     lost = by_name["caller_lost.json"]
-    assert (lost[1:4], lost[5]) == (["orphaned", "parent_lost", "130"], "yes")
-    assert by_name["completed.json"][5] == "no"
+    assert (lost[1], lost[3:5], lost[6]) == ("orphaned", ["parent_lost", "130"], "yes")
+    assert by_name["completed.json"][6] == "no"
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", body[0][0])
     # Aligned: every column starts at the same offset on every line.
     starts = {
@@ -517,7 +520,7 @@ def test_ls_defaults_to_where_tether_run_writes(tmp_path: Path) -> None:
     after = tether("ls", env=env)
     assert after.returncode == 0, after.stderr
     rows = table(after.stdout)[1:]
-    assert [row[1:4] for row in rows] == [["here", "completed", "0"]]
+    assert [row[1:5] for row in rows] == [["here", "true", "completed", "0"]]
     shown = tether("show", str(tmp_path / "state" / "tether" / "runs" / rows[0][-1]), env=env)
     assert "'here'" in shown.stdout
 

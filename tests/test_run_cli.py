@@ -200,7 +200,8 @@ def test_default_record_location_and_no_record(tmp_path: Path) -> None:
     assert stat.S_IMODE(runs.stat().st_mode) == 0o700
 
     assert run("run", "--no-record", "--", "true", env=env).returncode == 0
-    assert len(list(runs.iterdir())) == 2
+    # The record and its log; and the retention marker, hidden (tether ls skips it).
+    assert sorted(path.name.startswith(".") for path in runs.iterdir()) == [False, False, True]
 
 
 def test_verbose_prints_the_record_path(tmp_path: Path) -> None:
@@ -212,7 +213,10 @@ def test_verbose_prints_the_record_path(tmp_path: Path) -> None:
 def test_help_lists_every_option_with_its_default() -> None:
     result = run("run", "--help")
     assert result.returncode == 0
-    for option in ("--deadline", "--grace", "--record", "--no-record", "--name", "--verbose"):
+    for option in (
+        "--deadline", "--grace", "--record", "--no-record", "--record-argv", "--label", "--name",
+        "--verbose",
+    ):  # fmt: skip
         assert option in result.stdout
     text = " ".join(result.stdout.split())
     assert "default: 0, no deadline" in text

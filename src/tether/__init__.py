@@ -1,13 +1,28 @@
 """tether: run one command so that it cannot outlive the process that asked for it.
 
-Importing this package is cheap on purpose: it loads neither ``transitions``
-nor ``structlog`` (only the supervisor process needs them), so a program that
-launches hundreds of commands pays for them zero times. The API itself
-(:mod:`tether.api`) is loaded on first use of one of its names, through the
-module ``__getattr__`` below, so ``import tether`` does not even pay for
-``subprocess`` or ``threading``; :mod:`asyncio` is loaded only by the
-``async`` functions. Type checkers see the names through the
-``TYPE_CHECKING`` imports.
+The command is stopped, with its whole process tree, when its deadline
+passes, when you cancel it, or when this program dies, however it dies::
+
+    import tether
+
+    outcome = tether.run(["python", "evaluate.py"], deadline="2h", label="eval-42")
+    print(outcome)          # the verdict: what ended the run, what tether did, the record
+    outcome.check()         # raise CommandFailed unless it completed with status 0
+
+    with tether.launch(["sleep", "600"], grace=5) as job:   # start, and carry on
+        ...
+        job.cancel()        # SIGTERM, then SIGKILL after the grace
+    job.outcome.reason      # Reason.CANCELLED
+
+``run`` and ``launch`` (and ``run_async``, ``launch_async``) take the same
+options (:class:`~tether.api.options.LaunchOptions`): ``deadline``, ``grace``,
+``record``, ``record_argv``, ``label``, ``cwd``, ``env``, ``stdin``,
+``stdout``, ``stderr``. Every run leaves a private JSON record (read it with
+``outcome.read_record()``, or ``tether show --last`` at the shell). Linux only.
+
+Importing the package is cheap and changes nothing in your process: the API is
+loaded on first use of one of its names, and neither ``transitions`` nor
+``structlog`` (the supervisor's) is ever imported here.
 """
 
 from time import monotonic as _monotonic

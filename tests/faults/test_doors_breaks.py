@@ -417,7 +417,7 @@ def test_a_label_too_long_for_a_record_is_refused(
     argv: Argv = list(argvs[which])
     argv += ["touch", str(marker)]
     result = door(argv, env, pass_fds=(read_end,))
-    flag = {"run": "--name", "seed": "--variant"}[which]
+    flag = {"run": "--label", "seed": "--variant"}[which]
     assert_one_line_refusal(result, f"{flag}: a label of 100000 characters is too long")
     assert len(result.stderr) < 200
     assert not marker.exists()

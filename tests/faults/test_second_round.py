@@ -410,12 +410,13 @@ def test_without_an_absolute_home_there_is_no_default_record_directory(
     [("run", "--", "true"), ("ls",)],
     ids=["run", "ls"],
 )
-def test_a_user_without_a_home_gets_a_refusal_not_records_in_the_working_directory(
+def test_a_user_without_a_home_gets_no_records_in_the_working_directory(
     tmp_path: Path, door: tuple[str, ...]
 ) -> None:
     """A uid with no password entry and no ``HOME`` (a container run as ``--user 4242``):
     ``~`` stayed ``~``, and the records went to ``./~/.local/state/tether/runs`` in whatever
-    directory the job ran in (a checkout, say)."""
+    directory the job ran in (a checkout, say). The run now goes ahead without a record,
+    saying so in one line; ``tether ls`` has nothing to list and says why."""
     workdir = tmp_path / "checkout"
     workdir.mkdir()
     os.chown(workdir, 4242, 4242)
@@ -439,10 +440,11 @@ def test_a_user_without_a_home_gets_a_refusal_not_records_in_the_working_directo
         text=True,
         timeout=BOUND,
     )
-    assert result.returncode == 125, result.stderr
+    assert result.returncode == (125 if door == ("ls",) else 0), result.stderr
     assert "Traceback" not in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert "no default directory for records" in result.stderr
+    assert len(result.stderr.strip().splitlines()) <= 1, result.stderr
+    if door[0] != "timeout":  # tether timeout may keep no record by default: nothing to say
+        assert "no default directory for records" in result.stderr
     assert list(workdir.iterdir()) == []
 
 

@@ -146,9 +146,17 @@ class Tether:
 
     @property
     def record_path(self) -> Path | None:
-        """Where the record will be written, ``None`` with ``record=False``."""
+        """Where the record will be written; ``None`` without one (see :attr:`no_record_reason`)."""
         path = self._spec.record_path
         return None if path is None else Path(path)
+
+    @property
+    def no_record_reason(self) -> str | None:
+        """Why this run keeps no record although it was to (the default directory is unusable).
+
+        ``None`` when it keeps one, and with ``record=False``.
+        """
+        return self._spec.no_record_reason
 
     @property
     def label(self) -> str | None:

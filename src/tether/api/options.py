@@ -70,7 +70,9 @@ class LaunchOptions(TypedDict, total=False):
 
     ``deadline``: stop the command this long after the call (``None`` or ``0``:
     never). ``grace``: how long SIGTERM gets before SIGKILL (default 10 s;
-    ``None``: never escalate). ``record``: where the record goes. ``label``:
+    ``None``: never escalate). ``record``: where the record goes.
+    ``record_argv``: keep the whole command line in the record, redacted
+    (default: only the command's name and working directory). ``label``:
     a name for the run, kept in the record. ``cwd``, ``env``: the command's
     working directory and environment (default: this process's).
     ``stdin``, ``stdout``, ``stderr``: its standard streams (default: this
@@ -86,6 +88,7 @@ class LaunchOptions(TypedDict, total=False):
     deadline: Duration | None
     grace: Duration | None
     record: RecordOption
+    record_argv: bool
     label: str | None
     cwd: str | os.PathLike[str] | None
     env: Mapping[str, str] | None

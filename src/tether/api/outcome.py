@@ -95,8 +95,9 @@ class Outcome:
     ``None`` if it never ran or its end is unknown). The times are the
     supervisor's (the caller's own when the supervisor was lost); ``None`` only
     when a time could not be read. ``record_path`` is ``None`` when no record
-    was kept: none was asked for (``record=False``), or it could not be
-    written, which ``message`` then says.
+    was kept: none was asked for (``record=False``); the default directory
+    could not be used, which ``no_record_reason`` says (the run went ahead
+    without one); or it could not be written, which ``message`` then says.
     """
 
     reason: Reason
@@ -113,6 +114,17 @@ class Outcome:
     elapsed_seconds: float | None = None
     #: The command line, kept out of the repr: it may hold credentials.
     argv: tuple[str, ...] = field(default=(), repr=False)
+    #: Why no record was kept although one was meant to be (the default
+    #: directory could not be made or written); ``None`` otherwise.
+    no_record_reason: str | None = None
+    #: The deadline the run had, in seconds; ``None`` for none.
+    deadline_seconds: float | None = None
+    #: How many processes tether stopped, how many of them had left the
+    #: command's process group, and how long stopping took; ``None``: not said.
+    processes_stopped: int | None = None
+    outside_group: int | None = None
+    shutdown_seconds: float | None = None
+
     #: What ``run()`` captured (``stdout=PIPE``, ``capture_output=True``): bytes,
     #: or text with ``text=True``; ``None`` for a stream not captured. Kept out
     #: of the repr (it may be long, and hold secrets).
@@ -130,6 +142,28 @@ class Outcome:
     #: its cgroup; ``None`` without one (or where the kernel does not count it).
     cpu_seconds: float | None = None
     memory_peak_bytes: int | None = None
+
+    def __str__(self) -> str:
+        """The verdict line, as ``tether run -v`` prints it: what ended the run, what tether did.
+
+        ``deadline 2s passed (status 124); stopped 3 processes (1 outside the
+        group) in 1.2 ms; record /.../runs/...json``.
+        """
+        from tether.caller.verdict import verdict_line
+
+        return verdict_line(
+            reason=self.reason.value,
+            exit_status=self.exit_status,
+            returncode=self.returncode,
+            deadline_seconds=self.deadline_seconds,
+            escalated_to_sigkill=self.escalated_to_sigkill,
+            processes_stopped=self.processes_stopped,
+            outside_group=self.outside_group,
+            shutdown_seconds=self.shutdown_seconds,
+            record=None if self.record_path is None else str(self.record_path),
+            no_record_reason=self.no_record_reason,
+            message=self.message,
+        )
 
     @classmethod
     def from_finished(cls, finished: Finished, spec: RunSpec, started: Started | None) -> Outcome:
@@ -152,6 +186,11 @@ class Outcome:
             finished_at=_moment(finished.finished_at),
             elapsed_seconds=finished.elapsed_seconds,
             argv=spec.argv,
+            no_record_reason=spec.no_record_reason if finished.record is None else None,
+            deadline_seconds=spec.deadline_seconds,
+            processes_stopped=finished.processes_stopped,
+            outside_group=finished.outside_group,
+            shutdown_seconds=finished.shutdown_seconds,
             **_tree_usage(finished.tree_usage),
         )
 
@@ -183,7 +222,8 @@ class Outcome:
         cannot be read.
         """
         if self.record_path is None:
-            raise ValueError("this run kept no record (it was launched with record=False)")
+            why = self.no_record_reason or "it was launched with record=False"
+            raise ValueError(f"this run kept no record ({why})")
         from tether.shared.record_file import read_record
 
         return read_record(self.record_path)

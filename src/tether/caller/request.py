@@ -18,6 +18,16 @@ own words (``timeout: invalid time interval``) can use them. A
 meant). A record path that cannot be written raises
 :class:`~tether.shared.record_file.RecordError`.
 
+The default record directory is different: nobody named it, so it must never
+cost a run. When it cannot be made or written (no home, ``HOME=/nonexistent``,
+a read-only home, the user ``nobody``), the run goes ahead without a record:
+the spec says why in ``no_record_reason``, and the process says it once on
+stderr (:func:`warn_no_record_once`), however many runs it starts. A path the
+caller named (``--record PATH``, ``record=PATH``, or ``record=True``, "a
+record, in the default place") is still refused before anything starts.
+The default directory is also the one tether keeps bounded
+(:mod:`tether.shared.retention`): a run that writes there may prune it first.
+
 Caller side: standard library only.
 """
 
@@ -43,7 +53,9 @@ __all__ = [
     "build_request",
     "command_words",
     "limits_refusal",
+    "record_choice",
     "record_path_for",
+    "warn_no_record_once",
 ]
 
 #: How the API names its options in messages; each door passes its own words.
@@ -96,6 +108,7 @@ def build_request(
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     stop_signal: str = DEFAULT_STOP_SIGNAL,
+    record_argv: object = False,
     flags: Mapping[str, str] = _API_NAMES,
     ignored_signals: Sequence[int] = (),
     join_group: int | None = None,
@@ -105,10 +118,13 @@ def build_request(
 
     ``deadline`` of ``None`` or ``0`` means no deadline; ``grace`` of ``None``
     means never escalate to SIGKILL (``tether timeout`` without ``-k``).
-    ``record`` is ``None`` or ``True`` for a new file in the default directory,
-    a path for that file, ``False`` for no record; the default directory is created if
-    needed. ``flags`` maps ``deadline``, ``grace`` and ``label`` to the names the
-    door's users know them by, for messages. ``ignored_signals`` start ignored
+    ``record`` is ``None`` for a new file in the default directory if it can be
+    used (see the module), ``True`` for one there without fail, a path for that
+    file, ``False`` for no record; the default directory is created if needed.
+    ``flags`` maps ``deadline``, ``grace`` and ``label`` to the names the
+    door's users know them by, for messages. ``record_argv`` keeps the whole
+    command line (redacted) in the record; by default it holds only the
+    command's name. ``ignored_signals`` start ignored
     in the command (``tether timeout`` hands on what its caller ignored);
     ``join_group`` is the caller's process group for a command that is to use
     the caller's terminal (:mod:`tether.caller.terminal`).
@@ -123,23 +139,77 @@ def build_request(
         raise RequestError(f"not a signal name: {stop_signal!r}", option="stop_signal")
     checked_cwd = None if cwd is None else os.fspath(cwd)
     checked_env = environment_copy(env)
+    if not isinstance(record_argv, bool):
+        raise TypeError(f"record_argv must be True or False, not {record_argv!r}")
     checked_limits = _limits(limits or {}, flags)
+    # Last: the only check that touches the file system (it makes the
+    # record's directory), so a request refused for anything else leaves nothing.
+    record_path, no_record_reason = record_choice(record)
     return RunSpec(
         argv=words,
         deadline_seconds=deadline_seconds or None,
         grace_seconds=grace_seconds,
         asked_at=asked_at,
-        # Last: the only check that touches the file system (it makes the
-        # record's directory), so a request refused for anything else leaves nothing.
-        record_path=record_path_for(record),
+        record_path=record_path,
         label=checked_label,
         cwd=checked_cwd,
         env=checked_env,
         stop_signal=stop_signal,
+        no_record_reason=no_record_reason,
+        record_argv=record_argv,
         ignored_signals=tuple(ignored_signals),
         join_group=join_group,
         limits=checked_limits or None,
     )
+
+
+def record_choice(record: object) -> tuple[str | None, str | None]:
+    """Where the record goes, or why there is none: ``(path, None)`` or ``(None, why)``.
+
+    ``record=None`` (the default) falls back to no record, with a reason and a
+    warning, when the default directory cannot be used; everything else is
+    :func:`record_path_for`'s to check. ``record=False`` is ``(None, None)``:
+    no record was wanted, there is nothing to explain.
+    """
+    if record is not None and record is not True:
+        return record_path_for(record), None
+    from tether.shared.record_file import RecordError
+
+    try:
+        path = record_path_for(True)
+    except RecordError as error:
+        if record is True:
+            raise
+        why = str(error)
+        warn_no_record_once(why)
+        return None, why
+    assert path is not None
+    from tether.shared.paths import maybe_prune
+
+    maybe_prune(Path(path).parent)
+    return path, None
+
+
+_warned_no_record = False
+
+
+def warn_no_record_once(why: str) -> None:
+    """Say on stderr, once per process, that runs go ahead without a record, and why.
+
+    Once: a job worker that starts a thousand runs under a user without a home
+    needs to hear it, not a thousand times. Never raises: stderr may be closed.
+    """
+    global _warned_no_record  # noqa: PLW0603 - once per process is the point
+    if _warned_no_record:
+        return
+    _warned_no_record = True
+    import sys
+
+    try:
+        sys.stderr.write(f"tether: running without a record: {why}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _limits(values: Mapping[str, object], flags: Mapping[str, str]) -> dict[str, int | float]:

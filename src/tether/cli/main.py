@@ -2,9 +2,9 @@
 
 ``tether run`` (:mod:`.run`) and ``tether timeout`` (:mod:`.timeout`) start a
 command; ``tether show`` and ``tether ls`` (:mod:`.review`) read what runs left
-behind. This module only dispatches, and imports what the chosen subcommand
-needs: ``tether run --help``, ``tether run -- true``, ``show`` and ``ls`` never
-load ``transitions`` or ``structlog``.
+behind, and ``tether prune`` clears it. This module only dispatches, and
+imports what the chosen subcommand needs: ``tether run --help``, ``tether run
+-- true``, ``show`` and ``ls`` never load ``transitions`` or ``structlog``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = ["console_main", "main"]
 
 
 def _main_parser() -> argparse.ArgumentParser:
-    from tether.cli.review import add_ls_parser, add_show_parser
+    from tether.cli.review import add_ls_parser, add_prune_parser, add_show_parser
 
     parser = UsageParser(
         prog="tether",
@@ -39,6 +39,7 @@ def _main_parser() -> argparse.ArgumentParser:
     )
     add_show_parser(sub)
     add_ls_parser(sub)
+    add_prune_parser(sub)
     return parser
 
 
@@ -101,6 +102,10 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
         from tether.cli.review import ls
 
         return ls(parsed)
+    if parsed.command == "prune":
+        from tether.cli.review import prune
+
+        return prune(parsed)
     say_help(_main_parser())
     return TETHER_FAILED
 

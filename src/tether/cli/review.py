@@ -1,4 +1,4 @@
-"""``tether show`` and ``tether ls``: what operators read after the fact.
+"""``tether show``, ``tether ls``, ``tether prune``: what operators read (and clear) afterwards.
 
 They only read files; their loading and rendering live in :mod:`tether.review`.
 Their output goes to stdout, their complaints (a file skipped, a log line cut
@@ -24,7 +24,7 @@ from tether.cli.messages import UsageParser, fail, print_out, warn
 from tether.core.reasons import Reason
 from tether.shared.paths import default_records_dir
 
-__all__ = ["add_ls_parser", "add_show_parser", "ls", "show"]
+__all__ = ["add_ls_parser", "add_prune_parser", "add_show_parser", "ls", "prune", "show"]
 
 
 def add_show_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
@@ -32,14 +32,24 @@ def add_show_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
         "show",
         help="tell the story of one run (tether show --help)",
         description="Show one run for a person: the verdict (why it ended, exit status, how it "
-        "was stopped, resources) and the timeline of its event log in seconds since the launch. "
-        "Give the record (.json) or its event log (.events.jsonl); either finds the other.",
+        "was stopped, resources) and the timeline of its event log in seconds since tether was "
+        "asked to run it. RUN is a record (.json) or its event log (.events.jsonl), either finds "
+        "the other; or a record's name as tether ls prints it, or a label (the newest run with "
+        "it), both looked up in the default records directory from any directory.",
         epilog="Colour only on a terminal, and never when NO_COLOR is set. Exit status: 0 shown "
         "(even if the record or the log is missing, or the log's last line is cut short: the "
         "gaps are named on stderr), 125 nothing to show (not a tether record or event log, "
         "unreadable, missing).",
     )
-    show.add_argument("path", metavar="RECORD_OR_LOG", help="a record or an event log")
+    show.add_argument(
+        "path",
+        nargs="?",
+        metavar="RUN",
+        help="a record or event log path, a record's name from tether ls, or a label",
+    )
+    show.add_argument(
+        "--last", action="store_true", help="show the newest run in the default records directory"
+    )
     show.add_argument(
         "--json",
         action="store_true",
@@ -55,8 +65,9 @@ def add_ls_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
         "ls",
         help="list the runs in a records directory (tether ls --help)",
         description="List the runs recorded in DIR, newest first: when each started (local "
-        "time), its label, why it ended, its exit status, how long it took, whether SIGKILL was "
-        "needed, and the record's file name (for tether show).",
+        "time), its label, the command's name, why it ended, its exit status, how long it took, "
+        "whether SIGKILL was needed, and the record's name (tether show NAME shows it, from any "
+        "directory).",
         epilog="Files that are not tether records are skipped, each named on stderr. Exit "
         "status: 0 listed (even nothing), 125 bad option or DIR unreadable.",
     )
@@ -87,6 +98,41 @@ def add_ls_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
     ls.add_argument("--json", action="store_true", help="print a JSON array of the records")
 
 
+def add_prune_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
+    prune = sub.add_parser(
+        "prune",
+        help="remove old runs from a records directory (tether prune --help)",
+        description="Remove the runs DIR does not keep: all but the newest --keep runs, and "
+        "those older than --older-than. Only finished tether runs go (a record and its event "
+        "log); a run in progress, a file that is not a tether record and a symbolic link are "
+        "never touched. The default directory is also pruned as runs are written into it "
+        "(at most TETHER_KEEP_RUNS runs, default 10000, none older than TETHER_KEEP_DAYS days, "
+        "default 30; 0 means no bound).",
+        epilog="The names of the runs removed (or, with --dry-run, that would be) go to stdout, "
+        "one a line, oldest first; a summary to stderr. Exit status: 0 done, 125 bad option or "
+        "DIR unusable.",
+    )
+    prune.add_argument(
+        "directory",
+        nargs="?",
+        metavar="DIR",
+        help="the records directory (default: $XDG_STATE_HOME/tether/runs)",
+    )
+    prune.add_argument(
+        "--older-than",
+        metavar="DUR",
+        help="remove runs that started longer ago than DUR (7d, 12h; default: TETHER_KEEP_DAYS)",
+    )
+    prune.add_argument(
+        "--keep",
+        metavar="N",
+        help="keep at most the newest N runs (default: TETHER_KEEP_RUNS)",
+    )
+    prune.add_argument(
+        "--dry-run", action="store_true", help="say what would be removed, and remove nothing"
+    )
+
+
 def _never_a_traceback(command: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
     """Run a review subcommand so that only text reaches the operator.
 
@@ -115,17 +161,62 @@ def _lenient_stdout() -> None:
 
 @_never_a_traceback
 def show(args: argparse.Namespace) -> int:
-    from tether.review import ReviewError, load_run, render_run, run_as_json, use_colour
+    from tether.review import (
+        ReviewError,
+        find_last,
+        find_run,
+        load_run,
+        render_run,
+        run_as_json,
+        use_colour,
+    )
+    from tether.shared.record_file import RecordError
 
+    if (args.path is None) == (not args.last):
+        fail("show: give one RUN (a path, a name from tether ls, a label) or --last")
     try:
-        run = load_run(Path(args.path))
+        directory: Path | None = default_records_dir()
+    except RecordError as error:
+        if args.last:
+            fail(str(error))
+        directory = None
+    try:
+        if args.last:
+            assert directory is not None
+            path, notes = find_last(directory), list[str]()
+        else:
+            path, notes = find_run(args.path, directory)
+        run = load_run(path)
     except ReviewError as error:
         fail(str(error))
+    for note in notes:
+        warn(note)
     for message in ([run.record_note] if run.record_note else []) + run.warnings:
         warn(message)
     if args.json:
         return print_out(run_as_json(run))
     return print_out(render_run(run, colour=use_colour(sys.stdout), all_steps=args.all))
+
+
+def _records_directory(given: str | None) -> Path | None:
+    """The directory ``ls`` or ``prune`` reads: the one given, or the default one.
+
+    ``None`` (after saying so) when the default directory does not exist yet: no run has
+    been recorded, which is no error.
+    """
+    from tether.review import printable_path
+    from tether.shared.record_file import RecordError
+
+    if given:
+        return Path(given)
+    try:
+        directory = default_records_dir()
+    except RecordError as error:
+        fail(str(error))
+    if not os.path.lexists(directory):
+        warn(f"no runs recorded yet ({printable_path(directory)} does not exist)")
+        return None
+    return directory
 
 
 @_never_a_traceback
@@ -151,16 +242,10 @@ def ls(args: argparse.Namespace) -> int:
         )
     except ReviewError as error:
         fail(str(error))
-    from tether.shared.record_file import RecordError
-
-    try:
-        directory = Path(args.directory) if args.directory else default_records_dir()
-    except RecordError as error:
-        fail(str(error))
-    shown = printable_path(directory)
-    if not args.directory and not os.path.lexists(directory):
-        warn(f"no runs recorded yet ({shown} does not exist)")
+    directory = _records_directory(args.directory)
+    if directory is None:
         return print_out("[]\n") if args.json else 0
+    shown = printable_path(directory)
     if os.path.lexists(directory) and not os.path.isdir(directory):
         fail(f"{shown}: not a directory (tether show FILE shows one run)")
     try:
@@ -181,3 +266,42 @@ def ls(args: argparse.Namespace) -> int:
         warn(f"no runs {'match' if listing.records else 'are recorded'} in {shown}")
         return 0
     return print_out(render_table(rows, directory=directory, colour=use_colour(sys.stdout)))
+
+
+@_never_a_traceback
+def prune(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from tether.core.durations import DurationError, parse_duration
+    from tether.review import printable_path
+    from tether.shared.retention import prune as prune_directory
+    from tether.shared.retention import retention_from
+
+    retention, problems = retention_from(os.environ)
+    for problem in problems:
+        warn(f"{problem}; using the default")
+    if args.keep is not None:
+        if not (args.keep.isascii() and args.keep.isdigit()):
+            fail(f"--keep: not a whole number >= 0: {args.keep!r}")
+        retention = replace(retention, runs=int(args.keep))
+    if args.older_than is not None:
+        try:
+            retention = replace(
+                retention, seconds=parse_duration(args.older_than, flag="--older-than")
+            )
+        except DurationError as error:
+            fail(str(error))
+    directory = _records_directory(args.directory)
+    if directory is None:
+        return 0
+    shown = printable_path(directory)
+    try:
+        pruned = prune_directory(directory, retention, dry_run=args.dry_run)
+    except OSError as error:
+        if os.path.islink(directory):
+            fail(f"{shown}: a symbolic link (give the directory it points to)")
+        fail(f"{shown}: {error.strerror or error}")
+    verb = "would remove" if args.dry_run else "removed"
+    runs = "run" if len(pruned.records) == 1 else "runs"
+    warn(f"{verb} {len(pruned.records)} {runs} ({pruned.files} files) from {shown}")
+    return print_out("".join(f"{name}\n" for name in pruned.records)) if pruned.records else 0

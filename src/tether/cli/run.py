@@ -38,7 +38,7 @@ _USAGE_RUN: Final = "tether run [OPTIONS] [--] CMD [ARG]..."
 _FLAGS: Final = {
     "deadline": "--deadline",
     "grace": "--grace",
-    "label": "--name",
+    "label": "--label",
     "memory_max": "--memory-max",
     "memory_swap_max": "--memory-swap-max",
     "cpu_max": "--cpus",
@@ -80,10 +80,25 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     where.add_argument("--no-record", action="store_true", help="write no record")
     parser.add_argument(
-        "--name", metavar="LABEL", help="a label for the run, kept in the record (default: none)"
+        "--record-argv",
+        action="store_true",
+        help="keep the whole command line in the record, redacted (default: only its name "
+        "and working directory)",
     )
     parser.add_argument(
-        "-v", "--verbose", action="store_true", help="print the record's path on stderr"
+        "--label",
+        "--name",
+        dest="label",
+        metavar="LABEL",
+        help="a label for the run, kept in the record, shown by tether ls and found by tether "
+        "show (default: none; --name is the same option under its older name)",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="at the end, say on stderr what ended the run, what tether did, and where the "
+        "record is",
     )
     limits = parser.add_argument_group(
         "limits the kernel enforces on the whole tree (need a cgroup v2; refused without one)"
@@ -106,7 +121,7 @@ def split_command_line(
     that is not one, as with ``timeout``, ``env`` and ``nice`` (``tether run sleep 1``).
 
     An option that takes a value takes the next word whatever it is
-    (``--name -x``). A word that looks like an option and is none is refused
+    (``--label -x``). A word that looks like an option and is none is refused
     here, with the nearest option as a suggestion, rather than taken for the
     command: ``--deadlin 5m make`` must not run ``--deadlin``.
     """
@@ -177,7 +192,8 @@ def _request(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
             deadline=args.deadline,
             grace=DEFAULT_GRACE_SECONDS if args.grace is None else args.grace,
             record=False if args.no_record else args.record,
-            label=args.name,
+            label=args.label,
+            record_argv=args.record_argv,
             flags=_FLAGS,
             join_group=terminal_group(),
             limits={
@@ -214,6 +230,22 @@ def run(argv: list[str], asked_at: float) -> int:
         lost = finished.reason == Reason.SUPERVISOR_LOST
         where = f" (record: {finished.record})" if lost and finished.record else ""
         warn(f"{finished.message}{where}")
-    if verbose and finished.record:
-        warn(f"record: {finished.record}")
+    if verbose:
+        from tether.caller.verdict import verdict_line
+
+        warn(
+            verdict_line(
+                reason=finished.reason,
+                exit_status=finished.exit_status,
+                returncode=finished.returncode,
+                deadline_seconds=spec.deadline_seconds,
+                escalated_to_sigkill=finished.escalated_to_sigkill,
+                processes_stopped=finished.processes_stopped,
+                outside_group=finished.outside_group,
+                shutdown_seconds=finished.shutdown_seconds,
+                record=finished.record,
+                no_record_reason=spec.no_record_reason,
+                message=finished.message,
+            )
+        )
     return finished.exit_status

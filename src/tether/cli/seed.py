@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
         )
         if spec.record_path is not None:
             held = hold_record_directory(Path(spec.record_path))
-            spec = replace(spec, fds={**spec.fds, "record_dir": held})
+            spec = replace(spec, fds={**spec.fds, "record_dir": held}, cwd=_working_directory())
     except RequestError as error:
         _fail("no command after --" if error.option == "argv" else str(error))
     except RecordError as error:
@@ -220,6 +220,15 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
     except BaseException as error:
         # supervise() has a last resort of its own; this one is for loading it.
         return last_resort.abandon(attempt, error, status=status, say=_say)
+
+
+def _working_directory() -> str | None:
+    """Where the command starts (this process's directory), for the record; ``None`` if gone."""
+
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
 
 
 def _say(message: str) -> None:

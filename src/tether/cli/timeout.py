@@ -65,6 +65,7 @@ Mandatory arguments to long options are mandatory for short options too.
   -v, --verbose  diagnose to stderr any signal sent upon timeout
       --record=PATH  write tether's JSON record of the run to PATH
       --no-record    write no record (the default)
+      --label=LABEL  a label for the record, shown by tether ls and show
       --help        display this help and exit
       --version     output version information and exit
 
@@ -145,6 +146,7 @@ class _Options:
         self.preserve_status = False
         self.foreground = False
         self.record: str | None = None
+        self.label: str | None = None
 
 
 _LONG_OPTIONS: Final = (
@@ -157,6 +159,7 @@ _LONG_OPTIONS: Final = (
     "version",
     "record=",
     "no-record",
+    "label=",
 )
 
 
@@ -171,24 +174,31 @@ def _parse(argv: list[str]) -> tuple[_Options, float, list[str]]:
             _print_and_exit(_HELP.format(program=_Program.name))
         if flag == "--version":
             _print_and_exit(f"timeout (tether) {__version__}\n")
-        if flag in ("-k", "--kill-after"):
-            options.kill_after = _duration(value)
-        elif flag in ("-s", "--signal"):
-            options.stop_signal = _signal_name(value)
-        elif flag in ("-v", "--verbose"):
-            options.verbose = True
-        elif flag in ("-p", "--preserve-status"):
-            options.preserve_status = True
-        elif flag in ("-f", "--foreground"):
-            options.foreground = True
-        elif flag == "--record":
-            options.record = value
-        elif flag == "--no-record":
-            options.record = None
+        _take(options, flag, value)
     if len(rest) < 2:
         _usage_error(None)  # GNU says only where to find help here
     duration = _duration(rest[0])
     return options, duration, rest[1:]
+
+
+def _take(options: _Options, flag: str, value: str) -> None:
+    """Set what one option (other than ``--help`` and ``--version``) asks for."""
+    if flag in ("-k", "--kill-after"):
+        options.kill_after = _duration(value)
+    elif flag in ("-s", "--signal"):
+        options.stop_signal = _signal_name(value)
+    elif flag in ("-v", "--verbose"):
+        options.verbose = True
+    elif flag in ("-p", "--preserve-status"):
+        options.preserve_status = True
+    elif flag in ("-f", "--foreground"):
+        options.foreground = True
+    elif flag == "--record":
+        options.record = value
+    elif flag == "--no-record":
+        options.record = None
+    elif flag == "--label":
+        options.label = value
 
 
 def _getopt_message(error: getopt.GetoptError, argv: list[str]) -> str:
@@ -300,6 +310,8 @@ def _request(
             # -k 0 (or no -k) means never escalate, as in GNU timeout; so does forever.
             grace=None if options.kill_after in (0, FOREVER) else options.kill_after,
             record=False if record is None else record,
+            label=options.label,
+            flags={"label": "--label"},
             stop_signal=options.stop_signal,
             ignored_signals=ignored_signals,
             join_group=terminal_group(asked=options.foreground),

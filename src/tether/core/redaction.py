@@ -57,6 +57,7 @@ __all__ = [
     "SECRET_KEY_WORDS",
     "Redactor",
     "is_secret_key",
+    "redact_argv",
     "secret_values_from",
 ]
 
@@ -175,6 +176,35 @@ def _argv_secrets(words: Sequence[str]) -> Iterator[str]:
         after_secret_flag = _is_secret_flag(word)
         yield from _named_value(word)
         yield from _shape_secrets(word)
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the values it names as secret replaced, whatever their length.
+
+    For a record that keeps the command line (``--record-argv``): the word
+    after a secret-looking flag (``--password VALUE``) and the value of a
+    secret-looking ``NAME=VALUE`` or ``Name: VALUE`` word become
+    :data:`REDACTED`, however short (``--password abc``). The literal values
+    and credential shapes the rest of the record loses are scrubbed by the
+    record's :class:`Redactor` as everywhere else.
+    """
+    words: list[str] = []
+    after_secret_flag = False
+    for word in argv:
+        if after_secret_flag and not word.startswith("--"):
+            words.append(REDACTED)
+        else:
+            words.append(_without_named_value(word))
+        after_secret_flag = _is_secret_flag(word)
+    return words
+
+
+def _without_named_value(word: str) -> str:
+    for pattern in (_ASSIGNMENT_RE, _HEADER_RE):
+        match = pattern.fullmatch(word)
+        if match is not None and is_secret_key(match.group(1)):
+            return word[: match.start(2)] + REDACTED
+    return word
 
 
 def _is_secret_flag(word: str) -> bool:

@@ -4,7 +4,9 @@ The spec holds the command's argv and environment, which may carry
 credentials. That is why it travels over a pipe and not on the supervisor's
 command line: ``/proc/<pid>/cmdline`` is readable by every user on the
 machine, a pipe is not. For the same reason nothing in the spec is written to
-the record except the few fields the record names (label, durations).
+the record except the few fields the record names (label, durations, the
+command's name and working directory), and the whole argv only when the
+caller asked for it (``record_argv``), redacted.
 
 ``asked_at`` is the caller's monotonic time when it asked. The deadline counts
 from that moment, not from when the supervisor got round to starting the
@@ -68,6 +70,11 @@ class RunSpec:
     env: dict[str, str] | None = None
     umask: int | None = None
     stop_signal: str = DEFAULT_STOP_SIGNAL
+    #: Why the run keeps no record although it was to keep one in the default
+    #: directory (which could not be made or written); ``None`` otherwise.
+    no_record_reason: str | None = None
+    #: Whether the record keeps the whole command line (redacted), not only its name.
+    record_argv: bool = False
     #: Signal numbers the command starts with ignored, as its caller had them
     #: (``nohup``, ``trap '' INT``): ``tether timeout`` hands them on as GNU does.
     ignored_signals: tuple[int, ...] = ()

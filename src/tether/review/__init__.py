@@ -12,7 +12,7 @@ operator's terminal.
 
 Two shapes of output. For people: :func:`render_run` tells one run as a
 verdict (what happened, in words) followed by a timeline of its event log in
-seconds since the launch, and :func:`render_table` lists many runs as an
+seconds since the run was asked for, and :func:`render_table` lists many runs as an
 aligned table, newest first. For scripts: :func:`run_as_json` and
 :func:`rows_as_json` give the same facts as JSON for ``jq``, with the
 record's own field names, unchanged.
@@ -39,6 +39,7 @@ from tether.review.files import (
     load_run,
     read_events,
 )
+from tether.review.find import find_last, find_run
 from tether.review.listing import (
     Filters,
     Listing,
@@ -63,6 +64,8 @@ __all__ = [
     "RunFiles",
     "describe_unexpected",
     "events_path_for",
+    "find_last",
+    "find_run",
     "load_run",
     "parse_reasons",
     "parse_since",

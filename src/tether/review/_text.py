@@ -108,13 +108,25 @@ class _Paint:
     def dim(self, text: str) -> str:
         return self(text, "2")
 
-    def reason(self, reason: object) -> str:
+    def reason(self, reason: object, status: object = 0) -> str:
+        """``reason`` coloured by what it means, with the run's exit ``status``.
+
+        Green only for what went well: a command that completed *with status
+        0*. A command that completed with any other status failed, and is
+        red like a run tether could not see through (bold red); a run stopped
+        by a deadline, a cancel or a lost caller is yellow.
+        """
         text = _safe(reason) if reason is not None else "?"
+        return self(text, self.meaning(reason, status))
+
+    @staticmethod
+    def meaning(reason: object, status: object) -> str:
+        """The colour code for a run that ended for ``reason`` with exit ``status``."""
         if reason == "completed":
-            return self(text, "32")
+            return "32" if status == 0 else "31"
         if reason in ("launch_failed", "supervisor_lost"):
-            return self(text, "1;31")
-        return self(text, "33")
+            return "1;31"
+        return "33"
 
 
 def use_colour(stream: TextIO, environ: Mapping[str, str] = os.environ) -> bool:

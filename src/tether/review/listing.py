@@ -196,7 +196,17 @@ def select(
     )
 
 
-_COLUMNS: Final = ("WHEN", "LABEL", "REASON", "EXIT", "DURATION", "ESCALATED", "RECORD")
+_COLUMNS: Final = (
+    "WHEN",
+    "LABEL",
+    "COMMAND",
+    "REASON",
+    "EXIT",
+    "DURATION",
+    "ESCALATED",
+    "RECORD",
+)
+_REASON, _EXIT, _ESCALATED = 3, 4, 6
 
 #: The widest a padded cell gets: wider than any time, label or reason tether
 #: writes; what a hostile file puts there is cut (``tether show`` has it whole).
@@ -207,12 +217,14 @@ def _row(
     path: Path, record: Mapping[str, object], directory: Path | None, *, host: bool = False
 ) -> list[str]:
     label = record.get("variant")
+    command = record.get("command")
     status = _int(record.get("supervisor_exit_code"))
     escalated = record.get("escalated_to_sigkill")
     shown_path = path.name if directory is not None and path.parent == directory else str(path)
     cells = [
         _local(record.get("started_at")),
         _safe(label) if isinstance(label, str) else "-",
+        _safe(command) if isinstance(command, str) and command else "-",
         _safe(record.get("reason")) + (" (oom)" if record.get("oom_killed") is True else ""),
         "?" if status is None else str(status),
         _seconds_text(record.get("elapsed_seconds")),
@@ -247,9 +259,14 @@ def render_table(
         if number == 0:
             padded = [paint.bold(cell) for cell in padded]
         else:
-            padded[2] = paint.reason(line[2]) + " " * (widths[2] - len(line[2]))
-            if line[5] == "yes":
-                padded[5] = paint("yes", "33") + " " * (widths[5] - 3)
+            record = rows[number - 1][1]
+            meaning = paint.meaning(record.get("reason"), _int(record.get("supervisor_exit_code")))
+            for column in (_REASON, _EXIT):
+                padded[column] = paint(line[column], meaning) + " " * (
+                    widths[column] - len(line[column])
+                )
+            if line[_ESCALATED] == "yes":
+                padded[_ESCALATED] = paint("yes", "33") + " " * (widths[_ESCALATED] - 3)
         lines.append("  ".join(padded))
     return "\n".join(lines) + "\n"
 

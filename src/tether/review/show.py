@@ -65,6 +65,28 @@ def _exit_status_text(record: Mapping[str, object]) -> str:
 
 
 def _command_text(record: Mapping[str, object]) -> str:
+    """The command's name (records since 0.2), its pid and how it ended."""
+    name = record.get("command")
+    named = f"{_safe(name)}, " if isinstance(name, str) and name else ""
+    return named + _process_text(record)
+
+
+def _argv_text(record: Mapping[str, object]) -> str | None:
+    """The command line, when the record kept it (``--record-argv``), quoted as a shell would."""
+    argv = record.get("argv")
+    if not isinstance(argv, list):
+        return None
+    import shlex
+
+    return _safe(shlex.join(word if isinstance(word, str) else _safe(word) for word in argv))
+
+
+def _directory_text(record: Mapping[str, object]) -> str | None:
+    cwd = record.get("cwd")
+    return _safe(cwd) if isinstance(cwd, str) else None
+
+
+def _process_text(record: Mapping[str, object]) -> str:
     pid, pgid = _int(record.get("eval_pid")), _int(record.get("eval_process_group"))
     code = _int(record.get("eval_exit_code"))
     if pid is None:
@@ -211,7 +233,8 @@ def _verdict_lines(run: RunFiles, paint: _Paint) -> list[str]:
     label = record.get("variant")
     title = "run " + (repr(_safe(label)) if isinstance(label, str) else "(no label)")
     out = _Lines(paint)
-    out.lines.append(paint.bold(title) + ": " + paint.reason(record.get("reason")))
+    status = _int(record.get("supervisor_exit_code"))
+    out.lines.append(paint.bold(title) + ": " + paint.reason(record.get("reason"), status))
     for part in (_outcome, _stopping, _extras, _provenance):
         part(out, record)
     return out.lines
@@ -219,9 +242,17 @@ def _verdict_lines(run: RunFiles, paint: _Paint) -> list[str]:
 
 def _outcome(out: _Lines, record: Mapping[str, object]) -> None:
     reason = record.get("reason")
-    out.add("reason", f"{out.paint.reason(reason)} - {_REASON_WORDS.get(str(reason), 'unknown')}")
+    status = _int(record.get("supervisor_exit_code"))
+    label = record.get("variant")
+    out.add("label", _safe(label) if isinstance(label, str) else "-")
+    out.add(
+        "reason",
+        f"{out.paint.reason(reason, status)} - {_REASON_WORDS.get(str(reason), 'unknown')}",
+    )
     out.add("exit status", _exit_status_text(record))
     out.add("command", _command_text(record))
+    _optional(out, "argv", _argv_text(record))
+    _optional(out, "directory", _directory_text(record))
     out.add(
         "duration",
         f"{_seconds_text(record.get('elapsed_seconds'))} "

@@ -16,19 +16,30 @@ Caller side: standard library only.
 from __future__ import annotations
 
 import os
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 __all__ = [
     "EVENTS_SUFFIX",
+    "PRUNE_MARKER",
     "default_records_dir",
     "events_path_for",
+    "is_record_name",
+    "maybe_prune",
     "new_record_name",
     "new_record_path",
 ]
 
 #: The event log's name is the record's stem with this suffix.
 EVENTS_SUFFIX = ".events.jsonl"
+
+#: The file in the default directory whose modification time is the last pruning's.
+PRUNE_MARKER = ".pruned"
+#: A pruning pass at most this often, unless chance calls for one.
+_PRUNE_INTERVAL_SECONDS = 3600.0
+#: The chance of a pass at any run, one in this many (256 is a multiple: a fair draw).
+_PRUNE_ONE_IN = 64
 
 
 def default_records_dir() -> Path:
@@ -42,6 +53,12 @@ def default_records_dir() -> Path:
     container run under a bare uid), there is no default directory, and
     :class:`~tether.shared.record_file.RecordError` says so: the records would
     otherwise land in ``./~/.local/state`` or ``/.local/state``.
+
+    The home must also exist: tether makes ``.local/state/tether/runs`` inside
+    a home, never the home itself. ``HOME=/nonexistent`` (the ``nobody``
+    user's, and many service accounts') would otherwise have root create
+    ``/nonexistent/.local/state``. An ``XDG_STATE_HOME`` that is set is the
+    user's explicit choice, and is made if missing, as the specification asks.
     """
     state = os.environ.get("XDG_STATE_HOME", "")
     if not os.path.isabs(state):
@@ -60,6 +77,13 @@ def _home() -> str:
         raise RecordError(
             "no default directory for records: neither XDG_STATE_HOME nor HOME is an absolute "
             "path (set one of them, or name the record's path or directory)",
+            path=Path(home),
+        )
+    if not os.path.isdir(home):
+        from tether.shared.record_file import RecordError
+
+        raise RecordError(
+            f"no default directory for records: the home directory {home!r} does not exist",
             path=Path(home),
         )
     return home
@@ -83,3 +107,47 @@ def events_path_for(record_path: Path) -> Path:
     travel together, and named after it, so either one finds the other.
     """
     return record_path.with_name(record_path.stem + EVENTS_SUFFIX)
+
+
+def is_record_name(name: str) -> bool:
+    """Whether :func:`new_record_name` could have given ``name``.
+
+    ``YYYYmmddTHHMMSS.ffffffZ-xxxxxxxx.json``, ``x`` a lowercase hex digit.
+
+    By hand rather than by a regular expression, which would cost every run
+    milliseconds to compile.
+    """
+    if len(name) != 37 or not name.endswith(".json"):
+        return False
+    stamp, dash, token = name[:23], name[23], name[24:32]
+    digits = stamp[:8] + stamp[9:15] + stamp[16:22]
+    return (
+        (stamp[8], stamp[15], stamp[22], dash) == ("T", ".", "Z", "-")
+        and digits.isascii()
+        and digits.isdigit()
+        and all(char in "0123456789abcdef" for char in token)
+    )
+
+
+def maybe_prune(directory: Path) -> None:
+    """Prune the default ``directory`` if a pass is due (:mod:`tether.shared.retention`).
+
+    What every run that writes there pays: one ``stat`` of the marker and a
+    random byte. The pass itself, and the module that does it, only when due
+    (an hour since the last, or a 1-in-64 chance). Never raises: pruning is
+    housekeeping, never a reason to fail a run.
+    """
+    try:
+        if os.urandom(1)[0] % _PRUNE_ONE_IN != 0:
+            try:
+                last = os.stat(directory / PRUNE_MARKER, follow_symlinks=False).st_mtime
+            except FileNotFoundError:
+                last = None
+            if last is not None and 0 <= time.time() - last < _PRUNE_INTERVAL_SECONDS:
+                return
+        from tether.shared.retention import prune, retention_from
+
+        retention, _problems = retention_from(os.environ)
+        prune(directory, retention)
+    except Exception:  # noqa: S110 - see the docstring
+        pass

@@ -184,7 +184,10 @@ class Finished:
     command's own (``subprocess`` style), ``record`` where the record was
     written (``None``: no record was asked for, or it could not be written,
     which ``message`` then says), ``errno`` why a launch failed. Times are ISO
-    8601 in UTC, as in the record.
+    8601 in UTC, as in the record. ``processes_stopped`` (of which
+    ``outside_group`` had left the command's process group) and
+    ``shutdown_seconds`` say what stopping the tree took, for the caller's
+    verdict line; ``None`` from a supervisor that did not say.
     """
 
     __slots__ = (
@@ -194,9 +197,12 @@ class Finished:
         "exit_status",
         "finished_at",
         "message",
+        "outside_group",
+        "processes_stopped",
         "reason",
         "record",
         "returncode",
+        "shutdown_seconds",
         "started_at",
         "tree_usage",
     )
@@ -215,6 +221,9 @@ class Finished:
         started_at: str | None = None,
         finished_at: str | None = None,
         elapsed_seconds: float | None = None,
+        processes_stopped: int | None = None,
+        outside_group: int | None = None,
+        shutdown_seconds: float | None = None,
         tree_usage: dict[str, int | float | None] | None = None,
     ) -> None:
         self.reason = reason
@@ -227,6 +236,9 @@ class Finished:
         self.started_at = started_at
         self.finished_at = finished_at
         self.elapsed_seconds = elapsed_seconds
+        self.processes_stopped = processes_stopped
+        self.outside_group = outside_group
+        self.shutdown_seconds = shutdown_seconds
         self.tree_usage = tree_usage
 
     def fields(self) -> dict[str, object]:
@@ -246,6 +258,9 @@ class Finished:
             started_at=_str(data.get("started_at")),
             finished_at=_str(data.get("finished_at")),
             elapsed_seconds=_number(data.get("elapsed_seconds")),
+            processes_stopped=_int(data.get("processes_stopped")),
+            outside_group=_int(data.get("outside_group")),
+            shutdown_seconds=_number(data.get("shutdown_seconds")),
             tree_usage=_usage(data.get("tree_usage")),
         )
 

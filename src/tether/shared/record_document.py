@@ -31,6 +31,7 @@ from tether.core.durations import seconds_for_json
 from tether.core.effects import Verdict
 from tether.core.limits import LIMIT_NAMES
 from tether.core.reasons import TETHER_FAILED, Reason
+from tether.core.redaction import redact_argv
 from tether.core.spec import RunSpec
 from tether.shared.record_file import RECORD_SCHEMA_VERSION, record_schema
 
@@ -170,6 +171,45 @@ def _rusage(usage: ResourceUsage | None) -> dict[str, object] | None:
     }
 
 
+#: The most characters of the command line a record keeps (``--record-argv``).
+#: Even written as ``\\u`` escapes they stay far below the 1 MiB a reader of
+#: records accepts; an argv can be 2 MiB (``ARG_MAX``) and more.
+MAX_ARGV_CHARACTERS: Final = 32_768
+
+#: The most characters of the command's name a record keeps.
+MAX_NAME_CHARACTERS: Final = 4096
+
+
+def _what_ran(spec: RunSpec) -> dict[str, object]:
+    """The command's name, its working directory and, when asked for, its argv (redacted).
+
+    The name is ``argv[0]``'s last component (``/usr/bin/python3`` ->
+    ``python3``): enough to tell runs apart in ``tether ls``, and no more of
+    the command line than a process list shows anyone. The argv is kept only
+    when the caller asked (``record_argv``); cut at
+    :data:`MAX_ARGV_CHARACTERS`, with a last word that says how much is missing.
+    """
+    name = spec.argv[0].rstrip("/").rsplit("/", 1)[-1] if spec.argv else ""
+    return {
+        "command": name[:MAX_NAME_CHARACTERS],
+        "cwd": spec.cwd,
+        "argv": _bounded_argv(redact_argv(spec.argv)) if spec.record_argv else None,
+    }
+
+
+def _bounded_argv(words: list[str]) -> list[str]:
+    kept: list[str] = []
+    budget = MAX_ARGV_CHARACTERS
+    for index, word in enumerate(words):
+        if len(word) > budget:
+            kept.append(word[:budget])
+            kept.append(f"[cut: {len(words) - index} words no longer kept in full]")
+            return kept
+        kept.append(word)
+        budget -= len(word)
+    return kept
+
+
 def _deadline(spec: RunSpec) -> float:
     """The deadline as the seed's record says it: ``0`` for none."""
     return 0 if spec.deadline_seconds is None else spec.deadline_seconds
@@ -203,6 +243,7 @@ def build_document(verdict: Verdict, facts: RunFacts) -> dict[str, object]:
         # What an operator needs beyond the seed.
         "tether_version": __version__,
         "hostname": facts.hostname,
+        **_what_ran(facts.spec),
         "containment": facts.containment,
         "signals": _signals(facts.signals),
         "descendants_stopped": facts.descendants_stopped,
@@ -271,6 +312,7 @@ def build_lost_document(
         "shutdown_seconds": None,
         "tether_version": __version__,
         "hostname": os.uname().nodename if hostname is None else hostname,
+        **_what_ran(spec),
         "containment": "unknown",
         "signals": [],
         "descendants_stopped": None,

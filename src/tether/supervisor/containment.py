@@ -137,6 +137,9 @@ class ProcessTree:
         self._me = os.getpid()
         #: Every other process this tree has signalled, to count in the record.
         self.stopped: set[int] = set()
+        #: Those of them that had left the command's process group (setsid, setpgid),
+        #: which a group signal alone would have missed: for the caller's verdict line.
+        self.outside_group: set[int] = set()
         #: Signals sent to a single process by its pid, for want of a pidfd.
         self.signals_without_pidfd = 0
         #: Once the leader is reaped, its group id may name a stranger's group.
@@ -236,6 +239,8 @@ class ProcessTree:
             if pid == self.leader:
                 continue
             self.stopped.add(pid)
+            if stat.pgid != self.pgid:
+                self.outside_group.add(pid)
             if stat.pgid != self.pgid or not self.own_group:
                 self._signal_one(pid, signum, lambda p: proctree.parent_of(p) in known)
         outside_walk = [pid for pid in members if pid not in walked and pid != self.leader]
@@ -278,6 +283,7 @@ class ProcessTree:
                 if not _maybe_alive(pid):
                     continue
                 self.stopped.add(pid)
+                self.outside_group.add(pid)
                 if not already:
                     self._signal_one(pid, signum, cgroup.holds)
 

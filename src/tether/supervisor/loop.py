@@ -517,9 +517,18 @@ class Supervision:
                 started_at=facts.started_at.isoformat(),
                 finished_at=facts.finished_at.isoformat(),
                 elapsed_seconds=round(verdict.finished_at - self.started_monotonic, 3),
+                processes_stopped=self._processes_stopped(verdict, facts),
+                outside_group=0 if self.tree is None else len(self.tree.outside_group),
+                shutdown_seconds=verdict.shutdown_seconds,
                 tree_usage=facts.tree_usage,
             )
         )
+
+    @staticmethod
+    def _processes_stopped(verdict: Verdict, facts: RunFacts) -> int:
+        """How many processes tether stopped: the others it signalled, and the command if it did."""
+        command = 1 if facts.signals and verdict.reason is not Reason.COMPLETED else 0
+        return command + facts.descendants_stopped
 
 
 def _tree_reporter(supervision: Supervision) -> Report:

@@ -1,0 +1,112 @@
+"""Finding the run ``tether show`` is asked about: by path, by name, by label, or the last one.
+
+An operator rarely has the record's full path at hand. ``tether ls`` prints a
+record's *name*; a script knows the *label* it gave (``--label nightly``); a
+person who just ran something wants *the last run*. So ``tether show TARGET``
+takes any of them, tried in this order, so that nothing the operator can
+see on disk is ever shadowed:
+
+1. a path that exists (relative to the working directory, as any command);
+2. a name in the records directory (default: where ``tether run`` writes),
+   with or without ``.json``, or the ``.events.jsonl`` beside it: it resolves
+   from any directory, as ``tether ls`` promised;
+3. a label: the newest run in the records directory with exactly that label
+   (``variant``), with a warning when there are several.
+
+``--last`` is the newest run in the records directory by its name, which
+starts with the UTC start time (:mod:`tether.shared.paths`), so it costs one
+directory listing and reading one record, not reading them all.
+
+Nothing here follows a name out of the records directory: a name with a
+``/`` is a path, and ``..`` is not a name.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tether.review._text import ReviewError, _path_text, _safe
+from tether.shared.paths import EVENTS_SUFFIX
+from tether.shared.record_file import RecordError, read_record
+
+__all__ = ["find_last", "find_run"]
+
+
+def find_run(target: str, directory: Path | None) -> tuple[Path, list[str]]:
+    """The record or event log ``target`` names, and warnings to print; see the module.
+
+    ``directory`` is the records directory (``None``: there is none, no home).
+    Raise :class:`ReviewError` if nothing matches.
+    """
+    if os.path.lexists(target):
+        return Path(target), []
+    if directory is None:
+        raise ReviewError(f"{_safe(target)}: no such file")
+    if _is_name(target):
+        for name in (target, f"{target}.json"):
+            candidate = directory / name
+            if os.path.lexists(candidate):
+                return candidate, []
+    return _by_label(target, directory)
+
+
+def find_last(directory: Path) -> Path:
+    """The newest record in ``directory`` by name; :class:`ReviewError` if there is none."""
+    for name in sorted(_record_names(directory), reverse=True):
+        path = directory / name
+        try:
+            read_record(path)
+        except RecordError:
+            continue
+        return path
+    raise ReviewError(f"no runs recorded in {_path_text(directory)}")
+
+
+def _is_name(target: str) -> bool:
+    return bool(target) and "/" not in target and target not in (".", "..")
+
+
+def _record_names(directory: Path) -> list[str]:
+    try:
+        with os.scandir(directory) as entries:
+            return [
+                entry.name
+                for entry in entries
+                if entry.name.endswith(".json")
+                and not entry.name.startswith(".")
+                and entry.is_file(follow_symlinks=False)
+            ]
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as error:
+        problem = error.strerror if isinstance(error, OSError) else None
+        raise ReviewError(f"{_path_text(directory)}: {problem or error}") from None
+
+
+def _by_label(label: str, directory: Path) -> tuple[Path, list[str]]:
+    matches: list[tuple[str, Path]] = []
+    for name in _record_names(directory):
+        if name.endswith(EVENTS_SUFFIX):
+            continue
+        path = directory / name
+        try:
+            record = read_record(path)
+        except RecordError:
+            continue
+        if record.get("variant") == label:
+            started = record.get("started_at")
+            matches.append((started if isinstance(started, str) else "", path))
+    if not matches:
+        raise ReviewError(
+            f"{_safe(label)}: no such file, and no run of that name or label in "
+            f"{_path_text(directory)} (tether ls lists them)"
+        )
+    matches.sort(reverse=True)
+    warnings = []
+    if len(matches) > 1:
+        warnings.append(
+            f"{len(matches)} runs are labelled {_safe(label)!r}; showing the newest "
+            f"(tether ls --label {_safe(label)} lists them all)"
+        )
+    return matches[0][1], warnings
