@@ -37,6 +37,7 @@ from tether.linux.cgroup import CgroupUnavailable
 from tether.review._text import ReviewError
 from tether.shared.record_file import JSONRefused, RecordError
 from tether.supervisor.command import CommandNotStarted
+from tether.supervisor.spawn import SpawnFailed
 
 T = TypeVar("T")
 
@@ -169,6 +170,7 @@ EXAMPLES: dict[type[BaseException], Callable[[], BaseException]] = {
     IllegalEvent: lambda: IllegalEvent("no"),
     DurationError: lambda: DurationError("soon"),
     CommandNotStarted: lambda: CommandNotStarted(errno.EACCES, "denied", "exec"),
+    SpawnFailed: lambda: SpawnFailed("exec", errno.ENOENT, "no such file"),
 }
 
 
