@@ -2,7 +2,7 @@
 
 ``src/tether/`` is built in floors (``docs/architecture.md`` draws them)::
 
-    surfaces    cli/ · api/ · tether/__init__.py · every __main__.py
+    surfaces    cli/ · api/ · ray/ · tether/__init__.py · every __main__.py
     ───────────────────────────────────────────────────────────────
     caller/     supervisor/     review/
     ───────────────────────────────────────────────────────────────
@@ -43,10 +43,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     "review": frozenset({"core", "shared", "review"}),
     "api": frozenset({"core", "shared", "caller", "api"}),
     "cli": frozenset({"core", "shared", "linux", "caller", "supervisor", "review", "cli"}),
+    "ray": frozenset({"core", "shared", "caller", "api", "ray"}),
 }
 
 #: The floors that are surfaces: they may also import the package itself (``tether._LOADED_AT``).
-SURFACES = frozenset({"cli", "api"})
+SURFACES = frozenset({"cli", "api", "ray"})
 
 #: Modules outside the floors that anything may import: constants only.
 ANYWHERE = frozenset({"tether._version"})
@@ -71,7 +72,7 @@ IMPURE = frozenset(
 )
 
 #: The packages whose code runs inside the caller's process.
-CALLER_SIDE = ("caller", "api", "shared", "review", "linux")
+CALLER_SIDE = ("caller", "api", "shared", "review", "linux", "ray")
 HEAVY = frozenset({"transitions", "structlog"})
 
 

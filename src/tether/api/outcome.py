@@ -33,10 +33,29 @@ class TimeoutExpired(TimeoutError):
     ``DEADLINE_EXCEEDED``, not an exception.
     """
 
-    def __init__(self, tether: Tether, timeout: float) -> None:
+    def __init__(self, tether: Tether | None, timeout: float) -> None:
         super().__init__(f"{tether!r} was still running after waiting {timeout:g} seconds")
         self.tether = tether
         self.timeout = timeout
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle the message and the timeout; the handle stays behind.
+
+        A :class:`Tether` holds descriptors of this process (the lifeline, the
+        status channel) that mean nothing in another one, so a copy made by
+        :mod:`pickle` (a Ray task returning the exception, a
+        ``multiprocessing`` worker raising it) has ``tether = None`` and the
+        original's message.
+        """
+        return (_rebuild_timeout_expired, (str(self), self.timeout))
+
+
+def _rebuild_timeout_expired(message: str, timeout: float) -> TimeoutExpired:
+    copy = TimeoutExpired.__new__(TimeoutExpired)
+    TimeoutError.__init__(copy, message)
+    copy.tether = None
+    copy.timeout = timeout
+    return copy
 
 
 class CommandFailed(Exception):
@@ -59,6 +78,10 @@ class CommandFailed(Exception):
         self.cmd = list(outcome.argv)
         self.stdout = self.output = outcome.stdout
         self.stderr = outcome.stderr
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle as the outcome it was made from (an :class:`Outcome` pickles whole)."""
+        return (CommandFailed, (self.outcome,))
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ __all__ = [
     "RequestError",
     "build_request",
     "command_words",
+    "limits_refusal",
     "record_choice",
     "record_path_for",
     "warn_no_record_once",
@@ -78,6 +79,14 @@ class RequestError(ValueError):
     def __init__(self, message: str, *, option: str) -> None:
         super().__init__(message)
         self.option = option
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle by the keyword (the default would call ``RequestError(message)``)."""
+        return (_rebuild_request_error, (type(self), str(self.args[0]), self.option))
+
+
+def _rebuild_request_error(kind: type[RequestError], message: str, option: str) -> RequestError:
+    return kind(message, option=option)
 
 
 class LimitsUnavailable(RequestError):
@@ -237,6 +246,21 @@ def _limits(values: Mapping[str, object], flags: Mapping[str, str]) -> dict[str,
             option="limits",
         ) from None
     return checked
+
+
+def limits_refusal(limits: Mapping[str, object]) -> str | None:
+    """Why ``limits`` cannot be enforced here, or ``None`` if they can (or none are asked for).
+
+    The check a launch makes before it starts anything, for a caller that
+    would rather run without limits it only inferred (a Ray task's resources:
+    :mod:`tether.ray`) than be refused. A value that is no limit at all still
+    raises :class:`RequestError`: that is a mistake, not the machine's shape.
+    """
+    try:
+        _limits(limits, _API_NAMES)
+    except LimitsUnavailable as why:
+        return str(why)
+    return None
 
 
 def _seconds(value: object, option: str, flags: Mapping[str, str]) -> float:

@@ -213,7 +213,9 @@ _REASON, _EXIT, _ESCALATED = 3, 4, 6
 _CELL_WIDTH: Final = 64
 
 
-def _row(path: Path, record: Mapping[str, object], directory: Path | None) -> list[str]:
+def _row(
+    path: Path, record: Mapping[str, object], directory: Path | None, *, host: bool = False
+) -> list[str]:
     label = record.get("variant")
     command = record.get("command")
     status = _int(record.get("supervisor_exit_code"))
@@ -228,6 +230,8 @@ def _row(path: Path, record: Mapping[str, object], directory: Path | None) -> li
         _seconds_text(record.get("elapsed_seconds")),
         {True: "yes", False: "no"}.get(escalated, "?") if isinstance(escalated, bool) else "?",
     ]
+    if host:
+        cells.append(_safe(record.get("hostname")))
     return [_cell(cell, _CELL_WIDTH) for cell in cells] + [_safe(shown_path)]
 
 
@@ -239,11 +243,15 @@ def render_table(
 ) -> str:
     """An aligned table of ``rows`` (already in order), with a header line.
 
-    Records directly in ``directory`` are named by file name alone.
+    Records directly in ``directory`` are named by file name alone. A HOST
+    column (the record's ``hostname``) comes before RECORD when the records
+    come from more than one host (gathered from a cluster's nodes).
     """
     paint = _Paint(colour)
-    cells = [list(_COLUMNS)] + [_row(path, record, directory) for path, record in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(_COLUMNS))]
+    host = len({str(record.get("hostname")) for _, record in rows}) > 1
+    columns = (*_COLUMNS[:-1], "HOST", _COLUMNS[-1]) if host else _COLUMNS
+    cells = [list(columns)] + [_row(path, record, directory, host=host) for path, record in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     lines = []
     for number, line in enumerate(cells):
         padded = [cell.ljust(width) for cell, width in zip(line, widths, strict=True)]

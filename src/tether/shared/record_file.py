@@ -104,6 +104,7 @@ __all__ = [
     "parse_bounded_json",
     "read_record",
     "record_schema",
+    "write_evidence",
     "write_record",
 ]
 
@@ -149,6 +150,14 @@ class RecordError(OSError):
         super().__init__(message)
         self.path = path
         self.errno = error_number
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle by the keywords (:class:`OSError` would rebuild ``RecordError(message)``)."""
+        return (_rebuild_record_error, (str(self.args[0]), self.path, self.errno))
+
+
+def _rebuild_record_error(message: str, path: Path, error_number: int | None) -> RecordError:
+    return RecordError(message, path=path, error_number=error_number)
 
 
 # -- paths --------------------------------------------------------------------
@@ -492,6 +501,21 @@ def write_record(
     held = open_record_directory(path.parent)
     try:
         _write_in(path, held, data)
+    finally:
+        os.close(held)
+
+
+def write_evidence(path: Path, data: bytes, *, what: str = "the event log") -> None:
+    """Write ``data`` to ``path`` atomically and privately, as :func:`write_record` would.
+
+    For evidence that is already what it should be (an event log brought from
+    another host, redacted where it was written): the same directory checks,
+    the same temporary file, rename and fsync, no JSON and no redaction.
+    """
+    held = open_record_directory(path.parent)
+    try:
+        _refuse_unusable_target(path, held, what=what)
+        _replace_atomically(path, held, data)
     finally:
         os.close(held)
 

@@ -104,6 +104,9 @@ class CommandNotStarted(Exception):
         self.message = message
         self.stage: Literal["exec", "setup"] = stage
 
+    def __reduce__(self) -> tuple[object, ...]:
+        return (CommandNotStarted, (self.errno, self.message, self.stage))
+
 
 def _prepare_child(
     supervisor: int,

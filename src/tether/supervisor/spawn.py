@@ -37,6 +37,9 @@ class SpawnFailed(Exception):
         self.errno = errno
         self.message = message
 
+    def __reduce__(self) -> tuple[type[SpawnFailed], tuple[str, int | None, str]]:
+        return (type(self), (self.stage, self.errno, self.message))
+
 
 def spawn(
     argv: Sequence[str],

@@ -1,0 +1,198 @@
+"""Records from many nodes, in one directory on the driver, for ``tether ls`` and ``tether show``.
+
+A task that returned brought its record back in its :class:`~tether.ray.RayRun`.
+A task that did not (cancelled with ``force=True``, its worker OOM-killed, its
+node drained) left its record on its node, written by the supervisor that
+outlived it; :func:`collect_records` runs a small task pinned to each live node
+to read them there. :func:`write_records` then writes either kind into a
+directory, each under its own name (a new one where that name is taken by a
+different record), privately and atomically as tether writes every record,
+and re-redacted with the driver's own secrets on the way.
+
+Records are data from other machines: each is written only if it is a JSON
+object with tether's ``schema_version``, a file name that could climb out of
+the directory is replaced, and nothing gathered is ever executed or followed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from tether.core.redaction import Redactor, secret_values_from
+from tether.shared.paths import EVENTS_SUFFIX, default_records_dir, events_path_for, new_record_name
+from tether.shared.record_document import record_keys
+from tether.shared.record_file import (
+    RECORD_SCHEMA_VERSION,
+    RecordError,
+    read_record,
+    write_evidence,
+    write_record,
+)
+
+__all__ = ["NodeRecord", "collect_records", "write_records"]
+
+#: A record name kept as it came: what tether itself names records, nothing that climbs.
+_SAFE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}\.json")
+
+#: How many records one node returns at most (newest first by name): a bound on the reply.
+MAX_RECORDS_PER_NODE: Final = 1000
+
+
+class Gathered(Protocol):
+    """Anything :func:`write_records` takes: a record, perhaps its event log, and its name."""
+
+    @property
+    def record(self) -> dict[str, object] | None: ...
+
+    @property
+    def events(self) -> bytes | None: ...
+
+    @property
+    def record_name(self) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """One record read on a node by :func:`collect_records`."""
+
+    hostname: str
+    node_id: str | None
+    record_name: str
+    record: dict[str, object] = field(repr=False)
+    events: bytes | None = field(default=None, repr=False)
+
+
+def write_records(runs: Iterable[Gathered], directory: str | os.PathLike[str]) -> list[Path]:
+    """Write each run's record (and event log, when it has one) into ``directory``.
+
+    ``runs`` are :class:`~tether.ray.RayRun` or :class:`NodeRecord` values; one
+    without a record is passed over. Returns the paths of the records written,
+    in order. Writing the same record twice finds it already there and does
+    not copy it again. Raises :class:`~tether.shared.record_file.RecordError`
+    (an :class:`OSError`, one line for a person) if the directory cannot hold
+    them.
+    """
+    target = Path(directory)
+    redactor = Redactor(secret_values_from(os.environ, ()), own_keys=record_keys())
+    written: list[Path] = []
+    for run in runs:
+        record = run.record
+        if not isinstance(record, dict) or record.get("schema_version") != RECORD_SCHEMA_VERSION:
+            continue
+        path = _free_path(target, run.record_name, redactor.redact(record))
+        if path is None:  # already gathered
+            continue
+        write_record(path, record, redactor=redactor)
+        if isinstance(run.events, bytes):
+            write_evidence(events_path_for(path), run.events)
+        written.append(path)
+    return written
+
+
+def _free_path(directory: Path, name: str | None, document: object) -> Path | None:
+    """Where to write a record called ``name``: that name if free and safe, else a new one;
+    ``None`` if the same record is already there."""
+    if name is None or not _SAFE_NAME.fullmatch(name) or name.endswith(EVENTS_SUFFIX):
+        return directory / new_record_name()
+    path = directory / name
+    if not os.path.lexists(path):
+        return path
+    try:
+        if read_record(path) == document:
+            return None
+    except RecordError:
+        pass
+    return directory / new_record_name()
+
+
+def collect_records(
+    directory: str | os.PathLike[str] | None = None,
+    *,
+    label: str | None = None,
+    since: datetime | None = None,
+    events: bool = False,
+    timeout: float = 60.0,
+) -> list[NodeRecord]:
+    """Read the records in ``directory`` on every live node of the Ray cluster.
+
+    ``directory`` is the records directory as the nodes see it (default: each
+    node's own default, ``$XDG_STATE_HOME/tether/runs``, where tasks write
+    with ``record=None``). ``label`` is a shell pattern on the run's label,
+    ``since`` an aware datetime the run must have started at or after;
+    ``events=True`` brings each event log too. At most
+    :data:`MAX_RECORDS_PER_NODE` per node, newest first. ``timeout`` bounds
+    the wait for the nodes (``ray.exceptions.GetTimeoutError`` past it). Call
+    it on the driver, after :func:`ray.init`.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    reader = ray.remote(num_cpus=0, max_retries=0)(_records_here)
+    folder = None if directory is None else os.fspath(directory)
+    replies = [
+        reader.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+        ).remote(folder, label, since, events)
+        for node in ray.nodes()
+        if node.get("Alive")
+    ]
+    found: list[NodeRecord] = []
+    for reply in ray.get(replies, timeout=timeout):
+        found.extend(reply)
+    return found
+
+
+def _records_here(
+    directory: str | None, label: str | None, since: datetime | None, events: bool
+) -> list[NodeRecord]:
+    """On one node: its records in ``directory`` that pass the filters (a Ray task's body)."""
+    from tether.ray.task import read_event_log, this_node_id
+
+    try:
+        folder = default_records_dir() if directory is None else Path(directory)
+        names = sorted(
+            (entry.name for entry in os.scandir(folder) if _is_record_name(entry.name)),
+            reverse=True,
+        )
+    except OSError:  # RecordError among them: a node with no home has no default directory
+        return []
+    hostname, node = os.uname().nodename, this_node_id()
+    found: list[NodeRecord] = []
+    for name in names:
+        if len(found) >= MAX_RECORDS_PER_NODE:
+            break
+        path = folder / name
+        try:
+            record = read_record(path)
+        except RecordError:
+            continue
+        if not _admitted(record, label, since):
+            continue
+        log = read_event_log(events_path_for(path)) if events else None
+        found.append(NodeRecord(hostname, node, name, record, log))
+    return found
+
+
+def _is_record_name(name: str) -> bool:
+    return name.endswith(".json") and not name.startswith(".") and not name.endswith(EVENTS_SUFFIX)
+
+
+def _admitted(record: dict[str, Any], label: str | None, since: datetime | None) -> bool:
+    if label is not None:
+        variant = record.get("variant")
+        if not isinstance(variant, str) or not fnmatchcase(variant, label):
+            return False
+    if since is not None:
+        try:
+            started = datetime.fromisoformat(str(record.get("started_at")))
+            return started.tzinfo is not None and started >= since
+        except ValueError:
+            return False
+    return True
