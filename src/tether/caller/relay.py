@@ -32,13 +32,15 @@ import contextlib
 import os
 import signal
 from types import FrameType
-from typing import Protocol
 
 from tether.shared.protocol import RESUME, SUSPEND, TIME_OUT, pass_on_request
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Final
+    from typing import Final, Protocol
+
+    class _Sender(Protocol):
+        def send(self, byte: bytes) -> None: ...
 
     from tether.caller.start import Lifeline
 
@@ -159,10 +161,6 @@ class PendingRequests:
         pending, self._pending = self._pending, []
         for byte in pending:
             lifeline.request(byte)
-
-
-class _Sender(Protocol):
-    def send(self, byte: bytes) -> None: ...
 
 
 def relay_job_control(requests: _Sender) -> None:

@@ -37,9 +37,7 @@ import fcntl
 import os
 import sys
 import weakref
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Final, NoReturn, Protocol
 
 from tether.caller.status import StatusClient
 from tether.core.reasons import TETHER_FAILED
@@ -48,11 +46,27 @@ from tether.linux import UnsupportedPlatform, require_linux
 from tether.shared.protocol import CANCEL, KILL_NOW, Message
 from tether.shared.record_file import RecordError, hold_record_directory
 
+# On the path to the command's launch (``tether run`` forks its supervisor
+# from here): no ``typing`` at run time.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import IO, Final, NoReturn, Protocol
+
+    Stream = int | IO[bytes] | IO[str] | None
+
+    class Intermediate(Protocol):
+        """The short-lived process between a caller and its detached supervisor, to be reaped."""
+
+        @property
+        def pid(self) -> int: ...
+
+        def poll(self) -> int | None: ...
+
+        def wait(self, timeout: float | None = None) -> int: ...
+
 
 __all__ = [
-    "Intermediate",
     "LaunchError",
     "Lifeline",
     "Spawn",
@@ -74,8 +88,6 @@ _BOOTSTRAP: Final = (
 
 _open_lifelines: set[int] = set()
 _lifelines_lock = _thread.allocate_lock()
-
-Stream = int | IO[bytes] | IO[str] | None
 
 
 def _close_lifelines_in_child() -> None:
@@ -248,18 +260,6 @@ def _working_directory() -> int:
     return _above_stdio(os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
 
 
-class Intermediate(Protocol):
-    """The short-lived process between a caller and its detached supervisor, to be reaped."""
-
-    @property
-    def pid(self) -> int: ...
-
-    def poll(self) -> int | None: ...
-
-    def wait(self, timeout: float | None = None) -> int: ...
-
-
-@dataclass
 class Spawn:
     """A supervisor spawned but not heard from yet: the caller's ends of its pipes.
 
@@ -272,14 +272,29 @@ class Spawn:
     and in the supervisor. The caller's copy is for the record it writes itself
     if the supervisor is lost; ``status`` closes it once the run is over. That
     is one more descriptor per running run.
+
+    A plain class, not a dataclass: ``tether run`` builds one before its
+    command is launched, and ``dataclasses`` would load ``inspect`` first.
     """
 
-    spec: RunSpec
-    lifeline: Lifeline
-    status: StatusClient
-    spec_fd: int
-    spec_data: bytes
-    intermediate: Intermediate
+    __slots__ = ("intermediate", "lifeline", "spec", "spec_data", "spec_fd", "status")
+
+    def __init__(
+        self,
+        *,
+        spec: RunSpec,
+        lifeline: Lifeline,
+        status: StatusClient,
+        spec_fd: int,
+        spec_data: bytes,
+        intermediate: Intermediate,
+    ) -> None:
+        self.spec = spec
+        self.lifeline = lifeline
+        self.status = status
+        self.spec_fd = spec_fd
+        self.spec_data = spec_data
+        self.intermediate = intermediate
 
 
 def spawn_supervisor(
@@ -339,7 +354,7 @@ def spawn_supervisor(
     # the caller's session, which a zygote (in a session of its own) cannot fork.
     if zygote and spec.join_group is None and _zygote.enabled():
         forked = _zygote.fork_supervisor(
-            replace(complete, fds={}).to_json(),
+            complete.replace(fds={}).to_json(),
             list(complete.fds),
             list(complete.fds.values()),
             _PACKAGE_ROOT,
@@ -422,8 +437,7 @@ def _completed(
         roles["cwd"] = ours[3]
     if record_dir is not None:
         roles["record_dir"] = record_dir
-    complete = replace(
-        spec,
+    complete = spec.replace(
         cwd=cwd,
         umask=caller_umask() if spec.umask is None else spec.umask,
         fds={**roles, "lifeline": lifeline_r, "status": status_w},

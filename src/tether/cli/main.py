@@ -9,7 +9,6 @@ imports what the chosen subcommand needs: ``tether run --help``, ``tether run
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
@@ -17,13 +16,19 @@ import time
 
 import tether
 from tether._version import __version__
-from tether.cli.messages import UsageParser, say_help
+from tether.cli.messages import say_help
 from tether.core.reasons import TETHER_FAILED
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
 
 __all__ = ["console_main", "main"]
 
 
 def _main_parser() -> argparse.ArgumentParser:
+    # Here, not at the top: ``tether timeout`` never needs argparse (see tether.cli.parsers).
+    from tether.cli.parsers import UsageParser
     from tether.cli.review import add_ls_parser, add_prune_parser, add_show_parser
 
     parser = UsageParser(

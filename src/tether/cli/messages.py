@@ -18,70 +18,29 @@ status from the interpreter's own last flush.
 
 from __future__ import annotations
 
-import argparse
 import errno
 import os
 import signal
 import sys
-from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from tether.core.reasons import TETHER_FAILED
 
+# On the path to the command's launch: no ``typing`` at run time.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from _typeshed import SupportsWrite
+    import argparse
+    from typing import IO, NoReturn
 
 __all__ = [
-    "GnuStyleParser",
-    "UsageParser",
     "fail",
     "print_out",
     "say",
     "say_help",
     "usage_error",
     "warn",
+    "write_err",
     "write_out",
 ]
-
-
-class UsageParser(argparse.ArgumentParser):
-    """An argument parser whose usage errors exit 125, tether's own-failure status.
-
-    It also hands every option its value as typed, ``--`` included
-    (``--name=--``): argparse before Python 3.13 drops a ``--`` it finds among
-    an option's values and stores the empty list that is left, which is no
-    value at all (a label of ``[]``, a duration of ``[]``) for the request
-    builder to choke on.
-    """
-
-    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
-        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
-            value = self._get_value(action, "--")
-            self._check_value(action, value)
-            return value
-        return super()._get_values(action, arg_strings)
-
-    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
-        """Help and version on stdout (a failed write is tether's failure); the rest on stderr."""
-        if not message:
-            return
-        if file is not None and file is sys.stderr:
-            _write_err(message)
-        else:
-            status = print_out(message)
-            if status:
-                raise SystemExit(status)
-
-    def error(self, message: str) -> NoReturn:
-        _write_err(self.format_usage())
-        say(f"{self.prog}: error: {message}")
-        raise SystemExit(TETHER_FAILED)
-
-
-class GnuStyleParser(UsageParser):
-    """A parser whose every usage error reads as GNU tools' do (:func:`usage_error`)."""
-
-    def error(self, message: str) -> NoReturn:
-        usage_error(self.prog, message)
 
 
 def usage_error(program: str, message: str, *, suggestion: str | None = None) -> NoReturn:
@@ -110,7 +69,7 @@ def warn(message: str) -> None:
 
 def say_help(parser: argparse.ArgumentParser) -> None:
     """Write ``parser``'s help on stderr (never on stdout, even with stderr closed)."""
-    _write_err(parser.format_help())
+    write_err(parser.format_help())
 
 
 def say(line: str) -> None:
@@ -119,10 +78,10 @@ def say(line: str) -> None:
     Messages quote what was typed (an option, a path): its control characters
     are shown escaped, never sent to the terminal to obey.
     """
-    _write_err(_visible(line) + "\n")
+    write_err(_visible(line) + "\n")
 
 
-def _write_err(text: str) -> None:
+def write_err(text: str) -> None:
     stream = sys.stderr
     if stream is None:  # started with stderr closed: print() would fall back to stdout
         return

@@ -20,7 +20,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tether.cli.messages import UsageParser, fail, print_out, warn
+from tether.cli.messages import fail, print_out, warn
+from tether.cli.parsers import UsageParser
 from tether.core.reasons import Reason
 from tether.shared.paths import default_records_dir
 
@@ -270,7 +271,6 @@ def ls(args: argparse.Namespace) -> int:
 
 @_never_a_traceback
 def prune(args: argparse.Namespace) -> int:
-    from dataclasses import replace
 
     from tether.core.durations import DurationError, parse_duration
     from tether.review import printable_path
@@ -283,11 +283,11 @@ def prune(args: argparse.Namespace) -> int:
     if args.keep is not None:
         if not (args.keep.isascii() and args.keep.isdigit()):
             fail(f"--keep: not a whole number >= 0: {args.keep!r}")
-        retention = replace(retention, runs=int(args.keep))
+        retention = retention.replace(runs=int(args.keep))
     if args.older_than is not None:
         try:
-            retention = replace(
-                retention, seconds=parse_duration(args.older_than, flag="--older-than")
+            retention = retention.replace(
+                seconds=parse_duration(args.older_than, flag="--older-than")
             )
         except DurationError as error:
             fail(str(error))

@@ -20,15 +20,18 @@ Options end at the first word that is not one (``tether run sleep 1``), or at
 from __future__ import annotations
 
 import argparse
-from typing import Final, NoReturn
 
-from tether.cli.messages import GnuStyleParser, fail, usage_error, warn
+from tether.cli.messages import fail, usage_error, warn
+from tether.cli.parsers import GnuStyleParser
 from tether.core.durations import format_duration
 from tether.core.reasons import Reason
 from tether.core.spec import DEFAULT_GRACE_SECONDS
 
+# On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Final, NoReturn
+
     from tether.core.spec import RunSpec
 
 __all__ = ["run"]

@@ -40,7 +40,8 @@ import stat
 import sys
 import time
 
-from tether.cli.messages import UsageParser, say
+from tether.cli.messages import say
+from tether.cli.parsers import UsageParser
 from tether.core.reasons import TETHER_FAILED
 from tether.linux import UnsupportedPlatform, require_linux
 
@@ -172,7 +173,6 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
     if problem is not None:
         _fail(problem)
 
-    from dataclasses import replace
     from pathlib import Path
 
     from tether.caller.request import RequestError, build_request
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
         )
         if spec.record_path is not None:
             held = hold_record_directory(Path(spec.record_path))
-            spec = replace(spec, fds={**spec.fds, "record_dir": held}, cwd=_working_directory())
+            spec = spec.replace(fds={**spec.fds, "record_dir": held}, cwd=_working_directory())
     except RequestError as error:
         _fail("no command after --" if error.option == "argv" else str(error))
     except RecordError as error:

@@ -27,13 +27,16 @@ import os
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, Final, NoReturn
 
 from tether._version import __version__
 from tether.cli.messages import say, write_out
 from tether.core.reasons import DEADLINE_EXCEEDED, TETHER_FAILED, status_of
 
+# On the path to the command's launch: no ``typing`` at run time.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Final, NoReturn
+
     from tether.core.spec import RunSpec
     from tether.shared.protocol import Finished
 

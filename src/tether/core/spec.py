@@ -22,14 +22,13 @@ The request is checked where it is made (:mod:`tether.caller.request`);
 :meth:`RunSpec.from_json` checks it again where it arrives, because a pipe is
 a border between processes and the supervisor trusts nothing that crosses it.
 
-Pure: dataclasses and JSON.
+Pure: JSON, and no ``dataclasses`` (see :class:`RunSpec`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
 
 from tether.core.durations import seconds_for_json, seconds_from_json
 from tether.core.limits import LimitError, parse_limits
@@ -52,43 +51,148 @@ class SpecError(ValueError):
     """A spec that cannot describe a run; the message is ready for a person."""
 
 
-@dataclass(frozen=True, slots=True)
+#: RunSpec's fields, in the order its repr shows them.
+_FIELDS: Final = (
+    "argv",
+    "deadline_seconds",
+    "grace_seconds",
+    "asked_at",
+    "record_path",
+    "label",
+    "cwd",
+    "env",
+    "umask",
+    "stop_signal",
+    "no_record_reason",
+    "record_argv",
+    "ignored_signals",
+    "join_group",
+    "limits",
+    "fds",
+)
+
+
 class RunSpec:
     """One command to run under supervision, and the policy for stopping it.
 
     ``deadline_seconds`` is ``None`` for no deadline; ``grace_seconds`` is
     :data:`math.inf` to never escalate to SIGKILL.
+
+    An immutable value written by hand rather than as a frozen dataclass: every
+    door builds or reads one before the command is launched, and
+    ``dataclasses`` would bring ``inspect`` (and ``ast``, ``dis``,
+    ``tokenize``...) onto that path. It behaves as the dataclass did:
+    construction by name (every caller names the fields), equality and hash by value, a
+    ``RunSpec(...)`` repr, :meth:`replace` for :func:`dataclasses.replace`.
     """
+
+    __slots__ = _FIELDS
 
     argv: tuple[str, ...]
     deadline_seconds: float | None
     grace_seconds: float
     asked_at: float
-    record_path: str | None = None
-    label: str | None = None
-    cwd: str | None = None
-    env: dict[str, str] | None = None
-    umask: int | None = None
-    stop_signal: str = DEFAULT_STOP_SIGNAL
+    record_path: str | None
+    label: str | None
+    cwd: str | None
+    env: dict[str, str] | None
+    umask: int | None
+    stop_signal: str
     #: Why the run keeps no record although it was to keep one in the default
     #: directory (which could not be made or written); ``None`` otherwise.
-    no_record_reason: str | None = None
+    no_record_reason: str | None
     #: Whether the record keeps the whole command line (redacted), not only its name.
-    record_argv: bool = False
+    record_argv: bool
     #: Signal numbers the command starts with ignored, as its caller had them
     #: (``nohup``, ``trap '' INT``): ``tether timeout`` hands them on as GNU does.
-    ignored_signals: tuple[int, ...] = ()
+    ignored_signals: tuple[int, ...]
     #: The process group the command joins: its caller's, in the caller's terminal
     #: session, so that it can use the terminal (``None``: a group and, for its
     #: supervisor, a session of their own). See docs/cli.md, "Terminals".
-    join_group: int | None = None
+    join_group: int | None
     #: Resource limits for the run's cgroup, by name (:data:`~tether.core.limits.LIMIT_NAMES`),
     #: as plain numbers; ``None`` (or empty) for none. Added in tether 0.2.
-    limits: dict[str, int | float] | None = None
+    limits: dict[str, int | float] | None
     #: Where the caller's file descriptors arrived in the supervisor, by role:
     #: ``lifeline``, ``status``, ``stdin``, ``stdout``, ``stderr``, and where they apply
     #: ``cwd`` (the caller's working directory) and ``record_dir`` (the held record directory).
-    fds: dict[str, int] = field(default_factory=dict)
+    fds: dict[str, int]
+
+    def __init__(
+        self,
+        *,
+        argv: tuple[str, ...],
+        deadline_seconds: float | None,
+        grace_seconds: float,
+        asked_at: float,
+        record_path: str | None = None,
+        label: str | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        umask: int | None = None,
+        stop_signal: str = DEFAULT_STOP_SIGNAL,
+        no_record_reason: str | None = None,
+        record_argv: bool = False,
+        ignored_signals: tuple[int, ...] = (),
+        join_group: int | None = None,
+        limits: dict[str, int | float] | None = None,
+        fds: dict[str, int] | None = None,
+    ) -> None:
+        values = (
+            argv,
+            deadline_seconds,
+            grace_seconds,
+            asked_at,
+            record_path,
+            label,
+            cwd,
+            env,
+            umask,
+            stop_signal,
+            no_record_reason,
+            record_argv,
+            ignored_signals,
+            join_group,
+            limits,
+            {} if fds is None else fds,
+        )
+        for name, value in zip(_FIELDS, values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in _FIELDS)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, RunSpec)
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS)
+        return f"{self.__class__.__qualname__}({shown})"
+
+    def __getstate__(self) -> tuple[object, ...]:
+        return self._values()
+
+    def __setstate__(self, state: tuple[object, ...]) -> None:
+        for name, value in zip(_FIELDS, state, strict=True):
+            object.__setattr__(self, name, value)
+
+    def replace(self, **changes: object) -> RunSpec:
+        """A copy with ``changes`` (as :func:`dataclasses.replace` made for the dataclass)."""
+        values: dict[str, object] = {name: getattr(self, name) for name in _FIELDS}
+        values.update(changes)
+        return self.__class__(**values)  # type: ignore[arg-type]
 
     @property
     def deadline_at(self) -> float | None:
@@ -97,7 +201,7 @@ class RunSpec:
 
     def to_json(self) -> bytes:
         """Serialise for the spec pipe (strict JSON: an endless grace is ``null``)."""
-        data = asdict(self)
+        data = {name: getattr(self, name) for name in _FIELDS}
         data["grace_seconds"] = seconds_for_json(self.grace_seconds)
         return json.dumps(data, allow_nan=False).encode()
 

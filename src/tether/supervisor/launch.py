@@ -2,9 +2,10 @@
 
 The command should start as early as the interpreter allows, so
 this module does only what must come before it, and imports only what that
-needs (``os``, ``signal``, ``subprocess``, ``ctypes``): no ``dataclasses``, no
-``typing`` at run time, none of the core, and neither ``transitions`` nor
-``structlog``. In order:
+needs (``os``, ``signal``, ``ctypes``, and ``json`` for the status messages):
+no ``subprocess`` (:mod:`tether.supervisor.spawn` forks and execs), no
+``dataclasses``, no ``typing`` at run time, none of the core, and neither
+``transitions`` nor ``structlog``. In order:
 
 1. **Signals first.** SIGTERM, SIGINT, SIGHUP and SIGCHLD get handlers that
    do nothing but let Python write the signal's number to a wakeup pipe, so

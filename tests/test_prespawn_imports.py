@@ -1,0 +1,105 @@
+"""What a supervisor has loaded at the moment it launches the command, at each door.
+
+The command should start as early as the interpreter allows, so the path to
+its launch imports only what it needs (see ``docs/performance.md``, "what is
+left before the launch"). Each test runs a door with
+``fixtures/exec_modules`` on ``PYTHONPATH``: its ``sitecustomize`` records, in
+the child forked to run the command and right before its ``exec``, the names
+in ``sys.modules``, a copy of the supervisor's at the spawn. A module named in
+``FORBIDDEN`` there fails the test: something on the launch path imports it
+again. Timings are for the benchmark, never for a test.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import BOUND, FIXTURES, tether_argv
+
+#: Never loaded before the command runs, at any door. ``enum`` and ``re`` are
+#: not here: ``signal`` imports ``enum`` (and it ``re``'s dependencies) in every
+#: interpreter; see docs/performance.md for what else is still loaded and why.
+FORBIDDEN = (
+    "typing",
+    "dataclasses",
+    "inspect",
+    "subprocess",
+    "threading",
+    "asyncio",
+    "transitions",
+    "structlog",
+    "tether.supervisor.loop",
+)
+
+
+def _loaded_at_launch(argv: list[str], home: Path, pass_fds: tuple[int, ...] = ()) -> set[str]:
+    """Run one door to the end; the modules its supervisor had when the command was launched."""
+    snapshots = home / "modules"
+    paths = [str(FIXTURES / "exec_modules"), os.environ.get("PYTHONPATH", "")]
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "XDG_STATE_HOME": str(home),
+        "PYTHONPATH": os.pathsep.join(path for path in paths if path),
+        "TETHER_TEST_EXEC_MODULES": str(snapshots),
+    }
+    done = subprocess.run(
+        argv, env=env, pass_fds=pass_fds, capture_output=True, timeout=BOUND, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = snapshots.read_text().splitlines()
+    assert len(lines) == 1, lines
+    loaded = set(lines[0].split()[1:])
+    # The snapshot is the supervisor's, taken at the spawn: not an empty or foreign one.
+    assert {"os", "tether.supervisor.spawn", "tether.supervisor.command"} <= loaded
+    return loaded
+
+
+def _forbidden(loaded: set[str], *more: str) -> list[str]:
+    return sorted(name for name in (*FORBIDDEN, *more) if name in loaded)
+
+
+@pytest.mark.parametrize(
+    ("door", "more"),
+    [
+        pytest.param(["run", "--", "true"], (), id="tether-run"),
+        # ``tether timeout`` parses with getopt: argparse is for ``--help`` and the others.
+        pytest.param(["timeout", "30", "true"], ("argparse",), id="tether-timeout"),
+    ],
+)
+def test_the_cli_launches_before_loading_heavy_modules(
+    door: list[str], more: tuple[str, ...], tmp_path: Path
+) -> None:
+    assert _forbidden(_loaded_at_launch(tether_argv(*door), tmp_path), *more) == []
+
+
+def test_the_seed_door_launches_before_loading_heavy_modules(tmp_path: Path) -> None:
+    read_end, write_end = os.pipe()
+    try:
+        argv = [
+            sys.executable,
+            "-m",
+            "tether.supervisor",
+            "--variant",
+            "v1",
+            "--parent-fd",
+            str(read_end),
+            "--record",
+            str(tmp_path / "run.json"),
+            "--deadline-seconds",
+            "30",
+            "--grace-seconds",
+            "5",
+            "--",
+            "true",
+        ]
+        loaded = _loaded_at_launch(argv, tmp_path, pass_fds=(read_end,))
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert _forbidden(loaded) == []
