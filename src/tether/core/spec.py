@@ -32,6 +32,7 @@ import math
 
 from tether.core.durations import seconds_for_json, seconds_from_json
 from tether.core.limits import LimitError, parse_limits
+from tether.core.values import FrozenValue
 
 # On the supervisor's path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
@@ -72,18 +73,16 @@ _FIELDS: Final = (
 )
 
 
-class RunSpec:
+class RunSpec(FrozenValue):
     """One command to run under supervision, and the policy for stopping it.
 
     ``deadline_seconds`` is ``None`` for no deadline; ``grace_seconds`` is
     :data:`math.inf` to never escalate to SIGKILL.
 
-    An immutable value written by hand rather than as a frozen dataclass: every
-    door builds or reads one before the command is launched, and
-    ``dataclasses`` would bring ``inspect`` (and ``ast``, ``dis``,
-    ``tokenize``...) onto that path. It behaves as the dataclass did:
-    construction by name (every caller names the fields), equality and hash by value, a
-    ``RunSpec(...)`` repr, :meth:`replace` for :func:`dataclasses.replace`.
+    An immutable value (:class:`~tether.core.values.FrozenValue`), not a frozen
+    dataclass: every door builds or reads one before the command is launched,
+    where ``dataclasses`` would bring ``inspect``. Constructed by name (every
+    caller names the fields); :meth:`replace` for :func:`dataclasses.replace`.
     """
 
     __slots__ = _FIELDS
@@ -158,41 +157,6 @@ class RunSpec:
         )
         for name, value in zip(_FIELDS, values, strict=True):
             object.__setattr__(self, name, value)
-
-    def _values(self) -> tuple[object, ...]:
-        return tuple(getattr(self, name) for name in _FIELDS)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"cannot delete field {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        assert isinstance(other, RunSpec)
-        return self._values() == other._values()
-
-    def __hash__(self) -> int:
-        return hash(self._values())
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS)
-        return f"{self.__class__.__qualname__}({shown})"
-
-    def __getstate__(self) -> tuple[object, ...]:
-        return self._values()
-
-    def __setstate__(self, state: tuple[object, ...]) -> None:
-        for name, value in zip(_FIELDS, state, strict=True):
-            object.__setattr__(self, name, value)
-
-    def replace(self, **changes: object) -> RunSpec:
-        """A copy with ``changes`` (as :func:`dataclasses.replace` made for the dataclass)."""
-        values: dict[str, object] = {name: getattr(self, name) for name in _FIELDS}
-        values.update(changes)
-        return self.__class__(**values)  # type: ignore[arg-type]
 
     @property
     def deadline_at(self) -> float | None:

@@ -48,6 +48,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from tether.core.values import FrozenValue
 from tether.shared.paths import EVENTS_SUFFIX, is_record_name
 from tether.shared.paths import PRUNE_MARKER as MARKER
 
@@ -73,44 +74,7 @@ DEFAULT_KEEP_DAYS: Final = 30.0
 _STAMP_FORMAT: Final = "%Y%m%dT%H%M%S.%fZ"
 
 
-class _Value:
-    """An immutable value compared, hashed and shown by its fields (what a frozen dataclass is).
-
-    Written by hand because ``tether run`` may prune the default directory
-    before it launches the command, and ``dataclasses`` would load
-    ``inspect`` (and ``ast``, ``dis``, ``tokenize``...) on that path.
-    """
-
-    __slots__ = ()
-
-    def _names(self) -> tuple[str, ...]:
-        names: tuple[str, ...] = self.__slots__
-        return names
-
-    def _values(self) -> tuple[object, ...]:
-        return tuple(getattr(self, name) for name in self._names())
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"cannot delete field {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        assert isinstance(other, _Value)
-        return self._values() == other._values()
-
-    def __hash__(self) -> int:
-        return hash(self._values())
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._names())
-        return f"{self.__class__.__qualname__}({shown})"
-
-
-class Retention(_Value):
+class Retention(FrozenValue):
     """What a directory keeps: at most ``runs`` runs (``None``: any number), none older than
     ``seconds`` (``None``: any age)."""
 
@@ -127,14 +91,8 @@ class Retention(_Value):
         object.__setattr__(self, "runs", runs)
         object.__setattr__(self, "seconds", seconds)
 
-    def replace(self, **changes: int | float | None) -> Retention:
-        """A copy with ``changes`` (as :func:`dataclasses.replace` made for a dataclass)."""
-        values: dict[str, int | float | None] = {"runs": self.runs, "seconds": self.seconds}
-        values.update(changes)
-        return Retention(**values)  # type: ignore[arg-type]
 
-
-class Pruned(_Value):
+class Pruned(FrozenValue):
     """What a pass removed (or, dry, would remove): record names, oldest first, and files."""
 
     __slots__ = ("files", "records")
