@@ -297,6 +297,48 @@ class Spawn:
         self.intermediate = intermediate
 
 
+def _open_run(
+    spec: RunSpec, stdin: Stream, stdout: Stream, stderr: Stream, *, spec_pipe: bool
+) -> tuple[str | None, int | None, list[int]]:
+    """Open what a run's supervisor will hold; raise :class:`LaunchError` (leaving none) if not.
+
+    Returns the absolute working directory (``None``: the caller's, held as a
+    descriptor), the held record directory's descriptor (``None``: no record),
+    and every descriptor opened, in this order: the command's stdin, stdout
+    and stderr; the working directory where held; the record directory where
+    held; the lifeline's reading then writing end, the status channel's; and,
+    with ``spec_pipe``, the spec pipe's (a fresh interpreter reads the spec
+    from it before the launch).
+    """
+    try:
+        require_linux()
+    except UnsupportedPlatform as error:
+        raise LaunchError(str(error), exit_status=TETHER_FAILED) from None
+    opened: list[int] = []
+    try:
+        cwd = _absolute(spec.cwd)
+        # The command's stdio first: with a standard stream closed, a new pipe
+        # would take its number, and be taken for it.
+        for stream, default in ((stdin, 0), (stdout, 1), (stderr, 2)):
+            opened.append(_command_stream(stream, default))
+        if spec.cwd is None:
+            opened.append(_working_directory())
+        record_dir = _record_directory(spec)
+        if record_dir is not None:
+            opened.append(record_dir)
+        for _ in range(2):  # lifeline, status
+            opened += [_above_stdio(end) for end in _socket_pair()]
+        if spec_pipe:
+            opened += [_above_stdio(end) for end in os.pipe()]
+    except RecordError as error:
+        _close_all(opened)
+        raise LaunchError(str(error), errno=error.errno, exit_status=TETHER_FAILED) from None
+    except OSError as error:
+        _close_all(opened)
+        raise _cannot_start(error) from None
+    return cwd, record_dir, opened
+
+
 def spawn_supervisor(
     spec: RunSpec,
     *,
@@ -315,32 +357,7 @@ def spawn_supervisor(
     :func:`asyncio.create_subprocess_exec` does. Raises :class:`LaunchError`
     (and leaves no descriptor behind) if it cannot.
     """
-    try:
-        require_linux()
-    except UnsupportedPlatform as error:
-        raise LaunchError(str(error), exit_status=TETHER_FAILED) from None
-    opened: list[int] = []
-    try:
-        cwd = _absolute(spec.cwd)
-        # The command's stdio first: with a standard stream closed, a new pipe
-        # would take its number, and be taken for it.
-        for stream, default in ((stdin, 0), (stdout, 1), (stderr, 2)):
-            opened.append(_command_stream(stream, default))
-        if spec.cwd is None:
-            opened.append(_working_directory())
-        record_dir = _record_directory(spec)
-        if record_dir is not None:
-            opened.append(record_dir)
-        # In the order unpacked below: each channel's reading end, then its writing end.
-        for _ in range(2):  # lifeline, status
-            opened += [_above_stdio(end) for end in _socket_pair()]
-        opened += [_above_stdio(end) for end in os.pipe()]  # the spec: read before the launch
-    except RecordError as error:
-        _close_all(opened)
-        raise LaunchError(str(error), errno=error.errno, exit_status=TETHER_FAILED) from None
-    except OSError as error:
-        _close_all(opened)
-        raise _cannot_start(error) from None
+    cwd, record_dir, opened = _open_run(spec, stdin, stdout, stderr, spec_pipe=True)
     *ours, lifeline_r, lifeline_w, status_r, status_w, spec_r, spec_w = opened
     complete, passed = _completed(
         spec, cwd, ours=ours, record_dir=record_dir, lifeline_r=lifeline_r, status_w=status_w
@@ -630,28 +647,7 @@ def _fork(
     twice; every forked branch ends in ``os._exit``, never in this program's
     cleanup.
     """
-    try:
-        require_linux()
-    except UnsupportedPlatform as error:
-        raise LaunchError(str(error), exit_status=TETHER_FAILED) from None
-    opened: list[int] = []
-    try:
-        cwd = _absolute(spec.cwd)
-        for stream, default in ((stdin, 0), (stdout, 1), (stderr, 2)):
-            opened.append(_command_stream(stream, default))
-        if spec.cwd is None:
-            opened.append(_working_directory())
-        record_dir = _record_directory(spec)
-        if record_dir is not None:
-            opened.append(record_dir)
-        for _ in range(2):  # lifeline, status
-            opened += [_above_stdio(end) for end in _socket_pair()]
-    except RecordError as error:
-        _close_all(opened)
-        raise LaunchError(str(error), errno=error.errno, exit_status=TETHER_FAILED) from None
-    except OSError as error:
-        _close_all(opened)
-        raise _cannot_start(error) from None
+    cwd, record_dir, opened = _open_run(spec, stdin, stdout, stderr, spec_pipe=False)
     try:
         # Opened here, so that a caller out of descriptors hears it as a launch error.
         null = _above_stdio(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
