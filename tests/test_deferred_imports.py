@@ -33,7 +33,7 @@ log.close()
 heavy = (
     "asyncio", "asyncio.base_events", "_asyncio", "ssl", "_ssl",
     "structlog.stdlib", "structlog.threadlocal", "structlog.twisted", "uuid", "platform",
-    "ast", "dis", *(("inspect",) if sys.version_info < (3, 12) else ()),
+    *(("inspect", "ast", "dis") if sys.version_info < (3, 12) else ()),
 )
 def loaded(name):
     module = sys.modules.get(name)

@@ -24,18 +24,14 @@ from conftest import BOUND, FIXTURES, tether_argv
 
 #: Never loaded by a supervisor, whatever the run: the loop, the core, the
 #: record and the containment load none of these, nor does what they use.
-NEVER = (
-    "selectors",
-    "socket",
-    "asyncio",
-    "ssl",
-    "ast",
-    "dis",
-)
+NEVER = ("selectors", "socket", "asyncio", "ssl")
+
+#: :mod:`inspect` and what it loads: ``transitions`` binds it without using it.
+INSPECT = ("inspect", "ast", "dis")
 
 #: Not loaded by a run without a record (no event log: no structlog). With an
 #: event log, structlog loads ``typing`` and ``dataclasses`` for itself.
-WITHOUT_A_LOG = (*NEVER, "typing", "dataclasses", "inspect", "structlog")
+WITHOUT_A_LOG = (*NEVER, *INSPECT, "typing", "dataclasses", "structlog")
 
 #: Not loaded by a run with an event log: what structlog merely binds or looks
 #: for (tether.supervisor.deferred). Since Python 3.12 ``dataclasses`` asks
@@ -47,7 +43,7 @@ WITH_A_LOG = (
     "structlog.twisted",
     "uuid",
     "platform",
-    *(("inspect",) if sys.version_info < (3, 12) else ()),
+    *(INSPECT if sys.version_info < (3, 12) else ()),
 )
 
 
