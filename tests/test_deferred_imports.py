@@ -60,7 +60,18 @@ _ABSENT_ONLY_WHILE_LOADING = """
 import sys
 from tether.supervisor.event_log import EventLog
 import structlog.dev
-print(structlog.dev.colorama is None, [n for n in ("colorama", "rich", "twisted") if n in sys.modules])
+blocked = [name for name in ("colorama", "rich", "twisted") if name in sys.modules]
+print(structlog.dev.colorama is None, blocked)
+"""
+
+_NO_COLLECTION_WHILE_LOADING = """
+import gc, sys
+from tether.supervisor import launch, loop
+gc.collect()
+collections = []
+gc.callbacks.append(lambda phase, info: collections.append(phase))
+from tether.supervisor.event_log import EventLog
+print(len(collections), gc.isenabled(), gc.get_freeze_count() > 0)
 """
 
 _ASYNCIO_STILL_WORKS = """
@@ -102,3 +113,7 @@ def test_deferred_modules_are_the_real_ones_once_asked_for() -> None:
 
 def test_modules_kept_absent_while_structlog_loads_are_not_blocked_afterwards() -> None:
     assert _python(_ABSENT_ONLY_WHILE_LOADING).split() == ["True", "[]"]
+
+
+def test_no_garbage_collection_runs_while_structlog_loads() -> None:
+    assert _python(_NO_COLLECTION_WHILE_LOADING).split() == ["0", "True", "True"]

@@ -60,7 +60,7 @@ import time
 from datetime import UTC, datetime
 
 from tether.shared.record_file import open_record_directory
-from tether.supervisor.deferred import absent, deferred
+from tether.supervisor.deferred import absent, deferred, uncollected
 
 # Loaded once the command runs, while its caller waits: no ``typing`` of this
 # module's own at run time (structlog loads it for itself).
@@ -79,7 +79,7 @@ if TYPE_CHECKING:
 _DEFERRED: Final = ("asyncio", "structlog.stdlib", "structlog.threadlocal")
 _ABSENT: Final = ("colorama", "better_exceptions", "rich", "twisted")
 
-with deferred(*_DEFERRED), absent(*_ABSENT):
+with uncollected(), deferred(*_DEFERRED), absent(*_ABSENT):
     import structlog
 
 __all__ = ["INCOMPLETE_EVENT", "EventLog"]
