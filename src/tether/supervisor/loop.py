@@ -41,7 +41,8 @@ from pathlib import Path
 from tether.supervisor.deferred import deferred
 
 # transitions imports inspect (and ast, dis, tokenize...) for one check that
-# tether's model never makes it run (see tether.core.machine._Run).
+# tether's model never makes it run (see tether.core.machine._Run). Loaded here,
+# before the core, which imports nothing of the supervisor's.
 with deferred("inspect"):
     import transitions  # noqa: F401
 
