@@ -51,6 +51,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import IO, Final
 
+    from tether.supervisor.run_cgroup import Containment
+
     _Stdio = int | IO[bytes] | None
 
 __all__ = ["CANCEL_SIGNALS", "LaunchAttempt", "SignalWakeup", "launch"]
@@ -140,6 +142,7 @@ def launch(
     lifeline: int | None = None,
     deadline_at: float | None = None,
     stop_signal: str = "SIGTERM",
+    containment: Containment | None = None,
 ) -> LaunchAttempt:
     """Start the command under a supervisor that is ready to watch it.
 
@@ -148,7 +151,8 @@ def launch(
     copies, so a reader of the caller's output sees end of file when the
     command is done, not when the supervisor is. ``lifeline``, ``deadline_at``
     (monotonic) and ``stop_signal`` are what the sentry watches and sends
-    until the loop runs.
+    until the loop runs. ``containment`` is the run's cgroup as the supervisor
+    prepared it early (:mod:`tether.supervisor.run_cgroup`), from ``limits``.
     """
     become_a_supervisor()
     wakeup = SignalWakeup()
@@ -167,10 +171,13 @@ def launch(
             ignored_signals=ignored_signals,
             join_group=join_group,
             limits=limits,
+            containment=containment,
         )
     except CommandNotStarted as failure:
+        _discard(containment)
         result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), failure=failure)
     except OSError as error:
+        _discard(containment)
         # No pidfd on the command (which start_command then killed and reaped):
         # a command tether cannot watch is a command it does not run.
         result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), failure=_unwatchable(error))
@@ -237,6 +244,12 @@ def _post_sentry(
         )
     except (OSError, RuntimeError):
         return None
+
+
+def _discard(containment: Containment | None) -> None:
+    """No command: no cgroup left behind, no warming child left unreaped (both idempotent)."""
+    if containment is not None:
+        containment.discard()
 
 
 def _signal_number(name: str) -> int:
