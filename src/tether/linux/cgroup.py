@@ -16,7 +16,9 @@ Nothing here is assumed. The supervisor's own cgroup comes from
 holds it from ``/proc/self/mountinfo`` (every ``cgroup2`` mount whose root
 covers that path), and a candidate directory is believed only if its
 ``cgroup.procs`` lists the supervisor itself. The run's cgroup is created
-*below* that one, named ``tether-<supervisor pid>-<random>``; creating it,
+*below* that one, named ``tether-<creator pid>-<random>`` (the creator is the
+supervisor, or the zygote that forks it, and lives at least until the command
+has joined: an empty cgroup whose creator is gone is stale); creating it,
 finding ``cgroup.kill`` in it and opening its ``cgroup.procs`` must all
 succeed, or :class:`CgroupUnavailable` says why and the caller falls back to
 the sweep. The command joins the cgroup itself, between fork and exec, by
