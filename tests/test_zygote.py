@@ -334,3 +334,58 @@ def test_the_cgroup_is_made_by_the_zygote_as_the_request_says(tmp_path: Path) ->
     assert Path(line[3:]).name.startswith(f"tether-{said['zygote']}-")
     assert read_json(tmp_path / "sweep.json")["containment"] == "sweep"
     assert "TETHER_CONTAINMENT must be one of" in said["bogus"]
+
+
+_LOST_WITH_THE_REQUEST = """
+import os, platform, signal, sys, threading, time
+import tether
+from tether.caller import zygote
+
+ran = sys.argv[1]
+# recvfrom's number: where the launching thread waits for the zygote's answer.
+RECVFROM = {"x86_64": 45, "aarch64": 207}[platform.machine()]
+tether.run(["true"], record=False)
+lost = zygote.zygote_pid()
+os.kill(lost, signal.SIGSTOP)  # it cannot take the request, which waits in its socket
+waiting = threading.Event()
+outcome = []
+
+def launch():
+    waiting.tid = threading.get_native_id()
+    waiting.set()
+    outcome.append(tether.run(["sh", "-c", "echo once >> " + ran], record=False))
+
+thread = threading.Thread(target=launch)
+thread.start()
+waiting.wait(10)
+end = time.monotonic() + 10
+syscall = f"/proc/self/task/{waiting.tid}/syscall"
+while time.monotonic() < end:  # until the request is sent and the answer awaited
+    with open(syscall) as said:
+        if said.read().split()[0] == str(RECVFROM):
+            break
+    time.sleep(0.001)
+else:
+    raise SystemExit("the launch never waited for the zygote's answer")
+os.kill(lost, signal.SIGKILL)
+thread.join(30)
+print(outcome[0].reason.value, zygote.started)
+"""
+
+
+@pytest.mark.skipif(
+    os.uname().machine not in ("x86_64", "aarch64"), reason="reads recvfrom's syscall number"
+)
+def test_a_zygote_lost_holding_a_request_means_the_plain_path_and_one_command(
+    tmp_path: Path,
+) -> None:
+    """The zygote dies with the request in its socket, unread: the launch takes the plain path.
+
+    The caller cannot know whether the zygote forked; the status channel says
+    it did not (nobody holds its write end), so the command starts once, from
+    a fresh interpreter, and a later launch starts a fresh zygote.
+    """
+    ran = tmp_path / "ran"
+    result = _caller(_LOST_WITH_THE_REQUEST, tmp_path, str(ran))
+    assert result.stdout.split() == ["completed", "1"]
+    assert ran.read_text() == "once\n"
