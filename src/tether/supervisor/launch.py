@@ -41,6 +41,7 @@ import time
 
 from tether.linux.prctl import set_child_subreaper
 from tether.shared.protocol import Spawned, Started, StatusWriter
+from tether.shared.signals import signal_number
 from tether.supervisor.command import Command, CommandNotStarted, start_command
 from tether.supervisor.identity import become_a_supervisor
 from tether.supervisor.reserve import NEEDED, DescriptorReserve, free_descriptors
@@ -255,11 +256,15 @@ def _discard(containment: Containment | None) -> None:
 def _signal_number(name: str) -> int:
     """The number of the signal called ``name``; SIGTERM for a name this system lacks.
 
-    The spec's check let the name through; the core sends it by name later,
-    and a name it cannot send is its to report.
+    Every name a request may carry: ``0`` (send nothing) and the real-time
+    ones (``SIGRTMIN+2``) too, which :mod:`signal` has no attribute for. The
+    spec's check let the name through; the core sends it by name later, and a
+    name it cannot send is its to report.
     """
-    number = getattr(signal, name, None)
-    return number if isinstance(number, int) else signal.SIGTERM
+    try:
+        return signal_number(name)
+    except ValueError:
+        return signal.SIGTERM
 
 
 def _announcer(status: StatusWriter) -> Callable[[int, str | None], None]:
