@@ -519,9 +519,7 @@ def _record_directory(spec: RunSpec) -> int | None:
     """
     if spec.record_path is None:
         return None
-    from pathlib import Path
-
-    return _above_stdio(hold_record_directory(Path(spec.record_path)))
+    return _above_stdio(hold_record_directory(spec.record_path))
 
 
 def _cannot_start(error: OSError) -> LaunchError:
