@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
 
 from tether.core.durations import DurationError, duration_seconds
 from tether.core.limits import LimitError, limit_controllers, parse_limits
@@ -43,6 +42,7 @@ from tether.core.spec import DEFAULT_GRACE_SECONDS, DEFAULT_STOP_SIGNAL, RunSpec
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from typing import Final
 
 __all__ = [
