@@ -29,6 +29,7 @@ __all__ = [
     "EVENTS_SUFFIX",
     "PRUNE_MARKER",
     "default_records_dir",
+    "events_name_for",
     "events_path_for",
     "is_record_name",
     "maybe_prune",
@@ -37,6 +38,7 @@ __all__ = [
     "new_record_path_text",
     "normal_path",
     "parent_and_name",
+    "records_dir",
     "with_name",
 ]
 
