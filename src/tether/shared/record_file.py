@@ -67,7 +67,9 @@ a link.
 Reading and writing the file is kept apart from building the document
 (:mod:`tether.shared.record_document`) so that checking a record path before a run, which
 every door does before it starts the command, costs little: this module
-imports neither ``dataclasses`` nor ``typing`` at run time, nor the core.
+imports neither ``dataclasses`` nor ``typing`` at run time, nor the core, nor
+``pathlib`` (the checks before a run take the record path as a string, read as
+``pathlib`` reads one; the ``Path`` objects other callers pass work the same).
 """
 
 from __future__ import annotations
