@@ -165,6 +165,41 @@ def test_deadline_passes_while_the_supervisor_loads(
     assert data["escalated_to_sigkill"] is False
 
 
+def test_the_sentry_sends_the_stop_signal_asked_for_a_real_time_one_too(
+    tmp_path: Path, processes: Processes, ready: ReadyPipe, gate: Gate
+) -> None:
+    """``timeout -s RTMIN+2``: the deadline passes while the loop is held, and the command dies
+    of that signal, not of a SIGTERM the sentry put in for a name it could not read."""
+    record = tmp_path / "r.json"
+    caller = processes.start(
+        tether_argv(
+            "timeout",
+            "--record",
+            str(record),
+            "-s",
+            "RTMIN+2",
+            "2",  # long enough for the command to announce itself first, even under load
+            *fixture("sleeper", str(ready.path)),
+        ),
+        env=gate.env,
+        stdout=subprocess.DEVNULL,
+    )
+    (pid,) = ready.ready_pids()
+    supervisor = parent_of(pid)
+    assert supervisor is not None
+    processes.track(pid, supervisor)
+    assert wait_gone(pid)  # the deadline's signal, while the loop is still held
+    assert not gate.opened
+    gate.open()
+    assert caller.wait(timeout=BOUND) == 124
+    assert gate.held() == [supervisor]
+    data = read_json(record)
+    validate_record(data)
+    assert data["reason"] == "deadline_exceeded"
+    assert data["eval_exit_code"] == -(signal.SIGRTMIN + 2)
+    assert _signals(data) == ["SIGRTMIN+2", "SIGCONT"]
+
+
 @pytest.mark.parametrize("how", ["signal", "kill-byte"])
 def test_seed_door_cancel_while_the_supervisor_loads(
     tmp_path: Path,

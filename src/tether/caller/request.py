@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from tether.core.durations import DurationError, duration_seconds
 from tether.core.limits import LimitError, limit_controllers, parse_limits
@@ -44,6 +42,7 @@ from tether.core.spec import DEFAULT_GRACE_SECONDS, DEFAULT_STOP_SIGNAL, RunSpec
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from typing import Final
 
 __all__ = [
@@ -186,7 +185,7 @@ def record_choice(record: object) -> tuple[str | None, str | None]:
     assert path is not None
     from tether.shared.paths import maybe_prune
 
-    maybe_prune(Path(path).parent)
+    maybe_prune(os.path.dirname(path))
     return path, None
 
 
@@ -337,24 +336,31 @@ def record_path_for(record: object) -> str | None:
     """
     if record is False:
         return None
+    from tether.shared.paths import normal_path
     from tether.shared.record_file import check_record_path
 
+    # Strings read as pathlib reads them (normal_path): no pathlib on the way to the launch.
     if record is None or record is True:
-        from tether.shared.paths import new_record_path
+        from tether.shared.paths import new_record_path_text
 
-        path = new_record_path()
+        path = new_record_path_text()
     elif isinstance(record, str | os.PathLike):
-        path = Path(os.fspath(record))
+        text = os.fspath(record)
+        if not isinstance(text, str):
+            from pathlib import Path
+
+            text = str(Path(text))  # refused as pathlib refuses it
+        path = normal_path(text)
     else:
         raise TypeError(f"record must be a path, True, False or None, not {record!r}")
-    if not path.is_absolute():
+    if not path.startswith("/"):
         try:
-            path = Path(os.getcwd(), path)
+            path = normal_path(os.path.join(os.getcwd(), path))
         except FileNotFoundError:
             raise RequestError(
-                f"cannot place the record {os.fspath(path)!r}: the current directory is gone "
+                f"cannot place the record {path!r}: the current directory is gone "
                 "(give an absolute path)",
                 option="record",
             ) from None
     check_record_path(path)
-    return str(path)
+    return path
