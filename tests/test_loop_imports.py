@@ -29,9 +29,10 @@ NEVER = ("selectors", "socket", "asyncio", "ssl")
 #: :mod:`inspect` and what it loads: ``transitions`` binds it without using it.
 INSPECT = ("inspect", "ast", "dis")
 
-#: Not loaded by a run without a record (no event log: no structlog). With an
-#: event log, structlog loads ``typing`` and ``dataclasses`` for itself.
-WITHOUT_A_LOG = (*NEVER, *INSPECT, "typing", "dataclasses", "structlog")
+#: Not loaded by a run without a record (no event log: no structlog; no record
+#: path: no ``pathlib``). With an event log, structlog loads ``typing`` and
+#: ``dataclasses`` for itself.
+WITHOUT_A_LOG = (*NEVER, *INSPECT, "typing", "dataclasses", "structlog", "pathlib")
 
 #: Not loaded by a run with an event log: what structlog merely binds or looks
 #: for (tether.supervisor.deferred). Since Python 3.12 ``dataclasses`` asks

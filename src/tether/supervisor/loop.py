@@ -36,7 +36,6 @@ import select
 import signal
 import sys
 import time
-from pathlib import Path
 
 from tether.supervisor.deferred import deferred
 
@@ -90,8 +89,8 @@ from tether.supervisor import last_resort
 from tether.supervisor.containment import ProcessTree
 
 # Loaded once the command runs, while its caller waits for it to end: no
-# ``typing``, ``dataclasses``, ``selectors``, ``socket`` or ``logging`` of its own
-# (tests/test_loop_imports.py).
+# ``typing``, ``dataclasses``, ``selectors``, ``socket``, ``logging`` or, for a run
+# without a record, ``pathlib`` of its own (tests/test_loop_imports.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -216,6 +215,9 @@ class Supervision:
         path = self.spec.record_path
         if path is None:
             return
+        # Only for a run with a record, whose door has loaded pathlib already.
+        from pathlib import Path
+
         from tether.shared.paths import events_path_for  # loaded with the record file
 
         events = events_path_for(Path(path))
@@ -459,6 +461,8 @@ class Supervision:
             return
         failure: str | None = None
         try:
+            from pathlib import Path
+
             if self.redactor is None:
                 from tether.shared.secrets import redactor_for
 
