@@ -36,11 +36,11 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from tether.core.durations import DurationError, duration_seconds
 from tether.core.limits import LimitError, limit_controllers, parse_limits
 from tether.core.spec import DEFAULT_GRACE_SECONDS, DEFAULT_STOP_SIGNAL, RunSpec
+from tether.shared.path_text import is_absolute, joined, normal
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -184,6 +184,8 @@ def record_choice(record: object) -> tuple[str | None, str | None]:
         warn_no_record_once(why)
         return None, why
     assert path is not None
+    from pathlib import Path
+
     from tether.shared.paths import maybe_prune
 
     maybe_prune(Path(path).parent)
@@ -339,22 +341,23 @@ def record_path_for(record: object) -> str | None:
         return None
     from tether.shared.record_file import check_record_path
 
+    # The path as a string, read as pathlib reads it (see tether.shared.path_text).
     if record is None or record is True:
         from tether.shared.paths import new_record_path
 
-        path = new_record_path()
-    elif isinstance(record, str | os.PathLike):
-        path = Path(os.fspath(record))
+        path = os.fspath(new_record_path())
+    elif isinstance(record, str | os.PathLike) and isinstance(text := os.fspath(record), str):
+        path = normal(text)
     else:
         raise TypeError(f"record must be a path, True, False or None, not {record!r}")
-    if not path.is_absolute():
+    if not is_absolute(path):
         try:
-            path = Path(os.getcwd(), path)
+            path = joined(os.getcwd(), path)
         except FileNotFoundError:
             raise RequestError(
-                f"cannot place the record {os.fspath(path)!r}: the current directory is gone "
+                f"cannot place the record {path!r}: the current directory is gone "
                 "(give an absolute path)",
                 option="record",
             ) from None
     check_record_path(path)
-    return str(path)
+    return path

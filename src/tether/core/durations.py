@@ -14,7 +14,6 @@ Pure: no clock, no I/O.
 from __future__ import annotations
 
 import math
-from datetime import timedelta
 
 # On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
@@ -106,6 +105,8 @@ def duration_seconds(value: object, *, flag: str) -> float:
     """
     if isinstance(value, str):
         return parse_duration(value, flag=flag)
+    from datetime import timedelta
+
     if isinstance(value, timedelta):
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float):

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import UTC, datetime
-from pathlib import Path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "EVENTS_SUFFIX",
     "PRUNE_MARKER",
     "default_records_dir",
+    "events_name_for",
     "events_path_for",
     "is_record_name",
     "maybe_prune",
@@ -60,6 +63,8 @@ def default_records_dir() -> Path:
     ``/nonexistent/.local/state``. An ``XDG_STATE_HOME`` that is set is the
     user's explicit choice, and is made if missing, as the specification asks.
     """
+    from pathlib import Path
+
     state = os.environ.get("XDG_STATE_HOME", "")
     if not os.path.isabs(state):
         state = os.path.join(_home(), ".local", "state")
@@ -77,20 +82,22 @@ def _home() -> str:
         raise RecordError(
             "no default directory for records: neither XDG_STATE_HOME nor HOME is an absolute "
             "path (set one of them, or name the record's path or directory)",
-            path=Path(home),
+            path=home,
         )
     if not os.path.isdir(home):
         from tether.shared.record_file import RecordError
 
         raise RecordError(
             f"no default directory for records: the home directory {home!r} does not exist",
-            path=Path(home),
+            path=home,
         )
     return home
 
 
 def new_record_name() -> str:
     """A record file name that sorts by time and cannot collide."""
+    from datetime import UTC, datetime  # here: a door given the record's path never needs it
+
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     return f"{stamp}-{os.urandom(4).hex()}.json"
 
@@ -106,7 +113,18 @@ def events_path_for(record_path: Path) -> Path:
     ``runs/abc.json`` -> ``runs/abc.events.jsonl``: beside the record, so the two
     travel together, and named after it, so either one finds the other.
     """
-    return record_path.with_name(record_path.stem + EVENTS_SUFFIX)
+    return record_path.with_name(events_name_for(record_path.name))
+
+
+def events_name_for(record_name: str) -> str:
+    """The event log's file name for the record called ``record_name``: its stem, and the suffix.
+
+    The stem as :attr:`pathlib.PurePath.stem` has it (``abc.json`` -> ``abc``, but ``.json``
+    and ``abc.`` are stems of their own), for a name given as a plain string.
+    """
+    dot = record_name.rfind(".")
+    stem = record_name[:dot] if 0 < dot < len(record_name) - 1 else record_name
+    return stem + EVENTS_SUFFIX
 
 
 def is_record_name(name: str) -> bool:

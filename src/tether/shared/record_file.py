@@ -74,19 +74,19 @@ from __future__ import annotations
 
 import contextlib
 import errno as errno_codes
-import json
 import math
 import os
 import stat
-from pathlib import Path
 
 from tether._version import __version__
-from tether.shared.paths import events_path_for
+from tether.shared.path_text import name_of, normal, parent_of, with_name
+from tether.shared.paths import events_name_for
 
 # Checked before every launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
+    from pathlib import Path
     from typing import Final
 
     from tether.core.redaction import Redactor
@@ -146,8 +146,13 @@ class RecordError(OSError):
     ``errno`` is the underlying error number where there is one.
     """
 
-    def __init__(self, message: str, *, path: Path, error_number: int | None = None) -> None:
+    def __init__(self, message: str, *, path: Path | str, error_number: int | None = None) -> None:
         super().__init__(message)
+        if isinstance(path, str):
+            # Made here, not imported at the top: the path to a launch goes without pathlib.
+            from pathlib import Path
+
+            path = Path(path)
         self.path = path
         self.errno = error_number
 
@@ -179,7 +184,7 @@ def _problem(error: OSError) -> str:
 # -- the record's directory, held by descriptor --------------------------------
 
 
-def open_record_directory(directory: Path) -> int:
+def open_record_directory(directory: Path | str) -> int:
     """Return a descriptor of ``directory``, made ``0700`` where missing, found safely.
 
     Walks the path as the module says: a symbolic link on the way is followed
@@ -215,7 +220,7 @@ def _components(text: str) -> list[str]:
     return [name for name in reversed(text.split("/")) if name not in ("", ".")]
 
 
-def _walk(directory: Path) -> int:
+def _walk(directory: Path | str) -> int:
     """Return an ``O_PATH`` descriptor of ``directory``, reached through trusted links only."""
     text = os.fsdecode(directory)
     where = "/" if text.startswith("/") else "."
@@ -246,7 +251,7 @@ def _walk(directory: Path) -> int:
 
 
 def _open_component(
-    parent: int, name: str, *, shown: str, directory: Path, may_make: bool = True
+    parent: int, name: str, *, shown: str, directory: Path | str, may_make: bool = True
 ) -> int | str:
     """Open directory ``name`` in ``parent`` (made if missing), or return a trusted link's target.
 
@@ -275,7 +280,7 @@ def _make_directory(parent: int, name: str, *, shown: str) -> int | None:
     except OSError as error:
         raise RecordError(
             f"cannot create the record directory {_shown(shown)}: {_problem(error)}",
-            path=Path(shown),
+            path=shown,
             error_number=error.errno,
         ) from None
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -313,7 +318,7 @@ def _make_private(parent: int, name: str) -> None:
         os.close(found)
 
 
-def _trusted_link_target(parent: int, name: str, *, shown: str, directory: Path) -> str:
+def _trusted_link_target(parent: int, name: str, *, shown: str, directory: Path | str) -> str:
     """Return the target of link ``name`` if root or the effective user owns it; else refuse."""
     link = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
     try:
@@ -329,7 +334,7 @@ def _trusted_link_target(parent: int, name: str, *, shown: str, directory: Path)
             raise RecordError(
                 f"cannot write the record: {_shown(shown)} is a symbolic link owned by uid "
                 f"{status.st_uid}, neither root nor you (refusing to follow it)",
-                path=Path(shown),
+                path=shown,
                 error_number=errno_codes.ELOOP,
             )
         return os.readlink("", dir_fd=link)
@@ -337,7 +342,7 @@ def _trusted_link_target(parent: int, name: str, *, shown: str, directory: Path)
         os.close(link)
 
 
-def _directory_error(directory: Path, error: OSError) -> RecordError:
+def _directory_error(directory: Path | str, error: OSError) -> RecordError:
     """Wrap ``error`` as the one-line failure to use the record's directory."""
     return RecordError(
         f"cannot write the record: directory {_shown(directory)}: {_problem(error)}",
@@ -346,7 +351,7 @@ def _directory_error(directory: Path, error: OSError) -> RecordError:
     )
 
 
-def hold_record_directory(path: Path) -> int:
+def hold_record_directory(path: Path | str) -> int:
     """Check before the run that a record can be written at ``path``; return its directory, held.
 
     Returns the record directory's descriptor (see :func:`open_record_directory`),
@@ -357,23 +362,26 @@ def hold_record_directory(path: Path) -> int:
     beside it is. What cannot be known in advance (a full disk, a directory
     removed later) is :func:`write_record`'s to report.
     """
-    directory_fd = open_record_directory(path.parent)
+    text = normal(os.fspath(path))  # as a string: see tether.shared.path_text
+    directory = parent_of(text)
+    directory_fd = open_record_directory(directory)
     try:
         if not os.access(".", os.W_OK | os.X_OK, dir_fd=directory_fd):
             raise RecordError(
-                f"cannot write the record: directory {_shown(path.parent)} is not writable",
-                path=path.parent,
+                f"cannot write the record: directory {_shown(directory)} is not writable",
+                path=directory,
                 error_number=errno_codes.EACCES,
             )
-        _refuse_unusable_target(path, directory_fd)
-        _refuse_unusable_target(events_path_for(path), directory_fd, what="the event log")
+        _refuse_unusable_target(text, directory_fd)
+        events = with_name(text, events_name_for(name_of(text)))
+        _refuse_unusable_target(events, directory_fd, what="the event log")
     except BaseException:
         os.close(directory_fd)
         raise
     return directory_fd
 
 
-def check_record_path(path: Path) -> None:
+def check_record_path(path: Path | str) -> None:
     """Check, before any command starts, that a record can be written at ``path``.
 
     :func:`hold_record_directory`, letting go of the directory at once.
@@ -381,16 +389,19 @@ def check_record_path(path: Path) -> None:
     os.close(hold_record_directory(path))
 
 
-def _refuse_unusable_target(path: Path, directory_fd: int, *, what: str = "the record") -> None:
+def _refuse_unusable_target(
+    path: Path | str, directory_fd: int, *, what: str = "the record"
+) -> None:
     """Raise :class:`RecordError` unless ``path`` is missing or an existing regular file.
 
     Looked at in the held directory without following: a symbolic link is
     refused as a link, whatever it points at.
     """
-    if path.name in ("", ".."):
+    name = name_of(normal(os.fspath(path)))
+    if name in ("", ".."):
         raise RecordError(f"cannot write {what}: {_shown(path)} is a directory", path=path)
     try:
-        status = os.stat(path.name, dir_fd=directory_fd, follow_symlinks=False)
+        status = os.stat(name, dir_fd=directory_fd, follow_symlinks=False)
     except FileNotFoundError:
         return
     except OSError as error:
@@ -421,7 +432,7 @@ def _kind_refused(mode: int) -> str | None:
     return "not a regular file"
 
 
-def _write_error(path: Path, error: OSError, *, what: str = "the record") -> RecordError:
+def _write_error(path: Path | str, error: OSError, *, what: str = "the record") -> RecordError:
     """Wrap ``error`` as the one-line failure to write the record at ``path``."""
     return RecordError(
         f"cannot write {what}: {_shown(path)}: {_problem(error)}",
@@ -439,6 +450,8 @@ def _serialise(path: Path, document: object) -> bytes:
     ASCII-only (``\\u`` escapes) so that a label with odd bytes in it still makes
     valid JSON, and NaN is refused because ``jq`` cannot read it.
     """
+    import json  # here, not at the top: the seed door checks the record's path without it
+
     try:
         text = json.dumps(document, sort_keys=True, indent=2, allow_nan=False)
     except (TypeError, ValueError) as error:
@@ -642,6 +655,8 @@ def parse_bounded_json(data: bytes) -> object:
     them; ``jq`` and every comparison choke on them), an integer of more than
     :data:`_MAX_INT_DIGITS` digits, or nests deeper than :data:`_MAX_JSON_DEPTH`.
     """
+    import json
+
     try:
         value = json.loads(
             data,
@@ -766,9 +781,13 @@ def record_schema() -> dict[str, object]:
     through ``importlib.resources``, which costs tens of milliseconds to import:
     the supervisor reads the schema's field names for every record it redacts.
     """
+    from pathlib import Path
+
     text = (Path(__file__).resolve().parent.parent / "schema" / "record.v1.json").read_text(
         encoding="utf-8"
     )
+    import json
+
     schema = json.loads(text)
     assert isinstance(schema, dict)
     return schema

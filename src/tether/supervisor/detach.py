@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import os
 import sys
 
@@ -98,6 +97,8 @@ def supervise_raw(raw: bytes) -> int:
     (and ``dataclasses`` with it) is even loaded; the spec is checked whole
     right after. Returns only if ``raw`` is not a spec at all.
     """
+    import json
+
     try:
         data = json.loads(raw)
         argv, fds = data["argv"], data["fds"]
