@@ -135,7 +135,8 @@ def test_every_command_line_spelt_as_documented_is_read_by_hand(words: list[str]
          "--parent-fd, --record, --deadline-seconds, --grace-seconds"),
         (["--variant", "v", "--parent-fd"], "argument --parent-fd: expected one argument"),
         (["--parent-fd", " 3", "--record"], "argument --parent-fd: not a descriptor number: ' 3'"),
-        (["--parent-fd=" + "9" * 12], "argument --parent-fd: not a descriptor number: '9999999999...'"),
+        (["--parent-fd=" + "9" * 12],
+         "argument --parent-fd: not a descriptor number: '9999999999...'"),
     ],
 )  # fmt: skip
 def test_refusals_are_worded_as_argparse_words_them(words: list[str], message: str) -> None:
