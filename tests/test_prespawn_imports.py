@@ -34,6 +34,8 @@ FORBIDDEN = (
     "transitions",
     "structlog",
     "tether.supervisor.loop",
+    # prctl is built from ``_ctypes`` (tether.linux.prctl): ``ctypes`` itself costs milliseconds.
+    "ctypes",
 )
 
 
