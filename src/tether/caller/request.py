@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
 
 from tether.core.durations import DurationError, duration_seconds
 from tether.core.limits import LimitError, limit_controllers, parse_limits
@@ -44,6 +43,7 @@ from tether.shared.path_text import is_absolute, joined, normal
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from typing import Final
 
 __all__ = [

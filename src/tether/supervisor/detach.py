@@ -151,7 +151,6 @@ def _supervise(
     # The launcher built and checked the spec before sending it; the command
     # starts from its raw fields, before the spec's own class is even loaded.
     from tether.shared.protocol import StatusWriter
-    from tether.supervisor import last_resort
     from tether.supervisor.launch import launch
 
     if "record_dir" in fds:
@@ -184,6 +183,8 @@ def _supervise(
         stop_signal=str(data.get("stop_signal", "SIGTERM")),
         limits=limits if isinstance(limits, dict) else None,
     )
+    # Only for a failure to reach the loop, so after the launch (the sentry is watching).
+    from tether.supervisor import last_resort
 
     try:
         from tether.supervisor.loop import supervise

@@ -2,8 +2,8 @@
 
 The command should start as early as the interpreter allows, so
 this module does only what must come before it, and imports only what that
-needs (``os``, ``signal``, ``ctypes``, and ``json`` for the status messages):
-no ``subprocess`` (:mod:`tether.supervisor.spawn` forks and execs), no
+needs (``os``, ``signal``, ``_ctypes`` for ``prctl``, and ``json`` where a status
+message is sent): no ``subprocess`` (:mod:`tether.supervisor.spawn` forks and execs), no
 ``dataclasses``, no ``typing`` at run time, none of the core, and neither
 ``transitions`` nor ``structlog``. In order:
 
