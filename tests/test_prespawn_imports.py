@@ -34,6 +34,8 @@ FORBIDDEN = (
     "transitions",
     "structlog",
     "tether.supervisor.loop",
+    # Loaded once the command runs: the sentry's thread starts after the spawn.
+    "tether.supervisor.sentry",
     # prctl is built from ``_ctypes`` (tether.linux.prctl): ``ctypes`` itself costs milliseconds.
     "ctypes",
 )

@@ -44,12 +44,13 @@ from tether.shared.protocol import Spawned, Started, StatusWriter
 from tether.supervisor.command import Command, CommandNotStarted, start_command
 from tether.supervisor.identity import become_a_supervisor
 from tether.supervisor.reserve import NEEDED, DescriptorReserve, free_descriptors
-from tether.supervisor.sentry import Sentry
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import IO, Final
+
+    from tether.supervisor.sentry import Sentry
 
     _Stdio = int | IO[bytes] | None
 
@@ -222,9 +223,13 @@ def _post_sentry(
     """A sentry on the run, or ``None`` if none can be had (no thread, no descriptor left).
 
     Without one the run is still watched, only from the moment the loop runs:
-    everything waits, level-triggered, in the descriptors the loop reads.
+    everything waits, level-triggered, in the descriptors the loop reads. Its
+    module is loaded here, once the command runs: nothing before the launch
+    needs it.
     """
     try:
+        from tether.supervisor.sentry import Sentry
+
         return Sentry(
             lifeline=lifeline,
             wakeup=wakeup,
@@ -235,7 +240,7 @@ def _post_sentry(
             deadline_at=deadline_at,
             stop_signal=stop_signal,
         )
-    except (OSError, RuntimeError):
+    except (OSError, RuntimeError, ImportError):
         return None
 
 
