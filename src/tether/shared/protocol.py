@@ -320,6 +320,11 @@ class StatusWriter:
 
     def __init__(self, fd: int | None) -> None:
         self._fd: int | None = fd
+        if fd is not None:
+            # Loaded now, before the launch: ``spawned`` is sent from the command's
+            # child, between its fork and its exec, where an import would delay it.
+            # (Without a channel, as at the seed door, ``json`` is never needed.)
+            import json  # noqa: F401
 
     def send(self, message: Spawned | Started | Signalled | Finished) -> None:
         """Write one message; once the caller is gone, stop trying."""
