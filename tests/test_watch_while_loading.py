@@ -165,6 +165,45 @@ def test_deadline_passes_while_the_supervisor_loads(
     assert data["escalated_to_sigkill"] is False
 
 
+def test_the_sentry_sends_the_stop_signal_asked_for_whatever_its_name(
+    tmp_path: Path, processes: Processes, ready: ReadyPipe, gate: Gate
+) -> None:
+    """A real-time signal (or ``0``) is no attribute of :mod:`signal`: still sent as itself.
+
+    The sentry once sent SIGTERM for any name it could not look up there, so
+    ``timeout -s RTMIN+1`` sent the wrong signal whenever the deadline came
+    before the loop was loaded (a busy machine, a short deadline).
+    """
+    record = tmp_path / "r.json"
+    caller = processes.start(
+        tether_argv(
+            "timeout",
+            "--record",
+            str(record),
+            "-s",
+            "RTMIN+1",
+            "2",  # long enough for the command to announce itself first, even under load
+            # It survives SIGTERM (saying so on the FIFO): only the signal asked for ends it.
+            *fixture("sleeper", str(ready.path), "--note-term"),
+        ),
+        env=gate.env,
+        stdout=subprocess.DEVNULL,
+    )
+    (pid,) = ready.ready_pids()
+    supervisor = parent_of(pid)
+    assert supervisor is not None
+    processes.track(pid, supervisor)
+    assert wait_gone(pid)  # SIGRTMIN+1's default action ends it
+    assert not gate.opened
+    gate.open()
+    assert caller.wait(timeout=BOUND) == 124
+    assert gate.held() == [supervisor]
+    data = read_json(record)
+    validate_record(data)
+    assert data["reason"] == "deadline_exceeded"
+    assert _signals(data) == ["SIGRTMIN+1", "SIGCONT"]
+
+
 @pytest.mark.parametrize("how", ["signal", "kill-byte"])
 def test_seed_door_cancel_while_the_supervisor_loads(
     tmp_path: Path,

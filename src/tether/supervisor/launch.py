@@ -247,11 +247,17 @@ def _post_sentry(
 def _signal_number(name: str) -> int:
     """The number of the signal called ``name``; SIGTERM for a name this system lacks.
 
-    The spec's check let the name through; the core sends it by name later,
-    and a name it cannot send is its to report.
+    Read as the core reads it (:func:`tether.shared.signals.signal_number`):
+    ``SIGRTMIN+1`` and ``0`` (``timeout -s 0``) are no attributes of
+    :mod:`signal`, and the sentry sent SIGTERM for them. The spec's check let
+    the name through; a name the core cannot send is its to report.
     """
-    number = getattr(signal, name, None)
-    return number if isinstance(number, int) else signal.SIGTERM
+    from tether.shared.signals import signal_number
+
+    try:
+        return signal_number(name)
+    except ValueError:
+        return signal.SIGTERM
 
 
 def _announcer(status: StatusWriter) -> Callable[[int, str | None], None]:
