@@ -73,7 +73,11 @@ def _parser() -> argparse.ArgumentParser:
         "--only", default=",".join(MEASURES), help=f"comma-separated subset of {','.join(MEASURES)}"
     )
     parser.add_argument("--trials", type=int, help="trials per contender for the latency measures")
-    parser.add_argument("--workdir", type=Path, help="where records go (default: beside tether's)")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        help="keep the records in a new run-* directory here (default: beside tether's, removed)",
+    )
     parser.add_argument("--json", type=Path, help="raw samples (default: benchmarks/results/)")
     parser.add_argument("--svg", type=Path, help="the plot (default: beside the JSON file)")
     parser.add_argument("--seed", type=int, default=None, help="seed for the random deadlines")
@@ -109,6 +113,16 @@ def _default_workdir() -> Path:
     base = default_records_dir().parent
     base.mkdir(parents=True, exist_ok=True, mode=0o700)
     return Path(tempfile.mkdtemp(prefix="bench-", dir=base))
+
+
+def _run_directory(workdir: Path) -> Path:
+    """A fresh directory for this run's records inside ``workdir``, kept afterwards.
+
+    ``workdir`` may hold earlier runs: each gets its own ``run-*`` directory,
+    never a name that already exists.
+    """
+    workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return Path(tempfile.mkdtemp(prefix="run-", dir=workdir))
 
 
 def _say(message: str) -> None:
@@ -194,8 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         for number in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(number, _interrupt)
         _raise_fd_limit()
-        workdir = args.workdir or _default_workdir()
-        workdir.mkdir(parents=True, exist_ok=True)
+        workdir = _run_directory(args.workdir) if args.workdir else _default_workdir()
         began, date = time.monotonic(), datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
         meta = {"mode": plan.mode, "date": date, "plan": _plan(plan), "compare": args.compare}
         meta["machine"] = describe_machine(workdir)

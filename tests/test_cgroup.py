@@ -32,7 +32,8 @@ from conftest import (
     validate_record,
     wait_gone,
 )
-from tether.linux.cgroup import RunCgroup, cgroup_of, own_cgroup, remove_stale
+from tether.linux import cgroup as cgroup_module
+from tether.linux.cgroup import RunCgroup, cgroup_of, own_cgroup, remove_stale, warm_attach_lock
 from tether.supervisor.command import Command, CommandNotStarted, start_command
 
 
@@ -52,6 +53,33 @@ def test_the_own_cgroup_is_found_and_lists_this_process() -> None:
     path, directory = own_cgroup()
     assert path == cgroup_of("self")
     assert str(os.getpid()) in Path(directory, "cgroup.procs").read_text().split()
+
+
+def test_warming_the_attach_lock_leaves_a_process_where_it_was() -> None:
+    """The warm-up is a move to where the process already is: a real process, really written."""
+    code = (
+        "from tether.linux.cgroup import cgroup_of, own_cgroup, warm_attach_lock\n"
+        "before = cgroup_of('self')\n"
+        "warm_attach_lock()\n"
+        "print(before == cgroup_of('self') == own_cgroup()[0])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=BOUND, check=False
+    )
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "True", "")
+
+
+def test_warming_the_attach_lock_says_nothing_where_it_cannot(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """No cgroup2 mount, or no ``cgroup.procs`` where one was expected: nothing, and no raise."""
+    monkeypatch.setattr(cgroup_module, "_cgroup2_mounts", lambda: [])
+    warm_attach_lock()
+    monkeypatch.setattr(cgroup_module, "_cgroup2_mounts", lambda: [("/", str(tmp_path))])
+    warm_attach_lock()
+    assert list(tmp_path.iterdir()) == []  # nothing created where there was no cgroup
+    monkeypatch.setattr(cgroup_module, "cgroup_of", lambda _pid: None)
+    warm_attach_lock()
 
 
 def test_a_run_cgroup_holds_everything_below_it_and_is_removed(processes: Processes) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import tether
@@ -122,6 +122,8 @@ def test_size_parser_returns_a_positive_size_or_refuses(value: object) -> None:
 
 
 @given(st.one_of(st.text(max_size=30), st.integers(), st.floats(), st.none()))
+@example(1e308)  # finite, and its quota's rounding overflowed
+@example("1e308")
 def test_cpu_parser_returns_a_quota_the_kernel_takes_or_refuses(value: object) -> None:
     try:
         cpus, message = parse_cpus(value, flag="f"), None

@@ -123,3 +123,67 @@ SEED_DOOR_FORBIDDEN = (
     "json",
     "tether.supervisor.last_resort",
 )
+
+
+#: Never loaded by ``tether run`` before it forks its supervisor: what it needs
+#: only after the fork, or never on the way to the launch (options read by
+#: hand, socket pairs from ``_socket``, record paths as strings, no ``datetime``).
+#: What it imports after the fork it imports in parallel with the supervisor.
+BEFORE_THE_FORK = (
+    "argparse",
+    "gettext",
+    "shutil",
+    "locale",
+    "difflib",
+    "pathlib",
+    "urllib.parse",
+    "socket",
+    "selectors",
+    "datetime",
+    "tether.caller.status",
+    "tether.caller.fallback",
+)
+
+
+def _loaded_at_fork(argv: list[str], home: Path) -> set[str]:
+    """Run ``tether ARGV`` to the end; the modules it had when it forked its supervisor."""
+    snapshots = home / "modules"
+    paths = [str(FIXTURES / "fork_modules"), os.environ.get("PYTHONPATH", "")]
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "XDG_STATE_HOME": str(home),
+        "PYTHONPATH": os.pathsep.join(path for path in paths if path),
+        "TETHER_TEST_FORK_MODULES": str(snapshots),
+    }
+    done = subprocess.run(
+        tether_argv(*argv), env=env, capture_output=True, timeout=BOUND, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = snapshots.read_text().splitlines()
+    assert len(lines) == 1, lines
+    loaded = set(lines[0].split()[1:])
+    # The snapshot is the CLI's, taken at its fork: not an empty or foreign one.
+    assert {"tether.cli.run", "tether.caller.start"} <= loaded
+    return loaded
+
+
+# The default record directory is left out: one run in 64 (and one an hour) prunes
+# it first, and the pruning (tether.shared.retention) loads pathlib and datetime.
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param(["--no-record"], id="no-record"),
+        pytest.param(["--record", "{home}/run.json"], id="record-path"),
+        pytest.param(
+            ["--deadline", "5m", "--grace=1s", "--label", "-x", "-v", "--record={home}/r.json"],
+            id="options",
+        ),
+    ],
+)
+def test_tether_run_forks_before_loading_what_it_needs_only_after(
+    options: list[str], tmp_path: Path
+) -> None:
+    argv = ["run", *(word.format(home=tmp_path) for word in options), "--", "true"]
+    loaded = _loaded_at_fork(argv, tmp_path)
+    assert _forbidden(loaded, *BEFORE_THE_FORK) == []

@@ -190,3 +190,13 @@ def test_a_fresh_name_is_a_record_name() -> None:
     from tether.shared.paths import new_record_name
 
     assert all(is_record_name(new_record_name()) for _ in range(100))
+
+
+def test_a_fresh_name_starts_with_the_utc_time_to_the_microsecond() -> None:
+    from tether.shared.paths import new_record_name
+
+    before = datetime.now(UTC)
+    name = new_record_name()
+    after = datetime.now(UTC)
+    stamp = datetime.strptime(name[:23], "%Y%m%dT%H%M%S.%fZ").replace(tzinfo=UTC)
+    assert before - timedelta(microseconds=1) <= stamp <= after

@@ -165,15 +165,11 @@ def test_deadline_passes_while_the_supervisor_loads(
     assert data["escalated_to_sigkill"] is False
 
 
-def test_the_sentry_sends_the_stop_signal_asked_for_whatever_its_name(
+def test_the_sentry_sends_the_stop_signal_asked_for_a_real_time_one_too(
     tmp_path: Path, processes: Processes, ready: ReadyPipe, gate: Gate
 ) -> None:
-    """A real-time signal (or ``0``) is no attribute of :mod:`signal`: still sent as itself.
-
-    The sentry once sent SIGTERM for any name it could not look up there, so
-    ``timeout -s RTMIN+1`` sent the wrong signal whenever the deadline came
-    before the loop was loaded (a busy machine, a short deadline).
-    """
+    """``timeout -s RTMIN+2``: the deadline passes while the loop is held, and the command dies
+    of that signal, not of a SIGTERM the sentry put in for a name it could not read."""
     record = tmp_path / "r.json"
     caller = processes.start(
         tether_argv(
@@ -181,10 +177,9 @@ def test_the_sentry_sends_the_stop_signal_asked_for_whatever_its_name(
             "--record",
             str(record),
             "-s",
-            "RTMIN+1",
+            "RTMIN+2",
             "2",  # long enough for the command to announce itself first, even under load
-            # It survives SIGTERM (saying so on the FIFO): only the signal asked for ends it.
-            *fixture("sleeper", str(ready.path), "--note-term"),
+            *fixture("sleeper", str(ready.path)),
         ),
         env=gate.env,
         stdout=subprocess.DEVNULL,
@@ -193,7 +188,7 @@ def test_the_sentry_sends_the_stop_signal_asked_for_whatever_its_name(
     supervisor = parent_of(pid)
     assert supervisor is not None
     processes.track(pid, supervisor)
-    assert wait_gone(pid)  # SIGRTMIN+1's default action ends it
+    assert wait_gone(pid)  # the deadline's signal, while the loop is still held
     assert not gate.opened
     gate.open()
     assert caller.wait(timeout=BOUND) == 124
@@ -201,7 +196,8 @@ def test_the_sentry_sends_the_stop_signal_asked_for_whatever_its_name(
     data = read_json(record)
     validate_record(data)
     assert data["reason"] == "deadline_exceeded"
-    assert _signals(data) == ["SIGRTMIN+1", "SIGCONT"]
+    assert data["eval_exit_code"] == -(signal.SIGRTMIN + 2)
+    assert _signals(data) == ["SIGRTMIN+2", "SIGCONT"]
 
 
 @pytest.mark.parametrize("how", ["signal", "kill-byte"])

@@ -16,7 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BOUND, Processes, alive, read_json, validate_record, wait_gone
+from conftest import (
+    BOUND,
+    Processes,
+    alive,
+    read_json,
+    skip_without_cgroup,
+    validate_record,
+    wait_gone,
+)
 
 
 def _caller(script: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -285,3 +293,99 @@ def test_a_request_too_big_for_the_zygote_takes_the_plain_path_and_keeps_it(
     result = _caller(_HUGE, tmp_path, str(out))
     assert result.stdout.split() == ["completed", "completed", "1"]
     assert out.read_text().split() == ["100000"]
+
+
+_CONTAINMENT_AT_REQUEST = """
+import json, os, sys
+import tether
+from tether.caller import zygote
+records, out = sys.argv[1], sys.argv[2]
+said = {}
+tether.run(["true"], record=f"{records}/first.json")
+with open(out, "w") as stream:
+    tether.run(["cat", "/proc/self/cgroup"], record=f"{records}/auto.json", stdout=stream)
+os.environ["TETHER_CONTAINMENT"] = "sweep"
+tether.run(["true"], record=f"{records}/sweep.json")
+os.environ["TETHER_CONTAINMENT"] = "bogus"
+try:
+    tether.run(["true"], record=False)
+except tether.LaunchError as error:
+    said["bogus"] = str(error)
+said["started"] = zygote.started
+said["zygote"] = zygote.zygote_pid()
+print(json.dumps(said))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_the_cgroup_is_made_by_the_zygote_as_the_request_says(tmp_path: Path) -> None:
+    """The zygote makes the run's cgroup (named after itself) from the request's setting.
+
+    ``TETHER_CONTAINMENT`` as the caller has it at the request, not as it was
+    when the zygote started: a cgroup, then the sweep, then a refusal.
+    """
+    skip_without_cgroup()
+    out = tmp_path / "cgroup"
+    result = _caller(_CONTAINMENT_AT_REQUEST, tmp_path, str(tmp_path), str(out))
+    said = json.loads(result.stdout)
+    assert said["started"] == 1
+    assert read_json(tmp_path / "auto.json")["containment"] == "cgroup"
+    line = next(line for line in out.read_text().splitlines() if line.startswith("0::"))
+    assert Path(line[3:]).name.startswith(f"tether-{said['zygote']}-")
+    assert read_json(tmp_path / "sweep.json")["containment"] == "sweep"
+    assert "TETHER_CONTAINMENT must be one of" in said["bogus"]
+
+
+_LOST_WITH_THE_REQUEST = """
+import os, platform, signal, sys, threading, time
+import tether
+from tether.caller import zygote
+
+ran = sys.argv[1]
+# recvfrom's number: where the launching thread waits for the zygote's answer.
+RECVFROM = {"x86_64": 45, "aarch64": 207}[platform.machine()]
+tether.run(["true"], record=False)
+lost = zygote.zygote_pid()
+os.kill(lost, signal.SIGSTOP)  # it cannot take the request, which waits in its socket
+waiting = threading.Event()
+outcome = []
+
+def launch():
+    waiting.tid = threading.get_native_id()
+    waiting.set()
+    outcome.append(tether.run(["sh", "-c", "echo once >> " + ran], record=False))
+
+thread = threading.Thread(target=launch)
+thread.start()
+waiting.wait(10)
+end = time.monotonic() + 10
+syscall = f"/proc/self/task/{waiting.tid}/syscall"
+while time.monotonic() < end:  # until the request is sent and the answer awaited
+    with open(syscall) as said:
+        if said.read().split()[0] == str(RECVFROM):
+            break
+    time.sleep(0.001)
+else:
+    raise SystemExit("the launch never waited for the zygote's answer")
+os.kill(lost, signal.SIGKILL)
+thread.join(30)
+print(outcome[0].reason.value, zygote.started)
+"""
+
+
+@pytest.mark.skipif(
+    os.uname().machine not in ("x86_64", "aarch64"), reason="reads recvfrom's syscall number"
+)
+def test_a_zygote_lost_holding_a_request_means_the_plain_path_and_one_command(
+    tmp_path: Path,
+) -> None:
+    """The zygote dies with the request in its socket, unread: the launch takes the plain path.
+
+    The caller cannot know whether the zygote forked; the status channel says
+    it did not (nobody holds its write end), so the command starts once, from
+    a fresh interpreter, and a later launch starts a fresh zygote.
+    """
+    ran = tmp_path / "ran"
+    result = _caller(_LOST_WITH_THE_REQUEST, tmp_path, str(ran))
+    assert result.stdout.split() == ["completed", "1"]
+    assert ran.read_text() == "once\n"

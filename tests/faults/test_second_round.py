@@ -14,6 +14,7 @@ says why.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -209,17 +210,21 @@ def _supervisor_of(intermediate: int) -> int:
 
 
 def _stop_at_its_first_child(supervisor: int) -> None:
-    """SIGSTOP ``supervisor`` the moment its first child (the command, just forked) exists.
+    """SIGSTOP ``supervisor`` the moment the command, just forked, has a process group of its own.
 
-    The supervisor is then inside ``Popen``, waiting for the command's exec:
-    it has not said ``started``, and cannot until it is continued.
+    The supervisor is then waiting for the command's exec: it has not said
+    ``started``, and cannot until it is continued. (Its other child, the
+    short-lived one that warms the cgroup lock, stays in its group.)
     """
     children = Path(f"/proc/{supervisor}/task/{supervisor}/children")
+    own_group = os.getpgid(supervisor)
     end = time.monotonic() + BOUND
     while time.monotonic() < end:
-        if children.read_bytes().split():
-            os.kill(supervisor, signal.SIGSTOP)
-            return
+        for child in children.read_bytes().split():
+            with contextlib.suppress(ProcessLookupError):
+                if os.getpgid(int(child)) != own_group:
+                    os.kill(supervisor, signal.SIGSTOP)
+                    return
     pytest.fail("the supervisor started no command")
 
 

@@ -39,7 +39,6 @@ import os
 from tether.core.durations import DurationError, duration_seconds
 from tether.core.limits import LimitError, limit_controllers, parse_limits
 from tether.core.spec import DEFAULT_GRACE_SECONDS, DEFAULT_STOP_SIGNAL, RunSpec
-from tether.shared.path_text import is_absolute, joined, normal
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -184,11 +183,9 @@ def record_choice(record: object) -> tuple[str | None, str | None]:
         warn_no_record_once(why)
         return None, why
     assert path is not None
-    from pathlib import Path
-
     from tether.shared.paths import maybe_prune
 
-    maybe_prune(Path(path).parent)
+    maybe_prune(os.path.dirname(path))
     return path, None
 
 
@@ -339,20 +336,26 @@ def record_path_for(record: object) -> str | None:
     """
     if record is False:
         return None
+    from tether.shared.paths import normal_path
     from tether.shared.record_file import check_record_path
 
-    # The path as a string, read as pathlib reads it (see tether.shared.path_text).
+    # Strings read as pathlib reads them (normal_path): no pathlib on the way to the launch.
     if record is None or record is True:
-        from tether.shared.paths import new_record_path
+        from tether.shared.paths import new_record_path_text
 
-        path = os.fspath(new_record_path())
-    elif isinstance(record, str | os.PathLike) and isinstance(text := os.fspath(record), str):
-        path = normal(text)
+        path = new_record_path_text()
+    elif isinstance(record, str | os.PathLike):
+        text = os.fspath(record)
+        if not isinstance(text, str):
+            from pathlib import Path
+
+            text = str(Path(text))  # refused as pathlib refuses it
+        path = normal_path(text)
     else:
         raise TypeError(f"record must be a path, True, False or None, not {record!r}")
-    if not is_absolute(path):
+    if not path.startswith("/"):
         try:
-            path = joined(os.getcwd(), path)
+            path = normal_path(os.path.join(os.getcwd(), path))
         except FileNotFoundError:
             raise RequestError(
                 f"cannot place the record {path!r}: the current directory is gone "

@@ -30,20 +30,18 @@ steps at once, for the command line.
 
 from __future__ import annotations
 
+import _socket
 import _thread
 import contextlib
 import errno
 import fcntl
 import os
 import sys
-import weakref
-from pathlib import Path
 
-from tether.caller.status import StatusClient
 from tether.core.reasons import TETHER_FAILED
 from tether.core.spec import RunSpec
 from tether.linux import UnsupportedPlatform, require_linux
-from tether.shared.protocol import CANCEL, KILL_NOW, Message
+from tether.shared.protocol import CANCEL, KILL_NOW
 from tether.shared.record_file import RecordError, hold_record_directory
 
 # On the path to the command's launch (``tether run`` forks its supervisor
@@ -51,7 +49,10 @@ from tether.shared.record_file import RecordError, hold_record_directory
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
     from typing import IO, Final, NoReturn, Protocol
+
+    from tether.caller.status import StatusClient
 
     Stream = int | IO[bytes] | IO[str] | None
 
@@ -79,7 +80,7 @@ __all__ = [
 
 #: The directory that holds the ``tether`` package, put first on the
 #: supervisor's ``sys.path`` so it runs this very copy of tether.
-_PACKAGE_ROOT: Final = str(Path(__file__).resolve().parents[2])
+_PACKAGE_ROOT: Final = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 
 _BOOTSTRAP: Final = (
     "import gc, sys; gc.disable(); sys.path.insert(0, sys.argv[1]); "
@@ -194,12 +195,10 @@ def _send_quietly(fd: int, data: bytes) -> None:
     The socket object only borrows the descriptor (``detach``): closing or
     collecting it must never close a number the lifeline owns.
     """
-    import socket
-
-    borrowed = socket.socket(fileno=fd)
+    borrowed = _socket.socket(fileno=fd)
     try:
         borrowed.setblocking(False)  # whatever socket.setdefaulttimeout() says: never wait
-        borrowed.send(data, socket.MSG_NOSIGNAL)
+        borrowed.send(data, _socket.MSG_NOSIGNAL)
     finally:
         borrowed.detach()
 
@@ -427,12 +426,10 @@ def _nobody_writes(status_r: int) -> bool:
     Waits for the first message or the end (the caller's own copy of the
     writing end must be closed first). Reads nothing: the status client does.
     """
-    import socket
-
-    borrowed = socket.socket(fileno=status_r)
+    borrowed = _socket.socket(fileno=status_r)
     try:
         borrowed.setblocking(True)
-        return not borrowed.recv(1, socket.MSG_PEEK)
+        return not borrowed.recv(1, _socket.MSG_PEEK)
     except OSError:
         return True
     finally:
@@ -476,12 +473,16 @@ def _handed_over(
     The caller keeps the record's directory, for the record it writes itself
     should the supervisor be lost.
     """
+    # Here, not with the module: tether's own CLI reaches this after its fork,
+    # in parallel with the supervisor's own start.
+    from tether.caller.status import HoldingStatusClient, StatusClient
+
     record_dir = complete.fds.get("record_dir")
     _close_all([fd for fd in passed if fd != record_dir])
     status = (
         StatusClient(complete, status_r)
         if record_dir is None
-        else _HoldingStatusClient(complete, status_r, record_dir)
+        else HoldingStatusClient(complete, status_r, record_dir)
     )
     return Spawn(
         spec=complete,
@@ -504,9 +505,7 @@ def _socket_pair() -> tuple[int, int]:
     own. A socket cannot be opened through ``/proc`` at all (``ENXIO``). End of
     file, ``poll`` and ``read``/``write`` work on them as on a pipe.
     """
-    import socket
-
-    first, second = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    first, second = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     return first.detach(), second.detach()
 
 
@@ -520,36 +519,7 @@ def _record_directory(spec: RunSpec) -> int | None:
     """
     if spec.record_path is None:
         return None
-    return _above_stdio(hold_record_directory(Path(spec.record_path)))
-
-
-def _close_quietly(fd: int) -> None:
-    with contextlib.suppress(OSError):
-        os.close(fd)
-
-
-class _HoldingStatusClient(StatusClient):
-    """A run's status client that also holds the run's record directory, for the fallback record.
-
-    The directory is let go of as soon as the run is over (``finished`` is in:
-    the supervisor wrote its record, or the fallback has just written its own
-    through the directory), or when the client is closed or dropped, whichever
-    comes first, and only once.
-    """
-
-    def __init__(self, spec: RunSpec, fd: int, record_dir: int) -> None:
-        super().__init__(spec, fd)
-        self._let_go_of_record_dir = weakref.finalize(self, _close_quietly, record_dir)
-
-    def read_available(self) -> list[Message]:
-        messages = super().read_available()
-        if self.finished is not None:
-            self._let_go_of_record_dir()
-        return messages
-
-    def close(self) -> None:
-        super().close()
-        self._let_go_of_record_dir()
+    return _above_stdio(hold_record_directory(spec.record_path))
 
 
 def _cannot_start(error: OSError) -> LaunchError:

@@ -26,11 +26,12 @@ import math
 import os
 import select
 import time
+import weakref
 
 from tether.core.spec import RunSpec
 from tether.shared.protocol import Finished, Message, Spawned, Started, decode
 
-__all__ = ["StatusClient"]
+__all__ = ["HoldingStatusClient", "StatusClient"]
 
 #: Status lines are short; a longer one is not a message (and is not kept whole).
 _MAX_LINE_BYTES = 1 << 16
@@ -131,3 +132,32 @@ class StatusClient:
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _close_quietly(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+class HoldingStatusClient(StatusClient):
+    """A run's status client that also holds the run's record directory, for the fallback record.
+
+    The directory is let go of as soon as the run is over (``finished`` is in:
+    the supervisor wrote its record, or the fallback has just written its own
+    through the directory), or when the client is closed or dropped, whichever
+    comes first, and only once.
+    """
+
+    def __init__(self, spec: RunSpec, fd: int, record_dir: int) -> None:
+        super().__init__(spec, fd)
+        self._let_go_of_record_dir = weakref.finalize(self, _close_quietly, record_dir)
+
+    def read_available(self) -> list[Message]:
+        messages = super().read_available()
+        if self.finished is not None:
+            self._let_go_of_record_dir()
+        return messages
+
+    def close(self) -> None:
+        super().close()
+        self._let_go_of_record_dir()

@@ -19,24 +19,21 @@ Options end at the first word that is not one (``tether run sleep 1``), or at
 
 from __future__ import annotations
 
-import argparse
-
 from tether.cli.messages import fail, usage_error, warn
-from tether.cli.parsers import GnuStyleParser
-from tether.core.durations import format_duration
+from tether.cli.run_options import PROGRAM, RunOptions, read_options, split_command_line
 from tether.core.reasons import Reason
 from tether.core.spec import DEFAULT_GRACE_SECONDS
 
 # On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import argparse
     from typing import Final, NoReturn
 
     from tether.core.spec import RunSpec
 
 __all__ = ["run"]
 
-_PROGRAM: Final = "tether run"
 _USAGE_RUN: Final = "tether run [OPTIONS] [--] CMD [ARG]..."
 _FLAGS: Final = {
     "deadline": "--deadline",
@@ -50,8 +47,17 @@ _FLAGS: Final = {
 
 
 def _run_parser() -> argparse.ArgumentParser:
+    """The parser that documents ``tether run`` (``--help``, the man page, the completions).
+
+    Not the one that reads a command line on its way to the launch:
+    :mod:`tether.cli.run_options` does, by hand, from a table of the same
+    options, and hands this parser only what it cannot read the same way.
+    """
+    from tether.cli.parsers import GnuStyleParser
+    from tether.core.durations import format_duration
+
     parser = GnuStyleParser(
-        prog=_PROGRAM,
+        prog=PROGRAM,
         allow_abbrev=False,
         usage=_USAGE_RUN,
         description="Run CMD so that it cannot outlive this tether run: it is stopped, with "
@@ -113,62 +119,8 @@ def _run_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _usage(message: str, *, suggestion: str | None = None) -> NoReturn:
-    usage_error(_PROGRAM, message, suggestion=suggestion)
-
-
-def split_command_line(
-    argv: list[str], parser: argparse.ArgumentParser
-) -> tuple[list[str], list[str]]:
-    """``tether run``'s options, and the command: options end at ``--`` or at the first word
-    that is not one, as with ``timeout``, ``env`` and ``nice`` (``tether run sleep 1``).
-
-    An option that takes a value takes the next word whatever it is
-    (``--label -x``). A word that looks like an option and is none is refused
-    here, with the nearest option as a suggestion, rather than taken for the
-    command: ``--deadlin 5m make`` must not run ``--deadlin``.
-    """
-    actions = parser._option_string_actions
-    options: list[str] = []
-    index = 0
-    while index < len(argv):
-        word = argv[index]
-        if word == "--":
-            return options, argv[index + 1 :]
-        if not word.startswith("-") or word == "-":
-            return options, argv[index:]
-        name = word.split("=", 1)[0] if word.startswith("--") else word[:2]
-        option = _resolve(name, actions)
-        takes_value = actions[option].nargs is None
-        attached = "=" in word if word.startswith("--") else len(word) > 2
-        if takes_value and not attached:
-            if index + 1 == len(argv):
-                _usage(f"option '{option}' requires an argument")
-            index += 1
-            # Joined, so that argparse takes a value like "-x" as the value it is.
-            word = f"{option}={argv[index]}"
-        elif not takes_value and attached and word.startswith("--"):
-            _usage(f"option '{option}' doesn't allow an argument")
-        options.append(word)
-        index += 1
-    return options, []
-
-
-def _resolve(name: str, actions: dict[str, argparse.Action]) -> str:
-    """``name`` if it is an option, or a refusal with the nearest option as a suggestion.
-
-    Options are taken as spelt, never abbreviated (``--dead`` for
-    ``--deadline``): a script that abbreviates breaks the day an option is
-    added with the same beginning, and a typo must not pass for an option.
-    """
-    if name in actions:
-        return name
-    if name.startswith("--"):
-        import difflib
-
-        close = difflib.get_close_matches(name, [o for o in actions if o.startswith("--")], n=1)
-        _usage(f"unrecognized option '{name}'", suggestion=close[0] if close else None)
-    _usage(f"invalid option -- '{name[1:]}'")
+def _usage(message: str) -> NoReturn:
+    usage_error(PROGRAM, message)
 
 
 def _request(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
@@ -178,9 +130,10 @@ def _request(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
     one line for a record that cannot be kept, and leaves nothing behind: no
     command, no record.
     """
-    parser = _run_parser()
-    options, command = split_command_line(argv, parser)
-    args = parser.parse_args(options)
+    options, command = split_command_line(argv)
+    args = read_options(options)
+    if args is None:
+        args = _run_parser().parse_args(options, namespace=RunOptions())
     if not command:
         _usage("no command to run")
 

@@ -105,10 +105,12 @@ def duration_seconds(value: object, *, flag: str) -> float:
     """
     if isinstance(value, str):
         return parse_duration(value, flag=flag)
-    from datetime import timedelta
+    if not isinstance(value, int | float):
+        # Only here: ``datetime`` costs the command line milliseconds it never needs.
+        from datetime import timedelta
 
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
+        if isinstance(value, timedelta):
+            value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(
             f"{flag} must be a number of seconds, a timedelta or a string like '5m', "

@@ -122,10 +122,11 @@ def parse_cpus(value: object, *, flag: str) -> float:
         raise LimitError(f"{flag}: not a number of CPUs: {_shown(value)}") from None
     if not (math.isfinite(cpus) and cpus > 0):
         raise LimitError(f"{flag}: CPUs must be a number above 0, not {_shown(value)}")
-    if round(cpus * CPU_PERIOD_MICROSECONDS) < _CPU_MIN_QUOTA:
-        raise LimitError(f"{flag}: {_shown(value)} CPUs is below the kernel's least (0.01)")
+    # The largest first: a huge finite number would overflow the quota's rounding.
     if cpus > _CPU_MOST:
         raise LimitError(f"{flag}: {_shown(value)} CPUs is more than any machine has")
+    if round(cpus * CPU_PERIOD_MICROSECONDS) < _CPU_MIN_QUOTA:
+        raise LimitError(f"{flag}: {_shown(value)} CPUs is below the kernel's least (0.01)")
     return cpus
 
 

@@ -18,6 +18,9 @@ from __future__ import annotations
 import os
 import time
 
+# On the path to the command's launch: no ``pathlib`` (with ``urllib.parse``
+# and ``ipaddress``) or ``typing`` at run time. A run's record path is a
+# string there, read as pathlib reads one (:func:`normal_path`).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
@@ -32,6 +35,11 @@ __all__ = [
     "maybe_prune",
     "new_record_name",
     "new_record_path",
+    "new_record_path_text",
+    "normal_path",
+    "parent_and_name",
+    "records_dir",
+    "with_name",
 ]
 
 #: The event log's name is the record's stem with this suffix.
@@ -46,7 +54,14 @@ _PRUNE_ONE_IN = 64
 
 
 def default_records_dir() -> Path:
-    """``$XDG_STATE_HOME/tether/runs``, or ``~/.local/state/tether/runs``.
+    """:func:`records_dir` as a :class:`~pathlib.Path`."""
+    from pathlib import Path
+
+    return Path(records_dir())
+
+
+def records_dir() -> str:
+    """``$XDG_STATE_HOME/tether/runs``, or ``~/.local/state/tether/runs``, as a normal path.
 
     A relative ``XDG_STATE_HOME`` is ignored, as the XDG specification says:
     it would put records wherever the caller happens to be. For the same
@@ -63,12 +78,10 @@ def default_records_dir() -> Path:
     ``/nonexistent/.local/state``. An ``XDG_STATE_HOME`` that is set is the
     user's explicit choice, and is made if missing, as the specification asks.
     """
-    from pathlib import Path
-
     state = os.environ.get("XDG_STATE_HOME", "")
     if not os.path.isabs(state):
         state = os.path.join(_home(), ".local", "state")
-    return Path(state) / "tether" / "runs"
+    return normal_path(os.path.join(state, "tether", "runs"))
 
 
 def _home() -> str:
@@ -95,16 +108,27 @@ def _home() -> str:
 
 
 def new_record_name() -> str:
-    """A record file name that sorts by time and cannot collide."""
-    from datetime import UTC, datetime  # here: a door given the record's path never needs it
+    """A record file name that sorts by time and cannot collide.
 
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    return f"{stamp}-{os.urandom(4).hex()}.json"
+    The time by :mod:`time`, not :mod:`datetime`: every run that keeps a
+    record names it before its command is launched, and ``datetime`` would
+    cost that path milliseconds to import.
+    """
+    seconds, microseconds = divmod(time.time_ns() // 1000, 1_000_000)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds))
+    return f"{stamp}.{microseconds:06d}Z-{os.urandom(4).hex()}.json"
 
 
 def new_record_path() -> Path:
     """A fresh record path in the default directory."""
-    return default_records_dir() / new_record_name()
+    from pathlib import Path
+
+    return Path(new_record_path_text())
+
+
+def new_record_path_text() -> str:
+    """A fresh record path in the default directory, as a string (no ``pathlib`` loaded)."""
+    return f"{records_dir()}/{new_record_name()}"
 
 
 def events_path_for(record_path: Path) -> Path:
@@ -117,14 +141,46 @@ def events_path_for(record_path: Path) -> Path:
 
 
 def events_name_for(record_name: str) -> str:
-    """The event log's file name for the record called ``record_name``: its stem, and the suffix.
-
-    The stem as :attr:`pathlib.PurePath.stem` has it (``abc.json`` -> ``abc``, but ``.json``
-    and ``abc.`` are stems of their own), for a name given as a plain string.
-    """
+    """The event log's file name for the record named ``record_name`` (its stem, as pathlib
+    takes it, and :data:`EVENTS_SUFFIX`)."""
     dot = record_name.rfind(".")
     stem = record_name[:dot] if 0 < dot < len(record_name) - 1 else record_name
     return stem + EVENTS_SUFFIX
+
+
+def _root_and_parts(text: str) -> tuple[str, list[str]]:
+    """``text``'s root (``""``, ``"/"`` or ``"//"``) and its names, as pathlib splits a path.
+
+    POSIX lets exactly two leading slashes mean something else than one, so
+    pathlib keeps them; empty names and ``.`` go, ``..`` stays.
+    """
+    root = ""
+    if text.startswith("/"):
+        stripped = text.lstrip("/")
+        root = "//" if len(text) - len(stripped) == 2 else "/"
+        text = stripped
+    return root, [name for name in text.split("/") if name not in ("", ".")]
+
+
+def normal_path(text: str) -> str:
+    """``str(pathlib.Path(text))``, without loading :mod:`pathlib`."""
+    root, parts = _root_and_parts(text)
+    return root + "/".join(parts) or "."
+
+
+def parent_and_name(text: str) -> tuple[str, str]:
+    """``text``'s parent and name as :mod:`pathlib` gives them (``Path(text).parent``,
+    ``.name``), as strings."""
+    root, parts = _root_and_parts(text)
+    if not parts:
+        return root or ".", ""
+    return root + "/".join(parts[:-1]) or ".", parts[-1]
+
+
+def with_name(text: str, name: str) -> str:
+    """``str(pathlib.Path(text).with_name(name))`` for a ``text`` that has a name."""
+    root, parts = _root_and_parts(text)
+    return root + "/".join([*parts[:-1], name])
 
 
 def is_record_name(name: str) -> bool:
@@ -147,7 +203,7 @@ def is_record_name(name: str) -> bool:
     )
 
 
-def maybe_prune(directory: Path) -> None:
+def maybe_prune(directory: str | Path) -> None:
     """Prune the default ``directory`` if a pass is due (:mod:`tether.shared.retention`).
 
     What every run that writes there pays: one ``stat`` of the marker and a
@@ -158,14 +214,17 @@ def maybe_prune(directory: Path) -> None:
     try:
         if os.urandom(1)[0] % _PRUNE_ONE_IN != 0:
             try:
-                last = os.stat(directory / PRUNE_MARKER, follow_symlinks=False).st_mtime
+                marker = os.path.join(directory, PRUNE_MARKER)
+                last = os.stat(marker, follow_symlinks=False).st_mtime
             except FileNotFoundError:
                 last = None
             if last is not None and 0 <= time.time() - last < _PRUNE_INTERVAL_SECONDS:
                 return
+        from pathlib import Path
+
         from tether.shared.retention import prune, retention_from
 
         retention, _problems = retention_from(os.environ)
-        prune(directory, retention)
+        prune(Path(directory), retention)
     except Exception:  # noqa: S110 - see the docstring
         pass

@@ -67,7 +67,9 @@ a link.
 Reading and writing the file is kept apart from building the document
 (:mod:`tether.shared.record_document`) so that checking a record path before a run, which
 every door does before it starts the command, costs little: this module
-imports neither ``dataclasses`` nor ``typing`` at run time, nor the core.
+imports neither ``dataclasses`` nor ``typing`` at run time, nor the core, nor
+``pathlib`` (the checks before a run take the record path as a string, read as
+``pathlib`` reads one; the ``Path`` objects other callers pass work the same).
 """
 
 from __future__ import annotations
@@ -79,8 +81,7 @@ import os
 import stat
 
 from tether._version import __version__
-from tether.shared.path_text import name_of, normal, parent_of, with_name
-from tether.shared.paths import events_name_for
+from tether.shared.paths import events_name_for, normal_path, parent_and_name, with_name
 
 # Checked before every launch: no ``typing`` at run time.
 TYPE_CHECKING = False
@@ -147,13 +148,12 @@ class RecordError(OSError):
     """
 
     def __init__(self, message: str, *, path: Path | str, error_number: int | None = None) -> None:
-        super().__init__(message)
-        if isinstance(path, str):
-            # Made here, not imported at the top: the path to a launch goes without pathlib.
-            from pathlib import Path
+        # Here, not with the module: a path refused is no reason to load pathlib
+        # on every run's way to its launch, where record paths are strings.
+        from pathlib import Path
 
-            path = Path(path)
-        self.path = path
+        super().__init__(message)
+        self.path = Path(path)
         self.errno = error_number
 
     def __reduce__(self) -> tuple[object, ...]:
@@ -362,19 +362,20 @@ def hold_record_directory(path: Path | str) -> int:
     beside it is. What cannot be known in advance (a full disk, a directory
     removed later) is :func:`write_record`'s to report.
     """
-    text = normal(os.fspath(path))  # as a string: see tether.shared.path_text
-    directory = parent_of(text)
-    directory_fd = open_record_directory(directory)
+    # As strings, read as pathlib reads them: the run's way to its launch has no pathlib.
+    text = normal_path(os.fspath(path))
+    parent, name = parent_and_name(text)
+    directory_fd = open_record_directory(parent)
     try:
         if not os.access(".", os.W_OK | os.X_OK, dir_fd=directory_fd):
             raise RecordError(
-                f"cannot write the record: directory {_shown(directory)} is not writable",
-                path=directory,
+                f"cannot write the record: directory {_shown(parent)} is not writable",
+                path=parent,
                 error_number=errno_codes.EACCES,
             )
-        _refuse_unusable_target(text, directory_fd)
-        events = with_name(text, events_name_for(name_of(text)))
-        _refuse_unusable_target(events, directory_fd, what="the event log")
+        _refuse_unusable_target(text, name, directory_fd)
+        events = events_name_for(name)
+        _refuse_unusable_target(with_name(text, events), events, directory_fd, what="the event log")
     except BaseException:
         os.close(directory_fd)
         raise
@@ -390,14 +391,14 @@ def check_record_path(path: Path | str) -> None:
 
 
 def _refuse_unusable_target(
-    path: Path | str, directory_fd: int, *, what: str = "the record"
+    path: str, name: str, directory_fd: int, *, what: str = "the record"
 ) -> None:
-    """Raise :class:`RecordError` unless ``path`` is missing or an existing regular file.
+    """Raise :class:`RecordError` unless ``path`` (``name`` in the directory held as
+    ``directory_fd``) is missing or an existing regular file.
 
     Looked at in the held directory without following: a symbolic link is
     refused as a link, whatever it points at.
     """
-    name = name_of(normal(os.fspath(path)))
     if name in ("", ".."):
         raise RecordError(f"cannot write {what}: {_shown(path)} is a directory", path=path)
     try:
@@ -527,14 +528,14 @@ def write_evidence(path: Path, data: bytes, *, what: str = "the event log") -> N
     """
     held = open_record_directory(path.parent)
     try:
-        _refuse_unusable_target(path, held, what=what)
+        _refuse_unusable_target(str(path), path.name, held, what=what)
         _replace_atomically(path, held, data)
     finally:
         os.close(held)
 
 
 def _write_in(path: Path, directory_fd: int, data: bytes) -> None:
-    _refuse_unusable_target(path, directory_fd)
+    _refuse_unusable_target(str(path), path.name, directory_fd)
     _replace_atomically(path, directory_fd, data)
 
 
@@ -781,13 +782,12 @@ def record_schema() -> dict[str, object]:
     through ``importlib.resources``, which costs tens of milliseconds to import:
     the supervisor reads the schema's field names for every record it redacts.
     """
+    import json
     from pathlib import Path
 
     text = (Path(__file__).resolve().parent.parent / "schema" / "record.v1.json").read_text(
         encoding="utf-8"
     )
-    import json
-
     schema = json.loads(text)
     assert isinstance(schema, dict)
     return schema

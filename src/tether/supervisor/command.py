@@ -38,17 +38,24 @@ import errno as errno_codes
 import os
 import signal
 
-from tether.core.limits import LimitError, limit_controllers, limit_files, parse_limits
-from tether.linux.cgroup import CgroupUnavailable, RunCgroup
 from tether.linux.prctl import set_parent_death_signal
 from tether.supervisor.identity import restore_in_child
+from tether.supervisor.run_cgroup import (
+    CONTAINMENT_SETTINGS,
+    CONTAINMENT_VARIABLE,
+    CommandNotStarted,
+    Containment,
+    prepare_containment,
+)
 from tether.supervisor.spawn import SpawnFailed, spawn
 
 # Run before the command starts: no ``typing`` or ``dataclasses`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
-    from typing import IO, Final, Literal
+    from typing import IO
+
+    from tether.linux.cgroup import RunCgroup
 
     _Stdio = int | IO[bytes] | None
     #: Told, in the child before its exec, the child's pid and its cgroup's directory.
@@ -61,12 +68,6 @@ __all__ = [
     "CommandNotStarted",
     "start_command",
 ]
-
-#: The environment variable (read by the supervisor) that chooses the containment.
-CONTAINMENT_VARIABLE: Final = "TETHER_CONTAINMENT"
-
-#: Its accepted values; unset or empty means ``auto``.
-CONTAINMENT_SETTINGS: Final = ("auto", "sweep", "cgroup")
 
 
 class Command:
@@ -93,19 +94,6 @@ class Command:
         self.pgid = pgid
         self.pidfd = pidfd
         self.cgroup = cgroup
-
-
-class CommandNotStarted(Exception):
-    """The command could not be started."""
-
-    def __init__(self, errno: int | None, message: str, stage: Literal["exec", "setup"]) -> None:
-        super().__init__(message)
-        self.errno = errno
-        self.message = message
-        self.stage: Literal["exec", "setup"] = stage
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (CommandNotStarted, (self.errno, self.message, self.stage))
 
 
 def _prepare_child(
@@ -145,60 +133,6 @@ def _prepare_child(
                 raise
 
 
-def containment_setting() -> str:
-    """Return ``TETHER_CONTAINMENT`` (``auto`` if unset); :class:`CommandNotStarted` if bad."""
-    value = os.environ.get(CONTAINMENT_VARIABLE, "") or "auto"
-    if value not in CONTAINMENT_SETTINGS:
-        raise CommandNotStarted(
-            None,
-            f"{CONTAINMENT_VARIABLE} must be one of {', '.join(CONTAINMENT_SETTINGS)}, "
-            f"not {value!r}",
-            "setup",
-        )
-    return value
-
-
-def _make_cgroup(setting: str, limits: Mapping[str, int | float]) -> RunCgroup | None:
-    if limits:
-        return _limited_cgroup(setting, limits)
-    if setting == "sweep":
-        return None
-    try:
-        return RunCgroup.create()
-    except CgroupUnavailable as why:
-        if setting == "cgroup":
-            raise CommandNotStarted(
-                None, f"{CONTAINMENT_VARIABLE}=cgroup, but no cgroup can be made: {why}", "setup"
-            ) from None
-        return None
-
-
-def _limited_cgroup(setting: str, limits: Mapping[str, int | float]) -> RunCgroup:
-    """The run's cgroup with its limits written, or why there can be none (never: no limits).
-
-    A limit asked for and not applied would be a promise silently broken, and
-    per-process rlimits are no substitute (they bound each process, not the
-    tree), so a run with limits and no cgroup for them does not start.
-    """
-    if setting == "sweep":
-        raise CommandNotStarted(
-            None,
-            f"resource limits need a cgroup of the run's own, but {CONTAINMENT_VARIABLE}=sweep",
-            "setup",
-        )
-    try:
-        return RunCgroup.create(limit_controllers(limits), limit_files(limits))
-    except CgroupUnavailable as why:
-        raise CommandNotStarted(None, f"cannot set resource limits: {why}", "setup") from None
-
-
-def _checked_limits(limits: Mapping[str, object] | None) -> dict[str, int | float]:
-    try:
-        return parse_limits(limits or {})
-    except (LimitError, TypeError, AttributeError) as error:
-        raise CommandNotStarted(None, f"bad resource limits: {error}", "setup") from None
-
-
 def start_command(
     argv: Sequence[str],
     *,
@@ -212,6 +146,7 @@ def start_command(
     ignored_signals: Sequence[int] = (),
     join_group: int | None = None,
     limits: Mapping[str, object] | None = None,
+    containment: Containment | None = None,
 ) -> Command:
     """Start ``argv``; raise :class:`CommandNotStarted` if it cannot be started.
 
@@ -225,8 +160,14 @@ def start_command(
     ``ignored_signals`` start ignored in the command, as in its caller.
     ``join_group`` is the caller's process group, for a command that uses the
     caller's terminal: it joins that group instead of leading one of its own.
+    ``containment`` is what the supervisor prepared early
+    (:func:`~tether.supervisor.run_cgroup.prepare_containment`, from the same
+    ``limits``); without it, it is prepared here.
     """
+    if containment is None:
+        containment = prepare_containment(limits, warm=False)
     if not argv[0]:
+        containment.discard()
         # "Not found", as execvp("") says in C (GNU timeout: 127). Python's own
         # PATH search would try each directory name itself as the program, and
         # report a directory that cannot be executed (126).
@@ -234,10 +175,8 @@ def start_command(
         message = f"failed to run command '': {os.strerror(not_found)}"
         raise CommandNotStarted(not_found, message, "exec")
     supervisor = os.getpid()
-    setting = containment_setting()
-    checked = _checked_limits(limits)
-    cgroup = _make_cgroup(setting, checked)
-    required = setting == "cgroup" or bool(checked)
+    cgroup = containment.take()
+    required = containment.required
     path, directory = (cwd, None) if not isinstance(cwd, int) else (None, cwd)
 
     def prepare() -> None:
@@ -268,7 +207,7 @@ def start_command(
         ) from None
     except SpawnFailed as failure:
         _discard(cgroup)
-        why = "resource limits" if checked else f"{CONTAINMENT_VARIABLE}=cgroup"
+        why = "resource limits" if containment.limited else f"{CONTAINMENT_VARIABLE}=cgroup"
         raise _launch_failure(argv, path, failure, required=required, why=why) from None
     try:
         pidfd = os.pidfd_open(pid)

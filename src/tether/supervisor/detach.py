@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from typing import NoReturn
 
     from tether.core.spec import RunSpec
+    from tether.supervisor.run_cgroup import Containment
 
 __all__ = ["become", "exit_now", "loaded", "loading", "main", "supervise_raw"]
 
@@ -90,12 +91,13 @@ def main(spec_fd: int) -> int:
     return supervise_raw(raw)
 
 
-def supervise_raw(raw: bytes) -> int:
+def supervise_raw(raw: bytes, containment: Containment | None = None) -> int:
     """Supervise the run whose spec is ``raw`` (JSON, descriptors by role); exit when done.
 
     The command starts from the spec's raw fields, before the spec's own class
     (and ``dataclasses`` with it) is even loaded; the spec is checked whole
-    right after. Returns only if ``raw`` is not a spec at all.
+    right after. Returns only if ``raw`` is not a spec at all. ``containment``:
+    the run's cgroup, if the process that forked this one made it already.
     """
     import json
 
@@ -110,7 +112,7 @@ def supervise_raw(raw: bytes) -> int:
 
         return RunSpec.from_json(raw)
 
-    return _supervise(argv, fds, data, checked_spec)
+    return _supervise(argv, fds, data, checked_spec, containment)
 
 
 def become(spec: RunSpec) -> NoReturn:
@@ -141,8 +143,15 @@ def _supervise(
     fds: dict[str, int],
     data: dict[str, object],
     checked_spec: Callable[[], RunSpec],
+    containment: Containment | None = None,
 ) -> NoReturn:
     """Launch ``argv`` from the spec's raw fields, then load the loop and supervise it."""
+    limits = data.get("limits")
+    if containment is None:
+        from tether.supervisor.run_cgroup import prepare_containment
+
+        # First: the kernel's wait for the join's lock passes while the rest loads.
+        containment = prepare_containment(limits if isinstance(limits, dict) else None)
     os.chdir("/")
     # The command gets the caller's umask back (it is in the spec); tether's own
     # files are private whatever the caller's umask was.
@@ -163,7 +172,6 @@ def _supervise(
     )
     umask = data.get("umask")
     env = data.get("env")
-    limits = data.get("limits")
     ignored = data.get("ignored_signals")
     join_group = data.get("join_group")
     launched = launch(
@@ -182,6 +190,7 @@ def _supervise(
         deadline_at=_deadline_at(data),
         stop_signal=str(data.get("stop_signal", "SIGTERM")),
         limits=limits if isinstance(limits, dict) else None,
+        containment=containment,
     )
     # Only for a failure to reach the loop, so after the launch (the sentry is watching).
     from tether.supervisor import last_resort

@@ -41,6 +41,7 @@ import time
 
 from tether.linux.prctl import set_child_subreaper
 from tether.shared.protocol import Spawned, Started, StatusWriter
+from tether.shared.signals import signal_number
 from tether.supervisor.command import Command, CommandNotStarted, start_command
 from tether.supervisor.identity import become_a_supervisor
 from tether.supervisor.reserve import NEEDED, DescriptorReserve, free_descriptors
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import IO, Final
 
+    from tether.supervisor.run_cgroup import Containment
     from tether.supervisor.sentry import Sentry
 
     _Stdio = int | IO[bytes] | None
@@ -141,6 +143,7 @@ def launch(
     lifeline: int | None = None,
     deadline_at: float | None = None,
     stop_signal: str = "SIGTERM",
+    containment: Containment | None = None,
 ) -> LaunchAttempt:
     """Start the command under a supervisor that is ready to watch it.
 
@@ -149,7 +152,8 @@ def launch(
     copies, so a reader of the caller's output sees end of file when the
     command is done, not when the supervisor is. ``lifeline``, ``deadline_at``
     (monotonic) and ``stop_signal`` are what the sentry watches and sends
-    until the loop runs.
+    until the loop runs. ``containment`` is the run's cgroup as the supervisor
+    prepared it early (:mod:`tether.supervisor.run_cgroup`), from ``limits``.
     """
     become_a_supervisor()
     wakeup = SignalWakeup()
@@ -168,10 +172,13 @@ def launch(
             ignored_signals=ignored_signals,
             join_group=join_group,
             limits=limits,
+            containment=containment,
         )
     except CommandNotStarted as failure:
+        _discard(containment)
         result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), failure=failure)
     except OSError as error:
+        _discard(containment)
         # No pidfd on the command (which start_command then killed and reaped):
         # a command tether cannot watch is a command it does not run.
         result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), failure=_unwatchable(error))
@@ -244,16 +251,20 @@ def _post_sentry(
         return None
 
 
+def _discard(containment: Containment | None) -> None:
+    """No command: no cgroup left behind, no warming child left unreaped (both idempotent)."""
+    if containment is not None:
+        containment.discard()
+
+
 def _signal_number(name: str) -> int:
     """The number of the signal called ``name``; SIGTERM for a name this system lacks.
 
-    Read as the core reads it (:func:`tether.shared.signals.signal_number`):
-    ``SIGRTMIN+1`` and ``0`` (``timeout -s 0``) are no attributes of
-    :mod:`signal`, and the sentry sent SIGTERM for them. The spec's check let
-    the name through; a name the core cannot send is its to report.
+    Every name a request may carry: ``0`` (send nothing) and the real-time
+    ones (``SIGRTMIN+2``) too, which :mod:`signal` has no attribute for. The
+    spec's check let the name through; the core sends it by name later, and a
+    name it cannot send is its to report.
     """
-    from tether.shared.signals import signal_number
-
     try:
         return signal_number(name)
     except ValueError:

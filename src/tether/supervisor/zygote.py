@@ -42,7 +42,9 @@ import socket
 import sys
 
 from tether.core.reasons import TETHER_FAILED
+from tether.linux.cgroup import warm_attach_lock
 from tether.supervisor.detach import loaded, loading
+from tether.supervisor.run_cgroup import Containment, prepare_containment
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -112,30 +114,61 @@ def _warm_up() -> None:
 
 
 def _fork_supervisor(server: socket.socket, header: bytes, fds: list[int]) -> int:
-    """Fork the request's supervisor (detached: ``setsid``, fork); return the child's pid, or -1."""
+    """Fork the request's supervisor (detached: ``setsid``, fork); return the child's pid, or -1.
+
+    The run's cgroup is made here, before the forks, and the intermediate,
+    which has nothing else to do, takes the join's lock for nothing before it
+    exits: the kernel's wait for that lock then passes while the supervisor
+    takes on the request, not in the command's path
+    (:mod:`tether.supervisor.run_cgroup`). The cgroup is named after the
+    zygote, which outlives the moment it stays empty (until the command joins).
+    """
+    containment = _prepare(header)
     try:
         child = os.fork()
     except OSError:
+        if containment is not None:
+            containment.discard()
         return -1
     if child == 0:
         try:
             server.close()
             os.setsid()
             if os.fork() > 0:
+                warm_attach_lock()
                 os._exit(0)
-            _become(header, fds)
+            _become(header, fds, containment)
         except BaseException:  # noqa: S110 - nobody to tell; the caller sees a lost supervisor
             pass
         os._exit(TETHER_FAILED)
+    if containment is not None:
+        containment.release()
     return child
 
 
-def _become(header: bytes, fds: list[int]) -> NoReturn:
+def _prepare(header: bytes) -> Containment | None:
+    """The request's containment, from its limits and its ``TETHER_CONTAINMENT``.
+
+    ``None`` for a request this cannot read: the supervisor reads it again,
+    and says what is wrong with it.
+    """
+    try:
+        request = json.loads(header)
+        environ = request["environ"]
+        limits = json.loads(request["spec"]).get("limits")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not isinstance(environ, dict) or not isinstance(limits, dict | None):
+        return None
+    return prepare_containment(limits, warm=False, environ=environ)
+
+
+def _become(header: bytes, fds: list[int], containment: Containment | None) -> NoReturn:
     """Take on the caller's process state as the request says, then become its supervisor."""
     loading()
     request = json.loads(header)
     roles = dict(zip(request["roles"], fds, strict=True))
-    _close_all_but(fds)
+    _close_all_but(fds if containment is None else fds + containment.descriptors())
     environment = request["environ"]
     os.environ.clear()
     os.environ.update(environment)
@@ -146,7 +179,7 @@ def _become(header: bytes, fds: list[int]) -> NoReturn:
 
     from tether.supervisor.detach import supervise_raw
 
-    supervise_raw(json.dumps({**json.loads(request["spec"]), "fds": roles}).encode())
+    supervise_raw(json.dumps({**json.loads(request["spec"]), "fds": roles}).encode(), containment)
     os._exit(TETHER_FAILED)
 
 

@@ -1,0 +1,47 @@
+"""Record paths as strings, read as :mod:`pathlib` reads them (``tether.shared.paths``).
+
+A run's way to its launch has no ``pathlib`` (it costs milliseconds to
+import), so the record path is handled there as a string; it must come out
+exactly as ``pathlib`` would have made it: the path in the record, in
+messages and in ``tether ls`` must not change with the way it was computed.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tether.shared.paths import (
+    EVENTS_SUFFIX,
+    events_name_for,
+    normal_path,
+    parent_and_name,
+    with_name,
+)
+
+#: Paths made of what makes pathlib's reading differ from the text: slashes
+#: (one, two, three), ``.``, ``..``, dots in names, spaces.
+_PATHS = st.lists(
+    st.sampled_from(["/", "//", "///", ".", "..", "a", "b.json", ".json", "x.", "a b", "..."]),
+    max_size=8,
+).map("".join) | st.text(alphabet="/.ab", max_size=10)
+
+
+@settings(max_examples=1000)
+@given(_PATHS)
+def test_a_path_reads_as_pathlib_reads_it(text: str) -> None:
+    path = PurePosixPath(text)
+    assert normal_path(text) == str(path)
+    assert parent_and_name(text) == (str(path.parent), path.name)
+
+
+@settings(max_examples=1000)
+@given(_PATHS)
+def test_the_event_log_is_named_as_pathlib_names_it(text: str) -> None:
+    path = PurePosixPath(text)
+    if path.name:
+        events = path.with_name(path.stem + EVENTS_SUFFIX)
+        assert events_name_for(path.name) == events.name
+        assert with_name(text, events.name) == str(events)
