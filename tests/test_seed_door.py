@@ -23,7 +23,6 @@ from conftest import (
     alive,
     fixture,
     read_json,
-    skip_without_cgroup,
     validate_record,
     wait_gone,
 )
@@ -275,31 +274,3 @@ def test_bad_parent_fd_and_missing_separator_start_nothing(tmp_path: Path) -> No
     os.close(read_end)
     os.close(write_end)
     assert not marker.exists()
-
-
-def test_a_refusal_leaves_no_cgroup_behind(tmp_path: Path) -> None:
-    """The run's cgroup is made early (its join's lock warms while the door loads), and a
-    refusal after that removes it: a usage error leaves nothing, a cgroup included."""
-    skip_without_cgroup()
-    from tether.linux.cgroup import own_cgroup
-
-    read_end, write_end = os.pipe()
-    try:
-        popen = subprocess.Popen(
-            [
-                sys.executable, "-m", "tether.supervisor",
-                *seed_args(tmp_path / "r.json", read_end, "soon"), "--", "true",
-            ],
-            pass_fds=(read_end,),
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "TETHER_CONTAINMENT": "cgroup"},
-        )  # fmt: skip
-        _, stderr = popen.communicate(timeout=BOUND)
-    finally:
-        os.close(read_end)
-        os.close(write_end)
-    assert popen.returncode == 125
-    assert "--deadline-seconds" in stderr
-    made = [name for name in os.listdir(own_cgroup()[1]) if name.startswith(f"tether-{popen.pid}-")]
-    assert made == []

@@ -49,9 +49,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import NoReturn
 
-    from tether.cli.seed_options import SeedOptions
-    from tether.core.spec import RunSpec
-
 __all__ = ["main"]
 
 _FLAGS = {"deadline": "--deadline-seconds", "grace": "--grace-seconds", "label": "--variant"}
@@ -129,57 +126,7 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
     problem = _parent_fd_problem(parsed.parent_fd)
     if problem is not None:
         _fail(problem)
-    _close_own_write_ends(parsed.parent_fd)
 
-    from tether.supervisor.run_cgroup import prepare_containment
-
-    # The run's cgroup first: the kernel's wait for its join's lock passes while
-    # the request is checked and the launch is loaded (tether.supervisor.run_cgroup).
-    containment = prepare_containment(None)
-    try:
-        spec = _checked_request(command, parsed, asked_at)
-        from tether.shared.protocol import StatusWriter
-        from tether.supervisor.launch import launch
-
-        status = StatusWriter(None)
-        try:
-            nothing = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as error:
-            _fail(f"cannot open {os.devnull}: {error.strerror}")
-    except BaseException:
-        containment.discard()  # a refusal leaves nothing behind: no cgroup either
-        raise
-    attempt = launch(
-        command,
-        cwd=None,
-        env=None,
-        umask=None,
-        stdin=nothing,
-        close_after_launch=(nothing,),
-        stdout=None,
-        stderr=None,
-        status=status,
-        lifeline=parsed.parent_fd,
-        deadline_at=spec.deadline_at,
-        stop_signal=spec.stop_signal,
-        containment=containment,
-    )
-    # Only for a failure to load the loop, so after the launch (the sentry is watching).
-    from tether.supervisor import last_resort
-
-    try:
-        from tether.supervisor.detach import loaded
-        from tether.supervisor.loop import supervise
-
-        loaded()
-        return supervise(spec, attempt, lifeline=parsed.parent_fd, status=status)
-    except BaseException as error:
-        # supervise() has a last resort of its own; this one is for loading it.
-        return last_resort.abandon(attempt, error, status=status, say=_say)
-
-
-def _checked_request(command: list[str], parsed: SeedOptions, asked_at: float) -> RunSpec:
-    """The request, checked as at every door, with the record's directory held; or refuse."""
     from tether.caller.request import RequestError, build_request
     from tether.shared.record_file import RecordError, hold_record_directory
 
@@ -200,7 +147,42 @@ def _checked_request(command: list[str], parsed: SeedOptions, asked_at: float) -
         _fail("no command after --" if error.option == "argv" else str(error))
     except RecordError as error:
         _fail(str(error))
-    return spec
+    _close_own_write_ends(parsed.parent_fd)
+
+    from tether.shared.protocol import StatusWriter
+    from tether.supervisor.launch import launch
+
+    status = StatusWriter(None)
+    try:
+        nothing = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as error:
+        _fail(f"cannot open {os.devnull}: {error.strerror}")
+    attempt = launch(
+        command,
+        cwd=None,
+        env=None,
+        umask=None,
+        stdin=nothing,
+        close_after_launch=(nothing,),
+        stdout=None,
+        stderr=None,
+        status=status,
+        lifeline=parsed.parent_fd,
+        deadline_at=spec.deadline_at,
+        stop_signal=spec.stop_signal,
+    )
+    # Only for a failure to load the loop, so after the launch (the sentry is watching).
+    from tether.supervisor import last_resort
+
+    try:
+        from tether.supervisor.detach import loaded
+        from tether.supervisor.loop import supervise
+
+        loaded()
+        return supervise(spec, attempt, lifeline=parsed.parent_fd, status=status)
+    except BaseException as error:
+        # supervise() has a last resort of its own; this one is for loading it.
+        return last_resort.abandon(attempt, error, status=status, say=_say)
 
 
 def _working_directory() -> str | None:
