@@ -111,8 +111,10 @@ def test_the_seed_door_launches_before_loading_heavy_modules(tmp_path: Path) -> 
 
 #: Not loaded before the seed door's launch either: it reads its options by hand
 #: (``argparse`` is for ``--help``), its record's path as text (no ``pathlib``), and
-#: sends no status message (no ``json``); ``datetime`` names only a default record.
+#: sends no status message (no ``json``); ``datetime`` names only a default record;
+#: ``re``: the cgroup module reads mountinfo and its cgroup names by hand.
 SEED_DOOR_FORBIDDEN = (
+    "re",
     "argparse",
     "gettext",
     "shutil",
