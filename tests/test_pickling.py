@@ -28,6 +28,7 @@ import tether
 from tether.api.outcome import CommandFailed, Outcome, TimeoutExpired
 from tether.caller.request import LimitsUnavailable, RequestError
 from tether.caller.start import LaunchError
+from tether.cli.seed_options import UsageError
 from tether.core.durations import DurationError
 from tether.core.limits import LimitError
 from tether.core.machine import IllegalEvent
@@ -171,6 +172,7 @@ EXAMPLES: dict[type[BaseException], Callable[[], BaseException]] = {
     DurationError: lambda: DurationError("soon"),
     CommandNotStarted: lambda: CommandNotStarted(errno.EACCES, "denied", "exec"),
     SpawnFailed: lambda: SpawnFailed("exec", errno.ENOENT, "no such file"),
+    UsageError: lambda: UsageError("argument --record: expected one argument"),
 }
 
 

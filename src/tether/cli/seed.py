@@ -33,7 +33,6 @@ could never come. Such copies are closed before the command starts.
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import os
 import stat
@@ -41,7 +40,7 @@ import sys
 import time
 
 from tether.cli.messages import say
-from tether.cli.parsers import UsageParser
+from tether.cli.seed_options import PROG, UsageError, read_options
 from tether.core.reasons import TETHER_FAILED
 from tether.linux import UnsupportedPlatform, require_linux
 
@@ -52,59 +51,11 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-_PROG = "python -m tether.supervisor"
-#: A descriptor number is below 2**31: ten digits at most.
-_MAX_DESCRIPTOR_DIGITS = 10
 _FLAGS = {"deadline": "--deadline-seconds", "grace": "--grace-seconds", "label": "--variant"}
 
 
-class _Parser(UsageParser):
-    """The seed's parser: one line per usage error (no usage text), status 125."""
-
-    def error(self, message: str) -> NoReturn:
-        _fail(message)
-
-
-def _descriptor_number(text: str) -> int:
-    """``--parent-fd``'s value: plain ASCII digits, as a worker in any language writes a number.
-
-    ``int()`` alone would also take ``" 3"``, ``"+3"``, ``"1_0"`` (ten) and
-    ``"٣"`` (Arabic-Indic three): a descriptor named in a way no C worker
-    meant is refused rather than guessed at. So is one of more digits than any
-    descriptor has (``int()`` refuses over 4300 digits with an error of its own).
-    """
-    if not (text.isascii() and text.isdigit() and len(text) <= _MAX_DESCRIPTOR_DIGITS):
-        shown = (
-            text if len(text) <= _MAX_DESCRIPTOR_DIGITS else text[:_MAX_DESCRIPTOR_DIGITS] + "..."
-        )
-        raise argparse.ArgumentTypeError(f"not a descriptor number: {shown!r}")
-    return int(text)
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog=_PROG,
-        description="Supervise one command in the foreground, bound to a pipe its caller holds.",
-        epilog="The command follows --. Exit status: the command's own, or 124 (deadline), "
-        "125 (tether failed), 126/127 (cannot execute / not found), 130 (cancelled, caller lost).",
-    )
-    parser.add_argument("--variant", required=True, help="the run's label, kept in the record")
-    parser.add_argument(
-        "--parent-fd",
-        required=True,
-        type=_descriptor_number,
-        help="read end of a pipe the caller holds open",
-    )
-    parser.add_argument("--record", required=True, help="where to write the JSON record")
-    parser.add_argument(
-        "--deadline-seconds", required=True, help="stop the command after this long (0: never)"
-    )
-    parser.add_argument("--grace-seconds", required=True, help="time between SIGTERM and SIGKILL")
-    return parser
-
-
 def _fail(message: str) -> NoReturn:
-    say(f"{_PROG}: error: {message}")
+    say(f"{PROG}: error: {message}")
     raise SystemExit(TETHER_FAILED)
 
 
@@ -164,7 +115,10 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
     args = list(sys.argv[1:] if argv is None else argv)
     split = args.index("--") if "--" in args else len(args)
     options, command = args[:split], args[split + 1 :]
-    parsed, extra = _parser().parse_known_args(options)
+    try:
+        parsed, extra = read_options(options)
+    except UsageError as error:
+        _fail(error.message)
     if split == len(args):
         _fail("the command to supervise must follow --")
     if extra:
@@ -172,8 +126,6 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
     problem = _parent_fd_problem(parsed.parent_fd)
     if problem is not None:
         _fail(problem)
-
-    from pathlib import Path
 
     from tether.caller.request import RequestError, build_request
     from tether.shared.record_file import RecordError, hold_record_directory
@@ -189,7 +141,7 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
             flags=_FLAGS,
         )
         if spec.record_path is not None:
-            held = hold_record_directory(Path(spec.record_path))
+            held = hold_record_directory(spec.record_path)
             spec = spec.replace(fds={**spec.fds, "record_dir": held}, cwd=_working_directory())
     except RequestError as error:
         _fail("no command after --" if error.option == "argv" else str(error))
@@ -198,7 +150,6 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
     _close_own_write_ends(parsed.parent_fd)
 
     from tether.shared.protocol import StatusWriter
-    from tether.supervisor import last_resort
     from tether.supervisor.launch import launch
 
     status = StatusWriter(None)
@@ -220,6 +171,9 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
         deadline_at=spec.deadline_at,
         stop_signal=spec.stop_signal,
     )
+    # Only for a failure to load the loop, so after the launch (the sentry is watching).
+    from tether.supervisor import last_resort
+
     try:
         from tether.supervisor.detach import loaded
         from tether.supervisor.loop import supervise

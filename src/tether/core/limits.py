@@ -24,7 +24,6 @@ Pure: no I/O.
 from __future__ import annotations
 
 import math
-import re
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -54,7 +53,9 @@ _CPU_MOST: Final = 1 << 20
 _SIZE_MOST: Final = (1 << 63) - 1
 
 _UNITS: Final = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5, "e": 6}
-_SIZE: Final = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([kmgtpe]?)(?:i?b)?", re.IGNORECASE)
+#: A size as a string: compiled where first used (``re`` is not loaded before a launch without
+#: limits), and cached by ``re`` from then on.
+_SIZE: Final = r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([kmgtpe]?)(?:i?b)?"
 
 #: The limits' names, as the API spells them (the record's ``limits`` keys).
 LIMIT_NAMES: Final = ("memory_max", "memory_swap_max", "cpu_max", "pids_max")
@@ -82,7 +83,9 @@ def parse_size(value: object, *, flag: str, allow_zero: bool = False) -> int:
             f"{flag}: a size must be a number of bytes or a string like '8G', not {_shown(value)}"
         )
     if isinstance(value, str):
-        match = _SIZE.fullmatch(value.strip())
+        import re
+
+        match = re.fullmatch(_SIZE, value.strip(), re.IGNORECASE)
         if match is None:
             raise LimitError(
                 f"{flag}: not a size: {_shown(value)} (write bytes, or a number with "

@@ -27,7 +27,6 @@ Pure: JSON, and no ``dataclasses`` (see :class:`RunSpec`).
 
 from __future__ import annotations
 
-import json
 import math
 
 from tether.core.durations import seconds_for_json, seconds_from_json
@@ -165,6 +164,8 @@ class RunSpec(FrozenValue):
 
     def to_json(self) -> bytes:
         """Serialise for the spec pipe (strict JSON: an endless grace is ``null``)."""
+        import json  # here, not at the top: the seed door launches without it
+
         data = {name: getattr(self, name) for name in _FIELDS}
         data["grace_seconds"] = seconds_for_json(self.grace_seconds)
         return json.dumps(data, allow_nan=False).encode()
@@ -172,6 +173,8 @@ class RunSpec(FrozenValue):
     @classmethod
     def from_json(cls, raw: bytes) -> RunSpec:
         """Read a spec written by :meth:`to_json`; raise :class:`SpecError` if it is not one."""
+        import json
+
         try:
             data = json.loads(raw)
             data["argv"] = tuple(data["argv"])

@@ -60,7 +60,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import re
 import select
 import time
 
@@ -82,7 +81,7 @@ __all__ = [
 ]
 
 #: The name of every cgroup tether creates: ``tether-<creator pid>-<8 hex digits>``.
-_NAME: Final = re.compile(r"tether-(\d+)-[0-9a-f]{8}")
+_PREFIX: Final = "tether"
 
 #: How many stale cgroups one supervisor tries to remove, at most.
 _STALE_BOUND: Final = 32
@@ -93,8 +92,32 @@ class CgroupUnavailable(Exception):
 
 
 def _unescape(field: str) -> str:
-    """Undo mountinfo's octal escapes (``\\040`` for a space, and so on)."""
-    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), field)
+    """Undo mountinfo's octal escapes (``\\040`` for a space, and so on).
+
+    By hand, as everything here: no ``re`` on the path to a command's launch.
+    """
+    first, *pieces = field.split("\\")
+    unescaped = [first]
+    for piece in pieces:
+        code = piece[:3]
+        if len(code) == 3 and all(digit in "01234567" for digit in code):
+            unescaped.append(chr(int(code, 8)) + piece[3:])
+        else:
+            unescaped.append("\\" + piece)
+    return "".join(unescaped)
+
+
+def _creator_of(name: str) -> str | None:
+    """The creator's pid in a cgroup name tether gave (``tether-<pid>-<8 hex>``), or None."""
+    parts = name.split("-")
+    if len(parts) != 3:
+        return None
+    prefix, pid, suffix = parts
+    if prefix != _PREFIX or not (pid.isascii() and pid.isdigit()) or len(suffix) != 8:
+        return None
+    if not all(digit in "0123456789abcdef" for digit in suffix):
+        return None
+    return pid
 
 
 def _cgroup2_mounts() -> list[tuple[str, str]]:
@@ -194,9 +217,9 @@ def remove_stale(parent: str) -> int:
     except OSError:
         return 0
     stale = [
-        match.group(0)
+        name
         for name in names
-        if (match := _NAME.fullmatch(name)) and not os.path.exists(f"/proc/{match.group(1)}")
+        if (creator := _creator_of(name)) and not os.path.exists(f"/proc/{creator}")
     ]
     for name in stale[:_STALE_BOUND]:
         with contextlib.suppress(OSError):
@@ -229,7 +252,7 @@ class RunCgroup:
         if controllers:
             enable_controllers(own_directory, controllers)
         remove_stale(own_directory)
-        name = f"tether-{os.getpid()}-{os.urandom(4).hex()}"
+        name = f"{_PREFIX}-{os.getpid()}-{os.urandom(4).hex()}"
         directory = os.path.join(own_directory, name)
         try:
             os.mkdir(directory, 0o755)

@@ -1,26 +1,33 @@
-"""``prctl(2)`` through ctypes, for the two flags the standard library does not offer.
+"""``prctl(2)`` through ctypes, for the flags the standard library does not offer.
 
 ``PR_SET_CHILD_SUBREAPER`` makes every orphaned descendant of the supervisor
 re-parent to it rather than to init, which is how a descendant that escaped
 with ``setsid()`` or a double fork stays findable. ``PR_SET_PDEATHSIG`` is the
 backstop for the one case the supervisor cannot handle itself: its own
-SIGKILL. Both are plain integers passed to libc through ctypes; only the
-supervisor imports this module, and the C library's handle is opened on first
-use.
+SIGKILL. ``PR_SET_NAME`` gives the supervisor the name others know it by. All
+are plain integers (or a short string) passed to libc; only the supervisor
+imports this module, and the C function is looked up on first use.
+
+The lookup goes through ``_ctypes``, the C half of :mod:`ctypes`, as
+``ctypes.CDLL(None, use_errno=True).prctl`` does it: the function pointer
+type that call makes, with the same flags and result type, on the same
+handle. ``import ctypes`` itself builds its whole family of C types and
+costs about 3 ms, on the path to every command's launch, for this one
+function. Where ``_ctypes`` lacks any piece of that (another Python, a later
+version), :mod:`ctypes` is used as it is.
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import os
 
 # On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Final
 
-__all__ = ["set_child_subreaper", "set_parent_death_signal"]
+__all__ = ["set_child_subreaper", "set_parent_death_signal", "set_process_name"]
 
 _PR_SET_PDEATHSIG: Final = 1
 _PR_SET_CHILD_SUBREAPER: Final = 36
@@ -30,21 +37,75 @@ _PR_SET_NAME: Final = 15
 #: how another supervisor recognises a nested run in its tree.
 SUPERVISOR_NAME: Final = "tether-sup"
 
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
+#: ``prctl`` and the C types of its arguments, once looked up (see :func:`_bound`).
+_binding: _Binding | None = None
 
 
-def _prctl(option: int, value: int) -> None:
-    if _libc().prctl(option, ctypes.c_ulong(value), 0, 0, 0) != 0:
-        number = ctypes.get_errno()
+class _Binding:
+    """libc's ``prctl``, how to read ``errno`` after it, and ``unsigned long`` to pass a value."""
+
+    __slots__ = ("get_errno", "prctl", "unsigned_long")
+
+    def __init__(
+        self,
+        prctl: Callable[..., int],
+        get_errno: Callable[[], int],
+        unsigned_long: Callable[[int], object],
+    ) -> None:
+        self.prctl = prctl
+        self.get_errno = get_errno
+        self.unsigned_long = unsigned_long
+
+
+def _bound() -> _Binding:
+    global _binding  # noqa: PLW0603 - looked up once per process
+    if _binding is None:
+        try:
+            _binding = _through_ctypes_core()
+        except (ImportError, AttributeError, TypeError, OSError):
+            _binding = _through_ctypes()
+    return _binding
+
+
+def _through_ctypes_core() -> _Binding:
+    """What ``ctypes.CDLL(None, use_errno=True).prctl`` is, built from ``_ctypes`` alone."""
+    import _ctypes
+
+    class CInt(_ctypes._SimpleCData):  # type: ignore[type-arg]
+        _type_ = "i"
+
+    class CUnsignedLong(_ctypes._SimpleCData):  # type: ignore[type-arg]
+        _type_ = "L"
+
+    class Function(_ctypes.CFuncPtr):
+        _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+        _restype_ = CInt
+
+    class Library:
+        """What a function pointer is looked up in: anything with the library's handle."""
+
+        _handle = _ctypes.dlopen(None, _ctypes.RTLD_LOCAL)  # type: ignore[arg-type]  # the program
+
+    prctl = Function(("prctl", Library()))  # type: ignore[arg-type]  # what CDLL passes: itself
+    return _Binding(prctl, _ctypes.get_errno, CUnsignedLong)
+
+
+def _through_ctypes() -> _Binding:
+    import ctypes
+
+    return _Binding(ctypes.CDLL(None, use_errno=True).prctl, ctypes.get_errno, ctypes.c_ulong)
+
+
+def _prctl(option: int, value: object) -> None:
+    binding = _bound()
+    if binding.prctl(option, value, 0, 0, 0) != 0:
+        number = binding.get_errno()
         raise OSError(number, os.strerror(number))
 
 
 def set_child_subreaper(enabled: bool = True) -> None:
     """Make the calling process the reaper of its orphaned descendants (or stop being it)."""
-    _prctl(_PR_SET_CHILD_SUBREAPER, int(enabled))
+    _prctl(_PR_SET_CHILD_SUBREAPER, _bound().unsigned_long(int(enabled)))
 
 
 def set_parent_death_signal(signal_number: int) -> None:
@@ -53,12 +114,10 @@ def set_parent_death_signal(signal_number: int) -> None:
     The kernel ties this to the thread that forked, not the process; tether's
     supervisor is single-threaded, so the two are the same.
     """
-    _prctl(_PR_SET_PDEATHSIG, signal_number)
+    _prctl(_PR_SET_PDEATHSIG, _bound().unsigned_long(signal_number))
 
 
 def set_process_name(name: str) -> None:
     """Set the calling thread's name (``comm``, at most 15 bytes), as ``ps`` shows it."""
-    raw = ctypes.create_string_buffer(name.encode()[:15])
-    if _libc().prctl(_PR_SET_NAME, raw, 0, 0, 0) != 0:
-        number = ctypes.get_errno()
-        raise OSError(number, os.strerror(number))
+    # A bytes object is passed as a pointer to its bytes, always followed by a NUL.
+    _prctl(_PR_SET_NAME, name.encode()[:15])

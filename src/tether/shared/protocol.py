@@ -33,7 +33,6 @@ Stdlib only, cheap to import: both sides use it.
 
 from __future__ import annotations
 
-import json
 import os
 
 from tether.core.reasons import TETHER_FAILED, Reason
@@ -293,11 +292,15 @@ _READERS: Final = {cls.KIND: cls for cls in (Spawned, Started, Signalled, Finish
 
 def encode(message: Spawned | Started | Signalled | Finished) -> bytes:
     """One status line for ``message``."""
+    import json  # here, not at the top: the seed door launches without it
+
     return (json.dumps({"event": message.KIND, **message.fields()}) + "\n").encode()
 
 
 def decode(line: bytes) -> Message:
     """Read one status line; anything that is not a message is :class:`Garbled`."""
+    import json
+
     try:
         data = json.loads(line)
     except (ValueError, RecursionError):
@@ -317,6 +320,11 @@ class StatusWriter:
 
     def __init__(self, fd: int | None) -> None:
         self._fd: int | None = fd
+        if fd is not None:
+            # Loaded now, before the launch: ``spawned`` is sent from the command's
+            # child, between its fork and its exec, where an import would delay it.
+            # (Without a channel, as at the seed door, ``json`` is never needed.)
+            import json  # noqa: F401
 
     def send(self, message: Spawned | Started | Signalled | Finished) -> None:
         """Write one message; once the caller is gone, stop trying."""

@@ -76,7 +76,6 @@ from __future__ import annotations
 
 import contextlib
 import errno as errno_codes
-import json
 import math
 import os
 import stat
@@ -452,6 +451,8 @@ def _serialise(path: Path, document: object) -> bytes:
     ASCII-only (``\\u`` escapes) so that a label with odd bytes in it still makes
     valid JSON, and NaN is refused because ``jq`` cannot read it.
     """
+    import json  # here, not at the top: the seed door checks the record's path without it
+
     try:
         text = json.dumps(document, sort_keys=True, indent=2, allow_nan=False)
     except (TypeError, ValueError) as error:
@@ -655,6 +656,8 @@ def parse_bounded_json(data: bytes) -> object:
     them; ``jq`` and every comparison choke on them), an integer of more than
     :data:`_MAX_INT_DIGITS` digits, or nests deeper than :data:`_MAX_JSON_DEPTH`.
     """
+    import json
+
     try:
         value = json.loads(
             data,
@@ -779,6 +782,7 @@ def record_schema() -> dict[str, object]:
     through ``importlib.resources``, which costs tens of milliseconds to import:
     the supervisor reads the schema's field names for every record it redacts.
     """
+    import json
     from pathlib import Path
 
     text = (Path(__file__).resolve().parent.parent / "schema" / "record.v1.json").read_text(

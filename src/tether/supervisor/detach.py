@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import os
 import sys
 
@@ -100,6 +99,8 @@ def supervise_raw(raw: bytes, containment: Containment | None = None) -> int:
     right after. Returns only if ``raw`` is not a spec at all. ``containment``:
     the run's cgroup, if the process that forked this one made it already.
     """
+    import json
+
     try:
         data = json.loads(raw)
         argv, fds = data["argv"], data["fds"]
@@ -159,7 +160,6 @@ def _supervise(
     # The launcher built and checked the spec before sending it; the command
     # starts from its raw fields, before the spec's own class is even loaded.
     from tether.shared.protocol import StatusWriter
-    from tether.supervisor import last_resort
     from tether.supervisor.launch import launch
 
     if "record_dir" in fds:
@@ -192,6 +192,8 @@ def _supervise(
         limits=limits if isinstance(limits, dict) else None,
         containment=containment,
     )
+    # Only for a failure to reach the loop, so after the launch (the sentry is watching).
+    from tether.supervisor import last_resort
 
     try:
         from tether.supervisor.loop import supervise

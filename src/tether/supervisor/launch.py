@@ -2,8 +2,8 @@
 
 The command should start as early as the interpreter allows, so
 this module does only what must come before it, and imports only what that
-needs (``os``, ``signal``, ``ctypes``, and ``json`` for the status messages):
-no ``subprocess`` (:mod:`tether.supervisor.spawn` forks and execs), no
+needs (``os``, ``signal``, ``_ctypes`` for ``prctl``, and ``json`` where a status
+message is sent): no ``subprocess`` (:mod:`tether.supervisor.spawn` forks and execs), no
 ``dataclasses``, no ``typing`` at run time, none of the core, and neither
 ``transitions`` nor ``structlog``. In order:
 
@@ -45,7 +45,6 @@ from tether.shared.signals import signal_number
 from tether.supervisor.command import Command, CommandNotStarted, start_command
 from tether.supervisor.identity import become_a_supervisor
 from tether.supervisor.reserve import NEEDED, DescriptorReserve, free_descriptors
-from tether.supervisor.sentry import Sentry
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,6 +52,7 @@ if TYPE_CHECKING:
     from typing import IO, Final
 
     from tether.supervisor.run_cgroup import Containment
+    from tether.supervisor.sentry import Sentry
 
     _Stdio = int | IO[bytes] | None
 
@@ -230,9 +230,13 @@ def _post_sentry(
     """A sentry on the run, or ``None`` if none can be had (no thread, no descriptor left).
 
     Without one the run is still watched, only from the moment the loop runs:
-    everything waits, level-triggered, in the descriptors the loop reads.
+    everything waits, level-triggered, in the descriptors the loop reads. Its
+    module is loaded here, once the command runs: nothing before the launch
+    needs it.
     """
     try:
+        from tether.supervisor.sentry import Sentry
+
         return Sentry(
             lifeline=lifeline,
             wakeup=wakeup,
@@ -243,7 +247,7 @@ def _post_sentry(
             deadline_at=deadline_at,
             stop_signal=stop_signal,
         )
-    except (OSError, RuntimeError):
+    except (OSError, RuntimeError, ImportError):
         return None
 
 

@@ -1,0 +1,207 @@
+"""The seed door's options, read by hand, with an ``argparse`` parser as the reference.
+
+A worker starts one seed door per command, and ``argparse`` (with ``re``,
+``gettext``, ``shutil`` and ``locale``, and the parser it builds) costs
+milliseconds on the way to the command's launch, every time. Yet a worker's
+command line is always the same five options, spelt as documented. So that
+spelling is read here by hand, and only what the hand reader does not know
+goes to the :func:`parser` built with ``argparse``: ``--help``, abbreviations
+(``--var``), an unknown option, a word starting with ``-`` where a value should
+be (``-1``, which ``argparse`` takes as a value or not depending on what it
+sees). The whole command line then goes to ``argparse``, and every answer,
+message and status is its own, whatever the Python version.
+
+What the hand reader reads, it answers exactly as that parser would: the same
+values (the last of an option given twice), the same words left over, the
+same first error (``argument --parent-fd: not a descriptor number: 'x'``,
+``argument --record: expected one argument``, ``the following arguments are
+required: ...``). ``tests/test_seed_options.py`` holds the two to that on
+random command lines, so that they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from typing import Final, NoReturn
+
+__all__ = ["PROG", "SeedOptions", "UsageError", "descriptor_refusal", "parser", "read_options"]
+
+PROG: Final = "python -m tether.supervisor"
+
+#: The options, as ``argparse`` defines them (in this order: its "required" message's).
+_OPTIONS: Final = (
+    ("--variant", "variant", "the run's label, kept in the record"),
+    ("--parent-fd", "parent_fd", "read end of a pipe the caller holds open"),
+    ("--record", "record", "where to write the JSON record"),
+    ("--deadline-seconds", "deadline_seconds", "stop the command after this long (0: never)"),
+    ("--grace-seconds", "grace_seconds", "time between SIGTERM and SIGKILL"),
+)
+_DESTINATIONS: Final = {name: destination for name, destination, _help in _OPTIONS}
+
+#: A descriptor number is below 2**31: ten digits at most.
+_MAX_DESCRIPTOR_DIGITS: Final = 10
+
+
+class UsageError(Exception):
+    """A command line the seed door refuses; the message as ``argparse`` words it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class SeedOptions:
+    """The five options' values (``parent_fd`` a number, the rest as typed)."""
+
+    __slots__ = ("deadline_seconds", "grace_seconds", "parent_fd", "record", "variant")
+
+    def __init__(
+        self,
+        *,
+        variant: str,
+        parent_fd: int,
+        record: str,
+        deadline_seconds: str,
+        grace_seconds: str,
+    ) -> None:
+        self.variant = variant
+        self.parent_fd = parent_fd
+        self.record = record
+        self.deadline_seconds = deadline_seconds
+        self.grace_seconds = grace_seconds
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SeedOptions):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"SeedOptions({shown})"
+
+
+def descriptor_refusal(text: str) -> str | None:
+    """Why ``text`` is no ``--parent-fd``, or ``None``: plain ASCII digits, as any worker writes.
+
+    ``int()`` alone would also take ``" 3"``, ``"+3"``, ``"1_0"`` (ten) and
+    ``"٣"`` (Arabic-Indic three): a descriptor named in a way no C worker
+    meant is refused rather than guessed at. So is one of more digits than any
+    descriptor has (``int()`` refuses over 4300 digits with an error of its own).
+    """
+    if text.isascii() and text.isdigit() and len(text) <= _MAX_DESCRIPTOR_DIGITS:
+        return None
+    shown = text if len(text) <= _MAX_DESCRIPTOR_DIGITS else text[:_MAX_DESCRIPTOR_DIGITS] + "..."
+    return f"not a descriptor number: {shown!r}"
+
+
+def read_options(words: list[str]) -> tuple[SeedOptions, list[str]]:
+    """The options in ``words`` (what comes before ``--``) and the words left over.
+
+    Raises :class:`UsageError`; ``--help`` prints the help and exits 0.
+    """
+    read = _read_by_hand(words)
+    return read if read is not None else _read_with_argparse(words)
+
+
+def _read_by_hand(words: list[str]) -> tuple[SeedOptions, list[str]] | None:
+    """:func:`read_options` for the documented spelling; ``None`` for anything else."""
+    split = _split(words)
+    if split is None:
+        return None
+    given, extras = split
+    # Now as argparse goes: option by option, the first error wins; the missing ones last.
+    values: dict[str, str | int] = {}
+    for name, value in given:
+        if value is None:
+            raise UsageError(f"argument {name}: expected one argument")
+        if name == "--parent-fd":
+            refusal = descriptor_refusal(value)
+            if refusal is not None:
+                raise UsageError(f"argument {name}: {refusal}")
+            values[_DESTINATIONS[name]] = int(value)
+        else:
+            values[_DESTINATIONS[name]] = value
+    missing = [name for name, destination, _help in _OPTIONS if destination not in values]
+    if missing:
+        raise UsageError(f"the following arguments are required: {', '.join(missing)}")
+    return SeedOptions(**values), extras  # type: ignore[arg-type]
+
+
+def _split(words: list[str]) -> tuple[list[tuple[str, str | None]], list[str]] | None:
+    """The options given, in order, with their values, and the words left over; or ``None``.
+
+    A word that does not start with ``-`` (the empty word included) is always
+    a value or a word left over to ``argparse``; an option is one of the five
+    names, alone (its value the next word; ``None`` if there is none) or with
+    ``=VALUE``. Any other word starting with ``-``, here or as a value, is
+    ``argparse``'s to read: ``None``.
+    """
+    given: list[tuple[str, str | None]] = []
+    extras: list[str] = []
+    index = 0
+    while index < len(words):
+        word = words[index]
+        index += 1
+        if not word.startswith("-"):
+            extras.append(word)
+            continue
+        name, equals, value = word.partition("=")
+        if name not in _DESTINATIONS:
+            return None
+        if equals:
+            given.append((name, value))
+        elif index == len(words):
+            given.append((name, None))
+        elif words[index].startswith("-"):
+            return None
+        else:
+            given.append((name, words[index]))
+            index += 1
+    return given, extras
+
+
+def _read_with_argparse(words: list[str]) -> tuple[SeedOptions, list[str]]:
+    parsed, extras = parser().parse_known_args(words)
+    options = SeedOptions(
+        **{destination: getattr(parsed, destination) for destination in _DESTINATIONS.values()}
+    )
+    return options, extras
+
+
+def parser() -> argparse.ArgumentParser:
+    """The seed door's parser: the reference for :func:`read_options`, and its ``--help``.
+
+    A usage error raises :class:`UsageError` rather than exiting, so that the
+    door says it (one line, no usage text, status 125) the same way whoever
+    found it.
+    """
+    import argparse
+
+    from tether.cli.parsers import UsageParser
+
+    class _Parser(UsageParser):
+        def error(self, message: str) -> NoReturn:
+            raise UsageError(message)
+
+    def descriptor_number(text: str) -> int:
+        refusal = descriptor_refusal(text)
+        if refusal is not None:
+            raise argparse.ArgumentTypeError(refusal)
+        return int(text)
+
+    made = _Parser(
+        prog=PROG,
+        description="Supervise one command in the foreground, bound to a pipe its caller holds.",
+        epilog="The command follows --. Exit status: the command's own, or 124 (deadline), "
+        "125 (tether failed), 126/127 (cannot execute / not found), 130 (cancelled, caller lost).",
+    )
+    for name, _destination, help_text in _OPTIONS:
+        if name == "--parent-fd":
+            made.add_argument(name, required=True, type=descriptor_number, help=help_text)
+        else:
+            made.add_argument(name, required=True, help=help_text)
+    return made
