@@ -1,11 +1,14 @@
-"""The supervisor loads structlog without asyncio and ssl, and asyncio still works if asked for.
+"""The supervisor loads structlog and transitions without what they merely bind.
 
 Each check runs in a fresh interpreter, which imports what a supervisor
 imports, in its order (the launch, then the loop and the event log), writes
-an event log through structlog, and reports which modules are loaded. If a
-structlog release starts *using* asyncio as it loads, the first test fails:
-the deferral (:mod:`tether.supervisor.deferred`) no longer pays, and the
-pinned structlog versions in ``pyproject.toml`` need a look.
+an event log through structlog, and reports which modules are really loaded.
+If a structlog (or transitions) release starts *using* one of the deferred
+modules as it loads, the first test fails: the deferral
+(:mod:`tether.supervisor.deferred`) no longer pays, and the pinned structlog
+versions in ``pyproject.toml`` need a look. The others show that a deferred
+module is the real one once asked for, and that a module kept absent while
+structlog loads can be imported afterwards.
 """
 
 from __future__ import annotations
@@ -27,8 +30,48 @@ from tether.supervisor.event_log import EventLog
 log = EventLog.open(Path(sys.argv[1]), Redactor())
 log.emit("hello", n=1)
 log.close()
-heavy = ("asyncio.base_events", "_asyncio", "ssl", "_ssl")
-print(json.dumps([name for name in heavy if name in sys.modules]))
+heavy = (
+    "asyncio", "asyncio.base_events", "_asyncio", "ssl", "_ssl",
+    "structlog.stdlib", "structlog.threadlocal", "structlog.twisted", "uuid", "platform",
+    *(("inspect", "ast", "dis") if sys.version_info < (3, 12) else ()),
+)
+def loaded(name):
+    module = sys.modules.get(name)
+    return module is not None and type(module).__name__ != "_Deferred"
+print(json.dumps([name for name in heavy if loaded(name)]))
+"""
+
+_DEFERRED_STILL_WORK = """
+import sys
+from tether.supervisor import loop
+from tether.supervisor.event_log import EventLog
+import inspect, structlog, transitions
+from structlog import stdlib, threadlocal
+print(
+    structlog.stdlib.get_logger is stdlib.get_logger,
+    type(sys.modules["structlog.stdlib"]).__name__,
+    threadlocal.wrap_dict is sys.modules["structlog.threadlocal"].wrap_dict,
+    transitions.core.inspect.ismethod(print) is inspect.ismethod(print),
+    type(sys.modules["inspect"]).__name__,
+)
+"""
+
+_ABSENT_ONLY_WHILE_LOADING = """
+import sys
+from tether.supervisor.event_log import EventLog
+import structlog.dev
+blocked = [name for name in ("colorama", "rich", "twisted") if name in sys.modules]
+print(structlog.dev.colorama is None, blocked)
+"""
+
+_NO_COLLECTION_WHILE_LOADING = """
+import gc, sys
+from tether.supervisor import launch, loop
+gc.collect()
+collections = []
+gc.callbacks.append(lambda phase, info: collections.append(phase))
+from tether.supervisor.event_log import EventLog
+print(len(collections), gc.isenabled(), gc.get_freeze_count() > 0)
 """
 
 _ASYNCIO_STILL_WORKS = """
@@ -62,3 +105,15 @@ def test_the_supervisor_side_never_loads_asyncio_or_ssl(tmp_path: Path) -> None:
 
 def test_asyncio_is_the_real_one_once_asked_for() -> None:
     assert _python(_ASYNCIO_STILL_WORKS).split() == ["True", "True"]
+
+
+def test_deferred_modules_are_the_real_ones_once_asked_for() -> None:
+    assert _python(_DEFERRED_STILL_WORK).split() == ["True", "module", "True", "True", "module"]
+
+
+def test_modules_kept_absent_while_structlog_loads_are_not_blocked_afterwards() -> None:
+    assert _python(_ABSENT_ONLY_WHILE_LOADING).split() == ["True", "[]"]
+
+
+def test_no_garbage_collection_runs_while_structlog_loads() -> None:
+    assert _python(_NO_COLLECTION_WHILE_LOADING).split() == ["0", "True", "True"]

@@ -5,15 +5,18 @@ can assert "SIGTERM, then SIGCONT, then nothing until the grace ran out, then
 SIGKILL" by comparing lists, and the adapter stays a thin translation from an
 effect to a system call.
 
-Pure: dataclasses only. Signal names are strings because the core must not
-import :mod:`signal`.
+Pure: immutable values (:class:`~tether.core.values.FrozenValue`, not
+dataclasses: see :mod:`tether.core.events`). Signal names are strings because
+the core must not import :mod:`signal`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from tether.core.values import FrozenValue
 
-from tether.core.reasons import Reason
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tether.core.reasons import Reason
 
 __all__ = ["Effect", "Exit", "SignalName", "SignalTree", "Verdict", "WriteRecord"]
 
@@ -22,15 +25,17 @@ __all__ = ["Effect", "Exit", "SignalName", "SignalTree", "Verdict", "WriteRecord
 SignalName = str
 
 
-@dataclass(frozen=True, slots=True)
-class SignalTree:
+class SignalTree(FrozenValue):
     """Send ``signal`` to the command's whole tree: its process group and every descendant."""
 
+    __slots__ = ("signal",)
     signal: SignalName
 
+    def __init__(self, signal: SignalName) -> None:
+        object.__setattr__(self, "signal", signal)
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+
+class Verdict(FrozenValue):
     """How the run ended, as far as the core can know it.
 
     Times are monotonic seconds from the events. ``returncode`` is ``None`` when
@@ -38,15 +43,53 @@ class Verdict:
     the settle bound, which ``unkillable`` then says).
     """
 
+    __slots__ = (  # noqa: RUF023 - the fields in order
+        "reason",
+        "exit_status",
+        "returncode",
+        "escalated_to_sigkill",
+        "stop_started_at",
+        "finished_at",
+        "unkillable",
+        "launch_errno",
+        "launch_error",
+    )
     reason: Reason
     exit_status: int
     returncode: int | None
     escalated_to_sigkill: bool
     stop_started_at: float | None
     finished_at: float
-    unkillable: bool = False
-    launch_errno: int | None = None
-    launch_error: str | None = None
+    unkillable: bool
+    launch_errno: int | None
+    launch_error: str | None
+
+    def __init__(
+        self,
+        *,
+        reason: Reason,
+        exit_status: int,
+        returncode: int | None,
+        escalated_to_sigkill: bool,
+        stop_started_at: float | None,
+        finished_at: float,
+        unkillable: bool = False,
+        launch_errno: int | None = None,
+        launch_error: str | None = None,
+    ) -> None:
+        values = (
+            reason,
+            exit_status,
+            returncode,
+            escalated_to_sigkill,
+            stop_started_at,
+            finished_at,
+            unkillable,
+            launch_errno,
+            launch_error,
+        )
+        for name, value in zip(self.__slots__, values, strict=True):
+            object.__setattr__(self, name, value)
 
     @property
     def shutdown_seconds(self) -> float | None:
@@ -56,18 +99,24 @@ class Verdict:
         return self.finished_at - self.stop_started_at
 
 
-@dataclass(frozen=True, slots=True)
-class WriteRecord:
+class WriteRecord(FrozenValue):
     """Write the run's one record (the adapter adds what only it knows: pids, rusage...)."""
 
+    __slots__ = ("verdict",)
     verdict: Verdict
 
+    def __init__(self, verdict: Verdict) -> None:
+        object.__setattr__(self, "verdict", verdict)
 
-@dataclass(frozen=True, slots=True)
-class Exit:
+
+class Exit(FrozenValue):
     """The run is over; the supervisor exits (or reports) with ``status``."""
 
+    __slots__ = ("status",)
     status: int
+
+    def __init__(self, status: int) -> None:
+        object.__setattr__(self, "status", status)
 
 
 Effect = SignalTree | WriteRecord | Exit

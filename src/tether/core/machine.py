@@ -33,9 +33,7 @@ record facts and append effects, so they cannot fail halfway through a step.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Final
 
 from transitions import Machine
 
@@ -66,7 +64,11 @@ from tether.core.reasons import (
 )
 from tether.core.spec import DEFAULT_GRACE_SECONDS
 
+# Loaded once the command runs, while its caller waits: no ``typing`` at run time.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Final
+
     from transitions.core import TransitionConfigDict
 
 __all__ = [
@@ -181,7 +183,7 @@ _TABLE: Final[list[TransitionConfigDict]] = [
         "conditions": "grace_is_finite",
         "after": "pass_on_and_arm_kill",
     },
-    {"trigger": "pass_on", "source": [_W, _T], "dest": None, "after": "pass_on"},
+    {"trigger": "pass_on", "source": [_W, _T], "dest": None, "after": "pass_signal_on"},
     {"trigger": "pass_on", "source": [_K, _R], "dest": None},
     # Job control: the tree stops and continues with its caller; timers keep running.
     {"trigger": "suspend", "source": [_W, _T], "dest": None, "after": "suspend_tree"},
@@ -211,24 +213,36 @@ _TABLE: Final[list[TransitionConfigDict]] = [
 ]
 
 
-@dataclass
 class _Run:
-    """The model ``transitions`` drives: the run's facts and the effects of the current step."""
+    """The model ``transitions`` drives: the run's facts and the effects of the current step.
 
-    deadline_at: float | None
-    grace_seconds: float
-    settle_seconds: float
-    stop_signal: SignalName = "SIGTERM"
-    state: Phase = Phase.LAUNCHING
-    now: float = -math.inf
-    event: Event | None = None
-    effects: list[Effect] = field(default_factory=list)
-    reason: Reason | None = None
-    timer_at: float | None = None
-    returncode: int | None = None
-    exited: bool = False
-    escalated: bool = False
-    stop_started_at: float | None = None
+    No method of its own may share a name with a trigger (``transitions`` binds
+    each trigger to the model as a method, and on a clash skips it with a
+    warning after asking :mod:`inspect`, loading it).
+    """
+
+    def __init__(
+        self,
+        *,
+        deadline_at: float | None,
+        grace_seconds: float,
+        settle_seconds: float,
+        stop_signal: SignalName = "SIGTERM",
+    ) -> None:
+        self.deadline_at = deadline_at
+        self.grace_seconds = grace_seconds
+        self.settle_seconds = settle_seconds
+        self.stop_signal = stop_signal
+        self.state = Phase.LAUNCHING
+        self.now = -math.inf
+        self.event: Event | None = None
+        self.effects: list[Effect] = []
+        self.reason: Reason | None = None
+        self.timer_at: float | None = None
+        self.returncode: int | None = None
+        self.exited = False
+        self.escalated = False
+        self.stop_started_at: float | None = None
 
     # -- conditions ---------------------------------------------------------
 
@@ -272,7 +286,7 @@ class _Run:
     def stop_stragglers(self) -> None:
         self._terminate(Reason.COMPLETED)
 
-    def pass_on(self) -> None:
+    def pass_signal_on(self) -> None:
         event = self.event
         assert isinstance(event, SignalRequested)
         self._signal(event.signal)
@@ -286,7 +300,7 @@ class _Run:
         (its status is the signal's); if the KILL is needed, time ran out.
         """
         self.stop_started_at = self.now
-        self.pass_on()
+        self.pass_signal_on()
         self.timer_at = self.now + self.grace_seconds
 
     def suspend_tree(self) -> None:

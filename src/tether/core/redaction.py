@@ -45,10 +45,18 @@ event log and the tests all share it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
-from dataclasses import fields, is_dataclass
+from collections.abc import Mapping
 from enum import Enum
-from typing import Any, Final
+
+from tether.core.values import FrozenValue
+
+# Loaded by a supervisor once its command runs: no ``typing`` or ``dataclasses``
+# at run time (a dataclass instance is redacted with the ``dataclasses`` that
+# made its class, already loaded then).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, MutableMapping, Sequence
+    from typing import Any, Final
 
 __all__ = [
     "MIN_SECRET_LENGTH",
@@ -277,9 +285,10 @@ class Redactor:
     def redact(self, value: object) -> object:
         """``value`` with every secret replaced by :data:`REDACTED`, recursively.
 
-        Mappings become dicts, sets become lists, dataclass instances become
-        dicts of their fields, bytes and unknown objects become (scrubbed)
-        strings; numbers, booleans and ``None`` pass through unchanged.
+        Mappings become dicts, sets become lists, dataclass and
+        :class:`~tether.core.values.FrozenValue` instances become dicts of their
+        fields, bytes and unknown objects become (scrubbed) strings; numbers,
+        booleans and ``None`` pass through unchanged.
         """
         return self._redact(value, 0)
 
@@ -329,7 +338,12 @@ class Redactor:
             return self.scrub(bytes(value).decode("utf-8", "backslashreplace"))
         if isinstance(value, Enum):
             return self._redact(value.value, depth + 1)
-        if is_dataclass(value) and not isinstance(value, type):
-            as_mapping = {field.name: getattr(value, field.name) for field in fields(value)}
+        if isinstance(value, FrozenValue):
+            return self._redact_mapping(value.as_dict(), depth)
+        if hasattr(type(value), "__dataclass_fields__") and not isinstance(value, type):
+            from dataclasses import fields
+
+            shown = fields(value)  # type: ignore[arg-type]  # a dataclass instance, as checked
+            as_mapping = {field.name: getattr(value, field.name) for field in shown}
             return self._redact_mapping(as_mapping, depth)
         return self.scrub(_describe(value))

@@ -57,8 +57,12 @@ class FrozenValue:
         for name, value in zip(self._names(), state, strict=True):
             object.__setattr__(self, name, value)
 
+    def as_dict(self) -> dict[str, object]:
+        """The fields by name (as :func:`dataclasses.asdict` made for a dataclass, not deep)."""
+        return dict(zip(self._names(), self._values(), strict=True))
+
     def replace(self, **changes: object) -> Self:
         """A copy with ``changes`` (as :func:`dataclasses.replace` made for a dataclass)."""
-        values = dict(zip(self._names(), self._values(), strict=True))
+        values = self.as_dict()
         values.update(changes)
         return self.__class__(**values)

@@ -21,8 +21,12 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterator
-from typing import Final, NamedTuple
+
+# Loaded by a supervisor once its command runs: no ``typing`` at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Final
 
 __all__ = [
     "ProcStat",
@@ -81,14 +85,33 @@ def descendants(root: int) -> Iterator[tuple[int, int]]:
                 yield pid, parent
 
 
-class ProcStat(NamedTuple):
-    """The few fields of ``/proc/<pid>/stat`` tether needs."""
+class ProcStat(tuple[str, int, int, str]):
+    """The few fields of ``/proc/<pid>/stat`` tether needs: a named tuple, without ``typing``."""
 
-    state: str
-    parent: int
-    pgid: int
-    #: The command name (``comm``), as ``ps`` shows it.
-    name: str = ""
+    __slots__ = ()
+
+    def __new__(cls, state: str, parent: int, pgid: int, name: str = "") -> ProcStat:
+        return super().__new__(cls, (state, parent, pgid, name))
+
+    @property
+    def state(self) -> str:
+        """The one-letter state (``R``, ``S``, ``Z``...)."""
+        return self[0]
+
+    @property
+    def parent(self) -> int:
+        """The parent's pid."""
+        return self[1]
+
+    @property
+    def pgid(self) -> int:
+        """The process group."""
+        return self[2]
+
+    @property
+    def name(self) -> str:
+        """The command name (``comm``), as ``ps`` shows it."""
+        return self[3]
 
 
 def stat_of(pid: int) -> ProcStat | None:

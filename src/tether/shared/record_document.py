@@ -22,18 +22,25 @@ from __future__ import annotations
 import errno as errno_codes
 import functools
 import os
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Final
+from datetime import UTC
 
 from tether._version import __version__
 from tether.core.durations import seconds_for_json
-from tether.core.effects import Verdict
 from tether.core.limits import LIMIT_NAMES
 from tether.core.reasons import TETHER_FAILED, Reason
 from tether.core.redaction import redact_argv
-from tether.core.spec import RunSpec
+from tether.core.values import FrozenValue
 from tether.shared.record_file import RECORD_SCHEMA_VERSION, record_schema
+
+# Built once the command runs, while its caller waits: no ``typing`` or
+# ``dataclasses`` at run time (see tether.core.events).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from datetime import datetime
+    from typing import Final
+
+    from tether.core.effects import Verdict
+    from tether.core.spec import RunSpec
 
 __all__ = [
     "CONTAINMENTS",
@@ -53,29 +60,38 @@ CONTAINMENTS: Final = frozenset({"process_group", "sweep", "cgroup"})
 # -- building -----------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class SignalSent:
+class SignalSent(FrozenValue):
     """One signal sent to the command's tree: which, when, and to how many processes.
 
     ``at_seconds`` counts from :attr:`RunFacts.started_monotonic`.
     """
 
+    __slots__ = ("signal", "at_seconds", "processes")  # noqa: RUF023 - the fields in order
     signal: str
     at_seconds: float
     processes: int
 
+    def __init__(self, signal: str, at_seconds: float, processes: int) -> None:
+        object.__setattr__(self, "signal", signal)
+        object.__setattr__(self, "at_seconds", at_seconds)
+        object.__setattr__(self, "processes", processes)
 
-@dataclass(frozen=True, slots=True)
-class ResourceUsage:
+
+class ResourceUsage(FrozenValue):
     """What the command's tree cost, from ``wait4``: CPU seconds and peak memory."""
 
+    __slots__ = ("user_seconds", "system_seconds", "max_rss_kib")  # noqa: RUF023 - the fields in order
     user_seconds: float
     system_seconds: float
     max_rss_kib: int
 
+    def __init__(self, user_seconds: float, system_seconds: float, max_rss_kib: int) -> None:
+        object.__setattr__(self, "user_seconds", user_seconds)
+        object.__setattr__(self, "system_seconds", system_seconds)
+        object.__setattr__(self, "max_rss_kib", max_rss_kib)
 
-@dataclass(frozen=True, slots=True)
-class RunFacts:
+
+class RunFacts(FrozenValue):
     """What only the supervisor knows about a run; the core's :class:`Verdict` knows the rest.
 
     ``started_at`` and ``finished_at`` are wall-clock times (timezone-aware),
@@ -92,6 +108,25 @@ class RunFacts:
     lost to a check.
     """
 
+    __slots__ = (  # noqa: RUF023 - the fields in order
+        "spec",
+        "started_at",
+        "started_monotonic",
+        "finished_at",
+        "supervisor_pid",
+        "command_pid",
+        "command_pgid",
+        "returncode",
+        "hostname",
+        "containment",
+        "signals",
+        "descendants_stopped",
+        "stragglers",
+        "rusage",
+        "signals_without_pidfd",
+        "event_log_lines_dropped",
+        "tree_usage",
+    )
     spec: RunSpec
     started_at: datetime
     started_monotonic: float
@@ -102,16 +137,59 @@ class RunFacts:
     returncode: int | None
     hostname: str
     containment: str
-    signals: tuple[SignalSent, ...] = ()
-    descendants_stopped: int = 0
-    stragglers: int = 0
-    rusage: ResourceUsage | None = None
-    signals_without_pidfd: int = 0
-    event_log_lines_dropped: int | None = None
+    signals: tuple[SignalSent, ...]
+    descendants_stopped: int
+    stragglers: int
+    rusage: ResourceUsage | None
+    signals_without_pidfd: int
+    event_log_lines_dropped: int | None
     #: What the whole tree used, from its cgroup (``cpu.stat``, ``memory.peak``,
     #: ``memory.events``, ``pids.events``), by the record's names; ``None``
     #: without a cgroup of the run's own.
-    tree_usage: dict[str, int | float | None] | None = None
+    tree_usage: dict[str, int | float | None] | None
+
+    def __init__(
+        self,
+        *,
+        spec: RunSpec,
+        started_at: datetime,
+        started_monotonic: float,
+        finished_at: datetime,
+        supervisor_pid: int,
+        command_pid: int | None,
+        command_pgid: int | None,
+        returncode: int | None,
+        hostname: str,
+        containment: str,
+        signals: tuple[SignalSent, ...] = (),
+        descendants_stopped: int = 0,
+        stragglers: int = 0,
+        rusage: ResourceUsage | None = None,
+        signals_without_pidfd: int = 0,
+        event_log_lines_dropped: int | None = None,
+        tree_usage: dict[str, int | float | None] | None = None,
+    ) -> None:
+        values = (
+            spec,
+            started_at,
+            started_monotonic,
+            finished_at,
+            supervisor_pid,
+            command_pid,
+            command_pgid,
+            returncode,
+            hostname,
+            containment,
+            signals,
+            descendants_stopped,
+            stragglers,
+            rusage,
+            signals_without_pidfd,
+            event_log_lines_dropped,
+            tree_usage,
+        )
+        for name, value in zip(self.__slots__, values, strict=True):
+            object.__setattr__(self, name, value)
 
 
 def _iso(moment: datetime) -> str:

@@ -76,8 +76,6 @@ import os
 import resource  # noqa: F401
 import signal
 import time
-from collections.abc import Callable, Iterable
-from typing import Final, Protocol, TypeVar
 
 from tether.linux import proctree
 from tether.linux.cgroup import RunCgroup
@@ -86,7 +84,22 @@ from tether.shared.record_document import ResourceUsage
 from tether.shared.signals import signal_name
 from tether.supervisor.reserve import DescriptorReserve
 
-__all__ = ["UNSEEN", "ProcessTree", "Report"]
+# Loaded by a supervisor once its command runs: no ``typing`` at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Final, Protocol, TypeVar
+
+    _T = TypeVar("_T")
+
+    class Report(Protocol):
+        """Where the tree tells the event log what it had to do differently."""
+
+        def __call__(self, event: str, /, **fields: object) -> None:
+            """Write one event with its fields."""
+
+
+__all__ = ["UNSEEN", "ProcessTree"]
 
 #: How many times :meth:`ProcessTree.others` walks the tree to get an answer
 #: it can trust; each walk that finds nothing is confirmed by a second one.
@@ -96,15 +109,6 @@ _WALKS: Final = 8
 #: something may be left that nobody saw. Never a pid of the tree (pid 0 is
 #: the kernel's own), and never counted as "nothing left".
 UNSEEN: Final = 0
-
-_T = TypeVar("_T")
-
-
-class Report(Protocol):
-    """Where the tree tells the event log what it had to do differently."""
-
-    def __call__(self, event: str, /, **fields: object) -> None:
-        """Write one event with its fields."""
 
 
 def _report_nothing(event: str, /, **fields: object) -> None:

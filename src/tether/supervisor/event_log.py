@@ -35,8 +35,8 @@ tether's caller nor any library that configured structlog globally can change
 what (or whether) tether logs, and tether never calls ``structlog.configure()``
 or touches stdlib ``logging``. Only the supervisor process imports this module;
 structlog costs tens of milliseconds to import, which callers should not pay,
-and it is imported without the :mod:`asyncio` it would load for nothing
-(:mod:`tether.supervisor.deferred`).
+and it is imported without the :mod:`asyncio` (and the other modules) it would
+load for nothing (:mod:`tether.supervisor.deferred`).
 
 Each line starts with ``ts`` (UTC, ISO 8601, microseconds), ``mono`` (the
 monotonic clock, which is what deadlines are measured on; an explicit
@@ -58,17 +58,29 @@ import os
 import stat
 import time
 from datetime import UTC, datetime
-from pathlib import Path
-from types import TracebackType
-from typing import Final, Self
 
-from tether.core.redaction import Redactor
 from tether.shared.record_file import open_record_directory
-from tether.supervisor.deferred import asyncio_deferred
+from tether.supervisor.deferred import absent, deferred, uncollected
 
-with asyncio_deferred():
-    import structlog
+# Loaded once the command runs, while its caller waits: no ``typing`` of this
+# module's own at run time (structlog loads it for itself).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from types import TracebackType
+    from typing import Final, Self
+
     from structlog.typing import EventDict, FilteringBoundLogger
+
+    from tether.core.redaction import Redactor
+
+#: What structlog binds or looks for as it loads, and tether never uses (see
+#: :mod:`tether.supervisor.deferred`; tests/test_deferred_imports.py checks it).
+_DEFERRED: Final = ("asyncio", "structlog.stdlib", "structlog.threadlocal")
+_ABSENT: Final = ("colorama", "better_exceptions", "rich", "twisted")
+
+with uncollected(), deferred(*_DEFERRED), absent(*_ABSENT):
+    import structlog
 
 __all__ = ["INCOMPLETE_EVENT", "EventLog"]
 

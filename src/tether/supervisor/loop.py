@@ -30,18 +30,20 @@ the document is built once from the verdict and those facts.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import logging
+import math
 import os
 import select
-import selectors
 import signal
-import socket
 import sys
 import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Final, Protocol
+
+from tether.supervisor.deferred import deferred
+
+# transitions imports inspect (and ast, dis, tokenize...) for one check that
+# tether's model never makes it run (see tether.core.machine._Run). Loaded here,
+# before the core, which imports nothing of the supervisor's.
+with deferred("inspect"):
+    import transitions  # noqa: F401
 
 from tether.core.durations import seconds_for_json
 from tether.core.effects import Effect, Exit, SignalTree, Verdict, WriteRecord
@@ -84,15 +86,33 @@ from tether.shared.record_document import (
 from tether.shared.record_file import RecordError, write_record
 from tether.shared.signals import signal_name, signal_number
 from tether.supervisor import last_resort
-from tether.supervisor.containment import ProcessTree, Report
+from tether.supervisor.containment import ProcessTree
 
+# Loaded once the command runs, while its caller waits for it to end: no
+# ``typing``, ``dataclasses``, ``selectors``, ``socket``, ``logging`` or, for a run
+# without a record, ``pathlib`` of its own (tests/test_loop_imports.py).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Final, Protocol
+
     from tether.core.redaction import Redactor
     from tether.core.spec import RunSpec
+    from tether.supervisor.containment import Report
     from tether.supervisor.event_log import EventLog
     from tether.supervisor.launch import LaunchAttempt
 
-__all__ = ["EventSink", "NullEventLog", "supervise"]
+    class EventSink(Protocol):
+        """Where the loop tells its story: the event log, or nowhere (:class:`NullEventLog`)."""
+
+        def emit(self, event: str, **fields: object) -> None:
+            """Write one event with its fields."""
+
+        def close(self) -> None:
+            """Write nothing more; safe to call twice."""
+
+
+__all__ = ["NullEventLog", "supervise"]
 
 #: The longest single wait in ``select()``, in seconds (see :func:`_wait_bound`).
 _LONGEST_WAIT: Final = 86400.0
@@ -101,16 +121,6 @@ _LONGEST_WAIT: Final = 86400.0
 #: caller that streams bytes gets one turn per MiB, and the loop its deadlines.
 _LIFELINE_READ: Final = 1 << 16
 _LIFELINE_TURN: Final = 1 << 20
-
-
-class EventSink(Protocol):
-    """Where the loop tells its story: :class:`tether.supervisor.event_log.EventLog`, or nowhere."""
-
-    def emit(self, event: str, **fields: object) -> None:
-        """Write one event with its fields."""
-
-    def close(self) -> None:
-        """Write nothing more; safe to call twice."""
 
 
 class NullEventLog:
@@ -146,9 +156,7 @@ class Supervision:
         self.sent_by_sentry: dict[int, float] = {}
         #: The lifeline's bytes and end of file as the sentry read them, not yet translated.
         self.pending_lifeline: tuple[bytes, bool] | None = None
-        # poll(), not epoll: it needs no descriptor of its own, and under a low
-        # open-file limit every descriptor counts (three are watched).
-        self.selector = selectors.PollSelector()
+        self.selector = Watch()
         self.command = command = attempt.command
         self.tree: ProcessTree | None = None
         if command is not None:
@@ -207,6 +215,9 @@ class Supervision:
         path = self.spec.record_path
         if path is None:
             return
+        # Only for a run with a record, whose door has loaded pathlib already.
+        from pathlib import Path
+
         from tether.shared.paths import events_path_for  # loaded with the record file
 
         events = events_path_for(Path(path))
@@ -259,18 +270,18 @@ class Supervision:
     def run(self, first: Event) -> int:
         """Feed events until the run is recorded; return the exit status."""
         self.open_log(first)
-        self.selector.register(self.wakeup.read_fd, selectors.EVENT_READ, "signal")
+        self.selector.register(self.wakeup.read_fd, "signal")
         if self.lifeline is not None:
-            self.selector.register(self.lifeline, selectors.EVENT_READ, "lifeline")
+            self.selector.register(self.lifeline, "lifeline")
         if self.tree is not None:
-            self.selector.register(self.tree.pidfd, selectors.EVENT_READ, "exit")
+            self.selector.register(self.tree.pidfd, "exit")
         self._take_over(first)
         while not self._recorded():
             deadline = self.machine.next_deadline
             timeout = None if deadline is None else _wait_bound(deadline - time.monotonic())
-            ready = self.selector.select(timeout)
+            ready = self.selector.wait(timeout)
             now = time.monotonic()
-            events = self._translate({key.data for key, _ in ready}, now) or [Tick(now)]
+            events = self._translate(ready, now) or [Tick(now)]
             for event in events:
                 self._feed(event)
                 if self._recorded():
@@ -293,7 +304,7 @@ class Supervision:
         """
         handover = None if self.sentry is None else self.sentry.stand_down()
         if handover is None or handover.acted_at is None:
-            self._feed(dataclasses.replace(first, now=time.monotonic()))
+            self._feed(first.replace(now=time.monotonic()))
             now = time.monotonic()
         else:
             self._feed(first)
@@ -450,6 +461,8 @@ class Supervision:
             return
         failure: str | None = None
         try:
+            from pathlib import Path
+
             if self.redactor is None:
                 from tether.shared.secrets import redactor_for
 
@@ -507,7 +520,7 @@ class Supervision:
             command_pid=None if tree is None else tree.leader,
             command_pgid=None if tree is None else tree.pgid,
             returncode=returncode,
-            hostname=socket.gethostname(),
+            hostname=os.uname().nodename,  # what socket.gethostname() says, without socket
             containment="sweep" if tree is None else tree.containment,
             signals=tuple(self.signals),
             descendants_stopped=0 if tree is None else len(tree.stopped),
@@ -586,6 +599,48 @@ def _tree_reporter(supervision: Supervision) -> Report:
             supervision.log.emit(event, **fields)
 
     return report
+
+
+class Watch:
+    """The descriptors the loop waits on, each by the name of what its readiness means.
+
+    ``poll()`` itself, not :mod:`selectors` (a module more to load while the
+    caller waits) and not epoll: it needs no descriptor of its own, and under
+    a low open-file limit every descriptor counts (three are watched). Any
+    readiness counts, hang-up and error included: reading then says what it was.
+    """
+
+    def __init__(self) -> None:
+        self._poll = select.poll()
+        self._names: dict[int, str] = {}
+
+    def register(self, fd: int, name: str) -> None:
+        """Wake up when ``fd`` is readable, and say ``name``."""
+        self._poll.register(fd, select.POLLIN)
+        self._names[fd] = name
+
+    def unregister(self, fd: int) -> None:
+        """Stop watching ``fd``."""
+        self._poll.unregister(fd)
+        del self._names[fd]
+
+    def wait(self, timeout: float | None) -> set[str]:
+        """The names of the descriptors ready within ``timeout`` seconds (``None``: no limit).
+
+        Rounded up to the millisecond, as :class:`selectors.PollSelector` does:
+        a wait cut short by rounding down would wake up just before a deadline
+        and then spin until it came.
+        """
+        if timeout is None:
+            ready = self._poll.poll()
+        else:
+            ready = self._poll.poll(math.ceil(timeout * 1000) if timeout > 0 else 0)
+        return {self._names[fd] for fd, _ in ready if fd in self._names}
+
+    def close(self) -> None:
+        """Stop watching everything; safe to call twice."""
+        for fd in list(self._names):
+            self.unregister(fd)
 
 
 class LifelineBytes:
@@ -749,7 +804,10 @@ def supervise(
     supervision: Supervision | None = None
     try:
         # transitions logs every step through stdlib logging; this process is
-        # tether's own, and its story goes to the event log instead.
+        # tether's own, and its story goes to the event log instead. (Loaded
+        # with transitions already: importing it here costs nothing.)
+        import logging
+
         logging.getLogger("transitions").setLevel(logging.WARNING)
         supervision = Supervision(
             spec, attempt, lifeline=lifeline, status=tap, on_message=on_message
