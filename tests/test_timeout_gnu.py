@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -201,6 +202,24 @@ def test_newer_gnu_verbose_names_signal_zero(as_timeout: str) -> None:
     ]
 
 
+def _as_gnu_does(check: Callable[[str], None], gnu: str) -> None:
+    """GNU ``timeout``'s side of a comparison: the reference, allowed three tries.
+
+    On a loaded machine GNU ``timeout`` 9.1 itself sometimes loses the race
+    between a signal and its own bookkeeping (130 instead of dying of SIGINT,
+    138 instead of 124 for SIGALRM); that is the reference's flake, not
+    tether's. tether's side of the same test gets one try.
+    """
+    for attempt in range(3):
+        try:
+            check(gnu)
+        except AssertionError:
+            if attempt == 2:
+                raise
+        else:
+            return
+
+
 def _started(
     program: str, args: list[str], ready: ReadyPipe, processes: Processes
 ) -> tuple[subprocess.Popen[bytes], int]:
@@ -232,11 +251,15 @@ def test_a_signal_is_passed_on_as_itself(
 ) -> None:
     # Ctrl-C: the command dies of SIGINT, and timeout with it (130 in a shell), not 143.
     assert GNU_TIMEOUT is not None
-    for program in (GNU_TIMEOUT, as_timeout):
+
+    def passed_on(program: str) -> None:
         caller, pid = _started(program, ["20"], ready, processes)
         caller.send_signal(number)
         assert caller.wait(timeout=BOUND) == -number, program
         assert wait_gone(pid), program
+
+    _as_gnu_does(passed_on, GNU_TIMEOUT)
+    passed_on(as_timeout)
 
 
 @pytest.mark.parametrize("number", [signal.SIGUSR1, signal.SIGUSR2, signal.SIGRTMIN])
@@ -255,11 +278,15 @@ def test_sigalrm_is_timeouts_own_timer(
     as_timeout: str, ready: ReadyPipe, processes: Processes
 ) -> None:
     assert GNU_TIMEOUT is not None
-    for program in (GNU_TIMEOUT, as_timeout):
+
+    def timed_out(program: str) -> None:
         caller, pid = _started(program, ["-s", "USR1", "20"], ready, processes)
         caller.send_signal(signal.SIGALRM)
         assert caller.wait(timeout=BOUND) == 124, program
         assert wait_gone(pid)
+
+    _as_gnu_does(timed_out, GNU_TIMEOUT)
+    timed_out(as_timeout)
 
 
 def test_nested_timeouts_leave_the_inner_command_to_the_inner_timeout(
