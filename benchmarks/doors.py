@@ -89,14 +89,16 @@ class Doors:
         """The ``tether`` program of the copy ``env`` runs (``None``: the installed script).
 
         Another copy may name its console entry point differently, so it is read from that
-        copy's ``pyproject.toml`` and called the way the installed script would call it.
+        copy's ``pyproject.toml`` and called the way the installed script would call it,
+        ``import re`` first included (pip's script does, before tether reads its clock): a
+        copy started without it would gain a few milliseconds in every comparison.
         """
         if env is None:
             return self.tether
         source = Path(env["PYTHONPATH"].split(os.pathsep)[0])
         project = tomllib.loads((source.parent / "pyproject.toml").read_text())
         module, function = project["project"]["scripts"]["tether"].split(":")
-        call = f"import sys; from {module} import {function}; sys.exit({function}())"
+        call = f"import re, sys; from {module} import {function}; sys.exit({function}())"
         return [self.python, "-c", call]
 
     # -- the contenders ---------------------------------------------------------
