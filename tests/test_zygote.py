@@ -18,6 +18,7 @@ import pytest
 
 from conftest import (
     BOUND,
+    FIXTURES,
     Processes,
     alive,
     read_json,
@@ -389,3 +390,54 @@ def test_a_zygote_lost_holding_a_request_means_the_plain_path_and_one_command(
     result = _caller(_LOST_WITH_THE_REQUEST, tmp_path, str(ran))
     assert result.stdout.split() == ["completed", "1"]
     assert ran.read_text() == "once\n"
+
+
+_TWO_RUNS = """
+import json, sys
+import tether
+from tether.caller import zygote
+tether.run(["true"], record=f"{sys.argv[1]}/first.json")  # forked before the zygote loads
+second = tether.launch(["true"], record=f"{sys.argv[1]}/second.json")
+second.wait()
+print(json.dumps({"zygote": zygote.zygote_pid(), "supervisor": second.supervisor_pid}))
+"""
+
+
+def test_a_supervisor_forked_from_the_zygote_loads_nothing_of_its_own(tmp_path: Path) -> None:
+    """Every module a forked supervisor uses was loaded in the zygote, and is shared.
+
+    A module the supervisor imported itself (a lazy import the zygote never
+    made: ``pathlib`` for a record, the ``prctl`` binding) is private memory
+    in each of a hundred supervisors. The hook in ``fixtures/exit_modules``
+    notes what each process had loaded when it ended: the zygote's own list
+    (it ends when its caller does) must hold the supervisor's.
+    """
+    snapshots = tmp_path / "modules"
+    paths = [str(FIXTURES / "exit_modules"), os.environ.get("PYTHONPATH", "")]
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path),
+        "XDG_STATE_HOME": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join(path for path in paths if path),
+        "TETHER_TEST_EXIT_MODULES": str(snapshots),
+    }
+    env.pop("TETHER_ZYGOTE", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _TWO_RUNS, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BOUND * 3,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert wait_gone(said["zygote"])
+    ends = {
+        int(pid): set(names)
+        for when, pid, *names in (line.split() for line in snapshots.read_text().splitlines())
+        if when == "exit"
+    }
+    supervisor, zygote = ends[said["supervisor"]], ends[said["zygote"]]
+    assert "tether.supervisor.loop" in supervisor
+    assert sorted(supervisor - zygote) == []

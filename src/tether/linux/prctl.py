@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Final
 
-__all__ = ["set_child_subreaper", "set_parent_death_signal", "set_process_name"]
+__all__ = ["bind", "set_child_subreaper", "set_parent_death_signal", "set_process_name"]
 
 _PR_SET_PDEATHSIG: Final = 1
 _PR_SET_CHILD_SUBREAPER: Final = 36
@@ -55,6 +55,11 @@ class _Binding:
         self.prctl = prctl
         self.get_errno = get_errno
         self.unsigned_long = unsigned_long
+
+
+def bind() -> None:
+    """Look the C function up now (a fork server, so that its children share it)."""
+    _bound()
 
 
 def _bound() -> _Binding:

@@ -101,15 +101,27 @@ def _receive(server: socket.socket) -> tuple[bytes, list[int]] | None:
 
 
 def _warm_up() -> None:
-    """Load everything a supervisor loads after its launch, then freeze it for the forks."""
+    """Load everything a supervisor loads after its launch, then freeze it for the forks.
+
+    Everything, lazy imports included (``pathlib`` for a run's record, the
+    ``prctl`` binding): what a forked supervisor loads itself is private to
+    it, a few hundred kilobytes each that a hundred supervisors do not share.
+    """
     with contextlib.suppress(Exception):
+        import encodings.ascii  # noqa: F401 - the codec the record's checks ask for
+        import pathlib  # noqa: F401 - the loop's, for a run with a record
+
         import tether.core.spec
         import tether.shared.paths
         import tether.shared.secrets
         import tether.supervisor.containment
         import tether.supervisor.event_log
         import tether.supervisor.launch
-        import tether.supervisor.loop  # noqa: F401
+        import tether.supervisor.loop
+        import tether.supervisor.sentry  # noqa: F401
+        from tether.linux.prctl import bind
+
+        bind()
     loaded()
 
 
