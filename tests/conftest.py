@@ -61,6 +61,19 @@ def fixture(name: str, *args: str) -> list[str]:
     return [sys.executable, str(FIXTURES / f"{name}.py"), *args]
 
 
+def hooked_env(home: Path, hook: str, **variables: str) -> dict[str, str]:
+    """The environment of a process whose interpreters load the test hook ``fixtures/HOOK``
+    (its ``sitecustomize``), with a private home and ``variables`` set."""
+    paths = [str(FIXTURES / hook), os.environ.get("PYTHONPATH", "")]
+    return {
+        **os.environ,
+        "HOME": str(home),
+        "XDG_STATE_HOME": str(home),
+        "PYTHONPATH": os.pathsep.join(path for path in paths if path),
+        **variables,
+    }
+
+
 def tether_argv(*args: str) -> list[str]:
     """The argv of the ``tether`` command, run from this interpreter."""
     return [sys.executable, "-m", "tether", *args]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BOUND, FIXTURES, tether_argv
+from conftest import BOUND, hooked_env, tether_argv
 
 #: Never loaded by a supervisor, whatever the run: the loop, the core, the
 #: record and the containment load none of these, nor does what they use.
@@ -53,14 +53,7 @@ def _loaded_after_launch(
 ) -> tuple[set[str], set[str]]:
     """Run one door to the end: what its supervisor loaded after the launch, and in all."""
     snapshots = home / "modules"
-    paths = [str(FIXTURES / "exit_modules"), os.environ.get("PYTHONPATH", "")]
-    env = {
-        **os.environ,
-        "HOME": str(home),
-        "XDG_STATE_HOME": str(home),
-        "PYTHONPATH": os.pathsep.join(path for path in paths if path),
-        "TETHER_TEST_EXIT_MODULES": str(snapshots),
-    }
+    env = hooked_env(home, "exit_modules", TETHER_TEST_EXIT_MODULES=str(snapshots))
     done = subprocess.run(
         argv, env=env, pass_fds=pass_fds, capture_output=True, timeout=BOUND, check=False
     )

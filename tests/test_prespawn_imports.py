@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BOUND, FIXTURES, tether_argv
+from conftest import BOUND, hooked_env, tether_argv
 
 #: Never loaded before the command runs, at any door. ``enum`` and ``re`` are
 #: not here: ``signal`` imports ``enum`` (and it ``re``'s dependencies) in every
@@ -44,14 +44,7 @@ FORBIDDEN = (
 def _loaded_at_launch(argv: list[str], home: Path, pass_fds: tuple[int, ...] = ()) -> set[str]:
     """Run one door to the end; the modules its supervisor had when the command was launched."""
     snapshots = home / "modules"
-    paths = [str(FIXTURES / "exec_modules"), os.environ.get("PYTHONPATH", "")]
-    env = {
-        **os.environ,
-        "HOME": str(home),
-        "XDG_STATE_HOME": str(home),
-        "PYTHONPATH": os.pathsep.join(path for path in paths if path),
-        "TETHER_TEST_EXEC_MODULES": str(snapshots),
-    }
+    env = hooked_env(home, "exec_modules", TETHER_TEST_EXEC_MODULES=str(snapshots))
     done = subprocess.run(
         argv, env=env, pass_fds=pass_fds, capture_output=True, timeout=BOUND, check=False
     )
@@ -150,14 +143,7 @@ BEFORE_THE_FORK = (
 def _loaded_at_fork(argv: list[str], home: Path) -> set[str]:
     """Run ``tether ARGV`` to the end; the modules it had when it forked its supervisor."""
     snapshots = home / "modules"
-    paths = [str(FIXTURES / "fork_modules"), os.environ.get("PYTHONPATH", "")]
-    env = {
-        **os.environ,
-        "HOME": str(home),
-        "XDG_STATE_HOME": str(home),
-        "PYTHONPATH": os.pathsep.join(path for path in paths if path),
-        "TETHER_TEST_FORK_MODULES": str(snapshots),
-    }
+    env = hooked_env(home, "fork_modules", TETHER_TEST_FORK_MODULES=str(snapshots))
     done = subprocess.run(
         tether_argv(*argv), env=env, capture_output=True, timeout=BOUND, check=False
     )

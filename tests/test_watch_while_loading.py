@@ -26,11 +26,11 @@ import pytest
 
 from conftest import (
     BOUND,
-    FIXTURES,
     Processes,
     ReadyPipe,
     alive,
     fixture,
+    hooked_env,
     parent_of,
     read_json,
     tether_argv,
@@ -49,15 +49,8 @@ class Gate:
         # Held open for reading too, so opening it for writing never blocks.
         self._keep = os.open(directory / "open", os.O_RDWR | os.O_NONBLOCK)
         self.opened = False
-        paths = [str(FIXTURES / "slow_loop"), os.environ.get("PYTHONPATH", "")]
         #: The environment of a door whose supervisor is to wait at this gate.
-        self.env = {
-            **os.environ,
-            "HOME": str(home),
-            "XDG_STATE_HOME": str(home),
-            "PYTHONPATH": os.pathsep.join(path for path in paths if path),
-            "TETHER_TEST_LOOP_GATE": str(directory),
-        }
+        self.env = hooked_env(home, "slow_loop", TETHER_TEST_LOOP_GATE=str(directory))
 
     def held(self) -> list[int]:
         """The pids of the processes that reached the gate."""

@@ -18,9 +18,9 @@ import pytest
 
 from conftest import (
     BOUND,
-    FIXTURES,
     Processes,
     alive,
+    hooked_env,
     read_json,
     skip_without_cgroup,
     validate_record,
@@ -413,14 +413,7 @@ def test_a_supervisor_forked_from_the_zygote_loads_nothing_of_its_own(tmp_path: 
     (it ends when its caller does) must hold the supervisor's.
     """
     snapshots = tmp_path / "modules"
-    paths = [str(FIXTURES / "exit_modules"), os.environ.get("PYTHONPATH", "")]
-    env = {
-        **os.environ,
-        "HOME": str(tmp_path),
-        "XDG_STATE_HOME": str(tmp_path),
-        "PYTHONPATH": os.pathsep.join(path for path in paths if path),
-        "TETHER_TEST_EXIT_MODULES": str(snapshots),
-    }
+    env = hooked_env(tmp_path, "exit_modules", TETHER_TEST_EXIT_MODULES=str(snapshots))
     env.pop("TETHER_ZYGOTE", None)
     done = subprocess.run(
         [sys.executable, "-c", _TWO_RUNS, str(tmp_path)],
