@@ -74,6 +74,27 @@ def hooked_env(home: Path, hook: str, **variables: str) -> dict[str, str]:
     }
 
 
+def seed_door_true(lifeline: int, record: Path) -> list[str]:
+    """The seed door running ``true`` with a record and a deadline, on the pipe ``lifeline``."""
+    return [
+        sys.executable,
+        "-m",
+        "tether.supervisor",
+        "--variant",
+        "v1",
+        "--parent-fd",
+        str(lifeline),
+        "--record",
+        str(record),
+        "--deadline-seconds",
+        "30",
+        "--grace-seconds",
+        "5",
+        "--",
+        "true",
+    ]
+
+
 def tether_argv(*args: str) -> list[str]:
     """The argv of the ``tether`` command, run from this interpreter."""
     return [sys.executable, "-m", "tether", *args]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BOUND, hooked_env, tether_argv
+from conftest import BOUND, hooked_env, seed_door_true, tether_argv
 
 #: Never loaded by a supervisor, whatever the run: the loop, the core, the
 #: record and the containment load none of these, nor does what they use.
@@ -100,23 +100,7 @@ def test_a_run_with_a_record_loads_only_what_its_event_log_needs(
 def test_the_seed_door_loads_only_what_its_event_log_needs(tmp_path: Path) -> None:
     read_end, write_end = os.pipe()
     try:
-        argv = [
-            sys.executable,
-            "-m",
-            "tether.supervisor",
-            "--variant",
-            "v1",
-            "--parent-fd",
-            str(read_end),
-            "--record",
-            str(tmp_path / "run.json"),
-            "--deadline-seconds",
-            "30",
-            "--grace-seconds",
-            "5",
-            "--",
-            "true",
-        ]
+        argv = seed_door_true(read_end, tmp_path / "run.json")
         loaded, _ = _loaded_after_launch(argv, tmp_path, pass_fds=(read_end,))
     finally:
         os.close(read_end)

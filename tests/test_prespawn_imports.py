@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import BOUND, hooked_env, tether_argv
+from conftest import BOUND, hooked_env, seed_door_true, tether_argv
 
 #: Never loaded before the command runs, at any door. ``enum`` and ``re`` are
 #: not here: ``signal`` imports ``enum`` (and it ``re``'s dependencies) in every
@@ -78,23 +77,7 @@ def test_the_cli_launches_before_loading_heavy_modules(
 def test_the_seed_door_launches_before_loading_heavy_modules(tmp_path: Path) -> None:
     read_end, write_end = os.pipe()
     try:
-        argv = [
-            sys.executable,
-            "-m",
-            "tether.supervisor",
-            "--variant",
-            "v1",
-            "--parent-fd",
-            str(read_end),
-            "--record",
-            str(tmp_path / "run.json"),
-            "--deadline-seconds",
-            "30",
-            "--grace-seconds",
-            "5",
-            "--",
-            "true",
-        ]
+        argv = seed_door_true(read_end, tmp_path / "run.json")
         loaded = _loaded_at_launch(argv, tmp_path, pass_fds=(read_end,))
     finally:
         os.close(read_end)
