@@ -75,6 +75,15 @@ def gate(tmp_path: Path) -> Iterator[Gate]:
     held.close()
 
 
+def _announced(ready: ReadyPipe, processes: Processes) -> tuple[int, int]:
+    """The command that announced itself, and its supervisor; both cleaned up after the test."""
+    (pid,) = ready.ready_pids()
+    supervisor = parent_of(pid)
+    assert supervisor is not None
+    processes.track(pid, supervisor)
+    return pid, supervisor
+
+
 def _term_noted(ready: ReadyPipe, pid: int) -> None:
     assert ready.line() == ["term", str(pid)]
 
@@ -102,10 +111,7 @@ def test_caller_killed_while_the_supervisor_loads(
         env=gate.env,
         stdout=subprocess.DEVNULL,
     )
-    (pid,) = ready.ready_pids()
-    supervisor = parent_of(pid)
-    assert supervisor is not None
-    processes.track(pid, supervisor)
+    pid, supervisor = _announced(ready, processes)
     caller.kill()
     caller.wait(timeout=BOUND)
     _term_noted(ready, pid)
@@ -141,10 +147,7 @@ def test_deadline_passes_while_the_supervisor_loads(
         env=gate.env,
         stdout=subprocess.DEVNULL,
     )
-    (pid,) = ready.ready_pids()
-    supervisor = parent_of(pid)
-    assert supervisor is not None
-    processes.track(pid, supervisor)
+    pid, supervisor = _announced(ready, processes)
     # The command dies of SIGTERM while the loop is still held at the gate.
     assert wait_gone(pid)
     assert not gate.opened
@@ -177,10 +180,7 @@ def test_the_sentry_sends_the_stop_signal_asked_for_a_real_time_one_too(
         env=gate.env,
         stdout=subprocess.DEVNULL,
     )
-    (pid,) = ready.ready_pids()
-    supervisor = parent_of(pid)
-    assert supervisor is not None
-    processes.track(pid, supervisor)
+    pid, supervisor = _announced(ready, processes)
     assert wait_gone(pid)  # the deadline's signal, while the loop is still held
     assert not gate.opened
     gate.open()

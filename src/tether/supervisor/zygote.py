@@ -147,7 +147,8 @@ def _fork_supervisor(server: socket.socket, header: bytes, fds: list[int]) -> in
             server.close()
             os.setsid()
             if os.fork() > 0:
-                warm_attach_lock()
+                if containment is not None and containment.descriptors():
+                    warm_attach_lock()  # only a cgroup to join needs the lock ready
                 os._exit(0)
             _become(header, fds, containment)
         except BaseException:  # noqa: S110 - nobody to tell; the caller sees a lost supervisor
