@@ -51,6 +51,7 @@ __all__ = [
     "RequestError",
     "build_request",
     "command_words",
+    "ignored_now",
     "limits_refusal",
     "record_choice",
     "record_path_for",
@@ -109,7 +110,7 @@ def build_request(
     stop_signal: str = DEFAULT_STOP_SIGNAL,
     record_argv: object = False,
     flags: Mapping[str, str] = _API_NAMES,
-    ignored_signals: Sequence[int] = (),
+    ignored_signals: Sequence[int] | None = None,
     join_group: int | None = None,
     limits: Mapping[str, object] | None = None,
 ) -> RunSpec:
@@ -123,8 +124,9 @@ def build_request(
     ``flags`` maps ``deadline``, ``grace`` and ``label`` to the names the
     door's users know them by, for messages. ``record_argv`` keeps the whole
     command line (redacted) in the record; by default it holds only the
-    command's name. ``ignored_signals`` start ignored
-    in the command (``tether timeout`` hands on what its caller ignored);
+    command's name. ``ignored_signals`` start ignored in the command; by
+    default, those this process ignores now (:func:`ignored_now`), as
+    ``subprocess`` would hand them on (``tether timeout`` passes its own);
     ``join_group`` is the caller's process group for a command that is to use
     the caller's terminal (:mod:`tether.caller.terminal`).
     """
@@ -156,10 +158,33 @@ def build_request(
         stop_signal=stop_signal,
         no_record_reason=no_record_reason,
         record_argv=record_argv,
-        ignored_signals=tuple(ignored_signals),
+        ignored_signals=tuple(ignored_now() if ignored_signals is None else ignored_signals),
         join_group=join_group,
         limits=checked_limits or None,
     )
+
+
+def ignored_now() -> tuple[int, ...]:
+    """The signals this process ignores now, as a child ``subprocess`` starts inherits them.
+
+    Ignored stays ignored across ``exec``, so a command started from a
+    program that ignores SIGHUP (``nohup``), SIGINT (a background job) or any
+    other signal ignores it too. SIGPIPE and SIGXFSZ aside: Python ignores
+    them itself at start-up, and ``subprocess`` gives them back at their
+    defaults (``restore_signals``), as every supervisor does.
+    """
+    import signal
+
+    ignored = []
+    for number in signal.valid_signals():
+        if number in (signal.SIGPIPE, signal.SIGXFSZ):
+            continue
+        try:
+            if signal.getsignal(number) is signal.SIG_IGN:
+                ignored.append(int(number))
+        except (OSError, ValueError):
+            continue
+    return tuple(ignored)
 
 
 def record_choice(record: object) -> tuple[str | None, str | None]:

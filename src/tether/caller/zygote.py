@@ -10,13 +10,21 @@ interpreter is tens of milliseconds and megabytes of its own.
 
 **The command must not be able to tell.** What a spawned supervisor would
 have inherited from the caller at the time of the request travels with the
-request: the environment, the umask (in the spec), the resource limits, the
-ignored signals and the signal mask; the working directory and the stdio go
-as descriptors. What the zygote cannot take on for a request (the caller
-changed its credentials, joined other namespaces, changed its root directory,
-moved to another cgroup, or changed a hard resource limit since the zygote
-started) means a fresh
-zygote: the old one is let go of and exits.
+request: the environment, the umask and the ignored signals (in the spec),
+the soft resource limits and the signal mask; the working directory and the
+stdio go as descriptors. Everything else a process inherits is compared,
+at every request, with what it was when the zygote started (a fingerprint,
+:func:`_identity`, some 75 microseconds): the credentials and groups, every
+capability set, ``NoNewPrivs``, seccomp, the namespaces, the root directory,
+the cgroup, the LSM label, the personality, the CPUs and memory nodes, the
+nice value and scheduling policy, ``oom_score_adj``, the timer slack, the
+I/O priority, the hard resource limits. Where anything differs, a fresh
+zygote is started at once (a spawned process inherits all of it by
+construction) and the old one is let go of and exits. None of it is set
+again in a forked child: some of it only a privilege the caller gave up
+could set, and a child that failed to take one on would be a command that
+can tell. ``tests/test_zygote_inheritance.py`` holds the two ways to the
+same state side by side with ``subprocess``.
 
 **A lost zygote is never a lost launch.** If the zygote cannot be reached or
 does not answer, the request takes the plain path (a fresh interpreter per
@@ -42,12 +50,16 @@ import contextlib
 import errno
 import json
 import os
+import re
 import resource
 import signal
 import socket
 import subprocess
 import sys
 import threading
+
+from tether.caller.request import ignored_now
+from tether.linux.prctl import io_priority, timer_slack
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -75,10 +87,20 @@ _BOOTSTRAP: Final = (
     "from tether.supervisor.zygote import main; raise SystemExit(main(int(sys.argv[2])))"
 )
 
-_NAMESPACES: Final = ("cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts")
-
-#: The signals Python itself ignores at start-up; every supervisor's command gets them back.
-_PYTHON_IGNORES: Final = frozenset({signal.SIGPIPE, signal.SIGXFSZ})
+#: Every namespace ``/proc`` shows, those the caller's *children* will be in included
+#: (``unshare(CLONE_NEWPID)`` moves only them).
+_NAMESPACES: Final = (
+    "cgroup",
+    "ipc",
+    "mnt",
+    "net",
+    "pid",
+    "pid_for_children",
+    "time",
+    "time_for_children",
+    "user",
+    "uts",
+)
 
 _LIMITS: Final = tuple(name for name in dir(resource) if name.startswith("RLIMIT_"))
 
@@ -224,20 +246,13 @@ def _request(spec_json: bytes, roles: list[str]) -> bytes:
     for name in _LIMITS:
         with contextlib.suppress(OSError, ValueError):
             limits[name] = resource.getrlimit(getattr(resource, name))
-    ignored = []
-    for number in signal.valid_signals():
-        if number in _PYTHON_IGNORES:
-            continue
-        with contextlib.suppress(OSError, ValueError):
-            if signal.getsignal(number) is signal.SIG_IGN:
-                ignored.append(int(number))
     return json.dumps(
         {
             "spec": spec_json.decode(),
             "roles": roles,
             "environ": dict(os.environ),
             "rlimits": limits,
-            "ignored": ignored,
+            "ignored": list(ignored_now()),
             "sigmask": sorted(int(n) for n in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
         }
     ).encode()
@@ -246,24 +261,44 @@ def _request(spec_json: bytes, roles: list[str]) -> bytes:
 def _identity() -> tuple[object, ...] | None:
     """What a zygote must share with its caller to fork the caller's supervisors.
 
-    Credentials, namespaces, the root directory, the cgroup and the hard
-    resource limits: a forked process cannot take these on from a request
-    (not without privileges, and not all of them even with), and a spawned
-    supervisor would have had the caller's. ``None`` if they cannot be read
-    now (no descriptor left).
+    Whatever a forked process cannot be handed in a request, read from the
+    calling thread (several of these are a thread's own, and a spawned
+    supervisor would have had the launching thread's): every line of its
+    ``/proc`` status but those that are a process's own or travel with the
+    request (:data:`_NOT_IDENTITY`), which covers the credentials (real,
+    effective, saved and file system ids, the groups), every capability set,
+    ``NoNewPrivs``, seccomp, the CPUs and memory nodes it may use, the
+    speculation controls and any attribute a later kernel adds there; then
+    the namespaces, the root directory, the cgroup, the LSM label, the
+    personality, the nice value and scheduling policy, ``oom_score_adj``, the
+    timer slack, the I/O priority and the hard resource limits. Some could be
+    set again in the forked child, and some only with a privilege the caller
+    gave up; a fresh zygote inherits them all, by construction, and costs
+    once per change what a spawned supervisor costs every time. ``None`` if
+    they cannot be read now (no descriptor left).
     """
     namespaces = []
     for name in _NAMESPACES:
         try:
-            namespaces.append(os.stat(f"/proc/self/ns/{name}").st_ino)
+            namespaces.append(os.readlink(f"/proc/thread-self/ns/{name}"))  # "mnt:[4026531841]"
         except FileNotFoundError:
-            namespaces.append(0)  # a namespace this kernel does not have
+            namespaces.append("")  # a namespace this kernel does not have
         except OSError:
             return None
     try:
+        status = _read("/proc/thread-self/status")
+        personality = _read("/proc/thread-self/personality")
+        oom_score_adj = _read("/proc/self/oom_score_adj")
         with open("/proc/self/cgroup", "rb") as cgroup:
             where = cgroup.read()
         root = os.stat("/")  # a chroot changes no namespace
+        scheduling = (
+            os.getpriority(os.PRIO_PROCESS, 0),  # this thread's
+            os.sched_getscheduler(0),
+            os.sched_getparam(0).sched_priority,
+            timer_slack(),
+            io_priority(),
+        )
     except OSError:
         return None
     hard = []
@@ -273,11 +308,47 @@ def _identity() -> tuple[object, ...] | None:
         except (OSError, ValueError):
             return None
     return (
-        os.getresuid(),
-        os.getresgid(),
-        tuple(sorted(os.getgroups())),
+        _NOT_IDENTITY.sub(b"", status),
         tuple(namespaces),
         (root.st_dev, root.st_ino),
         where,
+        _lsm_label(),
+        personality,
+        oom_score_adj,
+        scheduling,
         tuple(hard),
     )
+
+
+#: The lines of ``/proc/<tid>/status`` that are not a zygote's to match: each
+#: process's own (its ids, its counters, its memory in use) or what travels
+#: with every request (the umask, the signal mask and dispositions). Every
+#: other line is, a line a later kernel adds included.
+_NOT_IDENTITY: Final = re.compile(
+    rb"^(?:Name|Umask|State|Tgid|Ngid|Pid|PPid|TracerPid|FDSize|NStgid|NSpid|NSpgid|NSsid"
+    rb"|Kthread|CoreDumping|Threads|SigQ|SigPnd|ShdPnd|SigBlk|SigIgn|SigCgt"
+    rb"|voluntary_ctxt_switches|nonvoluntary_ctxt_switches|Vm\w*|Rss\w*|Hugetlb\w*):.*\n",
+    re.MULTILINE,
+)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as file:
+        return file.read()
+
+
+#: Whether this kernel has no LSM label to read (``EINVAL``): it never gains one.
+_no_lsm = False
+
+
+def _lsm_label() -> bytes | None:
+    """The calling thread's LSM label (SELinux, AppArmor, Smack), ``None`` without one."""
+    global _no_lsm  # noqa: PLW0603 - learnt once
+    if _no_lsm:
+        return None
+    try:
+        return _read("/proc/thread-self/attr/current")
+    except OSError as error:
+        if error.errno in (errno.EINVAL, errno.ENOENT):
+            _no_lsm = True
+        return None

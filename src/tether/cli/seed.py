@@ -139,6 +139,7 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
             record=parsed.record,
             label=parsed.variant,
             flags=_FLAGS,
+            ignored_signals=(),  # the seed door launches its command itself, without them
         )
         if spec.record_path is not None:
             held = hold_record_directory(spec.record_path)

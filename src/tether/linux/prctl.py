@@ -5,8 +5,14 @@ re-parent to it rather than to init, which is how a descendant that escaped
 with ``setsid()`` or a double fork stays findable. ``PR_SET_PDEATHSIG`` is the
 backstop for the one case the supervisor cannot handle itself: its own
 SIGKILL. ``PR_SET_NAME`` gives the supervisor the name others know it by. All
-are plain integers (or a short string) passed to libc; only the supervisor
-imports this module, and the C function is looked up on first use.
+are plain integers (or a short string) passed to libc, and the C function is
+looked up on first use.
+
+The caller reads two values through it too, for its zygote's fingerprint
+(:mod:`tether.caller.zygote`): the calling thread's timer slack
+(``PR_GET_TIMERSLACK``) and its I/O priority (``ioprio_get``, through libc's
+``syscall``: it has no wrapper), which ``/proc`` shows only for a process's
+first thread, or not at all.
 
 The lookup goes through ``_ctypes``, the C half of :mod:`ctypes`, as
 ``ctypes.CDLL(None, use_errno=True).prctl`` does it: the function pointer
@@ -27,11 +33,25 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Final
 
-__all__ = ["bind", "set_child_subreaper", "set_parent_death_signal", "set_process_name"]
+__all__ = [
+    "bind",
+    "io_priority",
+    "set_child_subreaper",
+    "set_parent_death_signal",
+    "set_process_name",
+    "timer_slack",
+]
 
 _PR_SET_PDEATHSIG: Final = 1
 _PR_SET_CHILD_SUBREAPER: Final = 36
 _PR_SET_NAME: Final = 15
+_PR_GET_TIMERSLACK: Final = 30
+
+#: ``ioprio_get``'s number on this machine; ``None`` on one not listed here (it is not read).
+_IOPRIO_GET: Final = {"x86_64": 252, "aarch64": 31, "i686": 290, "i386": 290}.get(
+    os.uname().machine
+)
+_IOPRIO_WHO_PROCESS: Final = 1
 
 #: The name a supervisor takes once its command runs (``ps``, ``/proc/PID/comm``):
 #: how another supervisor recognises a nested run in its tree.
@@ -44,17 +64,19 @@ _binding: _Binding | None = None
 class _Binding:
     """libc's ``prctl``, how to read ``errno`` after it, and ``unsigned long`` to pass a value."""
 
-    __slots__ = ("get_errno", "prctl", "unsigned_long")
+    __slots__ = ("get_errno", "prctl", "syscall", "unsigned_long")
 
     def __init__(
         self,
         prctl: Callable[..., int],
         get_errno: Callable[[], int],
         unsigned_long: Callable[[int], object],
+        syscall: Callable[..., int],
     ) -> None:
         self.prctl = prctl
         self.get_errno = get_errno
         self.unsigned_long = unsigned_long
+        self.syscall = syscall
 
 
 def bind() -> None:
@@ -91,14 +113,17 @@ def _through_ctypes_core() -> _Binding:
 
         _handle = _ctypes.dlopen(None, _ctypes.RTLD_LOCAL)  # type: ignore[arg-type]  # the program
 
-    prctl = Function(("prctl", Library()))  # type: ignore[arg-type]  # what CDLL passes: itself
-    return _Binding(prctl, _ctypes.get_errno, CUnsignedLong)
+    library = Library()
+    prctl = Function(("prctl", library))  # type: ignore[arg-type]  # what CDLL passes: itself
+    syscall = Function(("syscall", library))  # type: ignore[arg-type]
+    return _Binding(prctl, _ctypes.get_errno, CUnsignedLong, syscall)
 
 
 def _through_ctypes() -> _Binding:
     import ctypes
 
-    return _Binding(ctypes.CDLL(None, use_errno=True).prctl, ctypes.get_errno, ctypes.c_ulong)
+    libc = ctypes.CDLL(None, use_errno=True)
+    return _Binding(libc.prctl, ctypes.get_errno, ctypes.c_ulong, libc.syscall)
 
 
 def _prctl(option: int, value: object) -> None:
@@ -106,6 +131,19 @@ def _prctl(option: int, value: object) -> None:
     if binding.prctl(option, value, 0, 0, 0) != 0:
         number = binding.get_errno()
         raise OSError(number, os.strerror(number))
+
+
+def timer_slack() -> int:
+    """The calling thread's timer slack, in nanoseconds (as a C ``int`` holds it)."""
+    return int(_bound().prctl(_PR_GET_TIMERSLACK, 0, 0, 0, 0))
+
+
+def io_priority() -> int | None:
+    """The calling thread's I/O priority (``ioprio_get``); ``None`` where it cannot be read."""
+    if _IOPRIO_GET is None:
+        return None
+    got = int(_bound().syscall(_IOPRIO_GET, _IOPRIO_WHO_PROCESS, 0))
+    return None if got < 0 else got
 
 
 def set_child_subreaper(enabled: bool = True) -> None:
