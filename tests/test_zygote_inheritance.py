@@ -14,6 +14,7 @@ own is left out, each for a reason given in :data:`_OWN`.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -136,6 +137,7 @@ _CHANGES = {
     "signals": True,
     # What a fork cannot be handed: a fresh zygote, which inherits it.
     "privileges": False,
+    "mdwe": False,
     "scheduling": False,
     "privileges,scheduling,signals,process": False,
     # A thread's own: its nice value, CPUs, timer slack, capabilities, seccomp.
@@ -150,6 +152,8 @@ def test_a_command_sees_the_callers_state_as_subprocess_hands_it_on(
 ) -> None:
     if "privileges" in changes and os.geteuid() != 0:
         pytest.skip("dropping CAP_SYS_ADMIN from the bounding set needs root")
+    if "mdwe" in changes and ctypes.CDLL(None).prctl(66, 0, 0, 0, 0) < 0:  # PR_GET_MDWE
+        pytest.skip("this kernel has no memory-deny-write-execute (Linux 6.3 on)")
     snapshots, started = _snapshots(tmp_path, changes)
     reference = snapshots["subprocess"]
     assert _differences(snapshots["zygote"], reference, also_own=frozenset()) == {}

@@ -18,7 +18,7 @@ at every request, with what it was when the zygote started (a fingerprint,
 capability set, ``NoNewPrivs``, seccomp, the namespaces, the root directory,
 the cgroup, the LSM label, the personality, the CPUs and memory nodes, the
 nice value and scheduling policy, ``oom_score_adj``, the timer slack, the
-I/O priority, the hard resource limits. Where anything differs, a fresh
+I/O priority, memory-deny-write-execute, the hard resource limits. Where anything differs, a fresh
 zygote is started at once (a spawned process inherits all of it by
 construction) and the old one is let go of and exits. None of it is set
 again in a forked child: some of it only a privilege the caller gave up
@@ -59,7 +59,7 @@ import sys
 import threading
 
 from tether.caller.request import ignored_now
-from tether.linux.prctl import io_priority, timer_slack
+from tether.linux.prctl import io_priority, memory_deny_write_execute, timer_slack
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -271,7 +271,8 @@ def _identity() -> tuple[object, ...] | None:
     speculation controls and any attribute a later kernel adds there; then
     the namespaces, the root directory, the cgroup, the LSM label, the
     personality, the nice value and scheduling policy, ``oom_score_adj``, the
-    timer slack, the I/O priority and the hard resource limits. Some could be
+    timer slack, the I/O priority, memory-deny-write-execute and the hard
+    resource limits. Some could be
     set again in the forked child, and some only with a privilege the caller
     gave up; a fresh zygote inherits them all, by construction, and costs
     once per change what a spawned supervisor costs every time. ``None`` if
@@ -298,6 +299,7 @@ def _identity() -> tuple[object, ...] | None:
             os.sched_getparam(0).sched_priority,
             timer_slack(),
             io_priority(),
+            memory_deny_write_execute(),
         )
     except OSError:
         return None

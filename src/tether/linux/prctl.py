@@ -8,11 +8,12 @@ SIGKILL. ``PR_SET_NAME`` gives the supervisor the name others know it by. All
 are plain integers (or a short string) passed to libc, and the C function is
 looked up on first use.
 
-The caller reads two values through it too, for its zygote's fingerprint
-(:mod:`tether.caller.zygote`): the calling thread's timer slack
-(``PR_GET_TIMERSLACK``) and its I/O priority (``ioprio_get``, through libc's
-``syscall``: it has no wrapper), which ``/proc`` shows only for a process's
-first thread, or not at all.
+The caller reads three values through it too, for its zygote's fingerprint
+(:mod:`tether.caller.zygote`), which ``/proc`` shows only for a process's
+first thread, or not at all: the calling thread's timer slack
+(``PR_GET_TIMERSLACK``) and I/O priority (``ioprio_get``, through libc's
+``syscall``: it has no wrapper), and the process's memory-deny-write-execute
+flags (``PR_GET_MDWE``, kept across ``fork`` and ``exec``).
 
 The lookup goes through ``_ctypes``, the C half of :mod:`ctypes`, as
 ``ctypes.CDLL(None, use_errno=True).prctl`` does it: the function pointer
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "bind",
     "io_priority",
+    "memory_deny_write_execute",
     "set_child_subreaper",
     "set_parent_death_signal",
     "set_process_name",
@@ -46,6 +48,7 @@ _PR_SET_PDEATHSIG: Final = 1
 _PR_SET_CHILD_SUBREAPER: Final = 36
 _PR_SET_NAME: Final = 15
 _PR_GET_TIMERSLACK: Final = 30
+_PR_GET_MDWE: Final = 66
 
 #: ``ioprio_get``'s number on this machine; ``None`` on one not listed here (it is not read).
 _IOPRIO_GET: Final = {"x86_64": 252, "aarch64": 31, "i686": 290, "i386": 290}.get(
@@ -136,6 +139,11 @@ def _prctl(option: int, value: object) -> None:
 def timer_slack() -> int:
     """The calling thread's timer slack, in nanoseconds (as a C ``int`` holds it)."""
     return int(_bound().prctl(_PR_GET_TIMERSLACK, 0, 0, 0, 0))
+
+
+def memory_deny_write_execute() -> int:
+    """This process's ``PR_SET_MDWE`` flags; ``-1`` where the kernel has none (before 6.3)."""
+    return int(_bound().prctl(_PR_GET_MDWE, 0, 0, 0, 0))
 
 
 def io_priority() -> int | None:
