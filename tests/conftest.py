@@ -74,6 +74,26 @@ def hooked_env(home: Path, hook: str, **variables: str) -> dict[str, str]:
     }
 
 
+def api_caller(
+    args: list[str], home: Path, timeout: float = BOUND * 3
+) -> subprocess.CompletedProcess[str]:
+    """Run a Python program using the API (``python ARGS``) with its zygote, in ``home``; it
+    must succeed, without a traceback."""
+    env = {**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(home)}
+    env.pop("TETHER_ZYGOTE", None)
+    result = subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    return result
+
+
 def seed_door_true(lifeline: int, record: Path) -> list[str]:
     """The seed door running ``true`` with a record and a deadline, on the pipe ``lifeline``."""
     return [

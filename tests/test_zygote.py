@@ -20,6 +20,7 @@ from conftest import (
     BOUND,
     Processes,
     alive,
+    api_caller,
     hooked_env,
     read_json,
     skip_without_cgroup,
@@ -29,19 +30,7 @@ from conftest import (
 
 
 def _caller(script: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path)}
-    env.pop("TETHER_ZYGOTE", None)
-    result = subprocess.run(
-        [sys.executable, "-c", script, *args],
-        capture_output=True,
-        text=True,
-        timeout=BOUND * 3,
-        env=env,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "Traceback" not in result.stderr
-    return result
+    return api_caller(["-c", script, *args], tmp_path)
 
 
 _STORM = """

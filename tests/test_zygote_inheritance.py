@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BOUND, FIXTURES, tether_argv
+from conftest import BOUND, FIXTURES, api_caller, tether_argv
 
 #: Fields that are each process's own, by their flattened name, and why they may differ.
 _OWN: dict[str, str] = {
@@ -111,17 +111,7 @@ def _differences(
 
 def _snapshots(tmp_path: Path, changes: str) -> tuple[dict[str, dict[str, object]], int]:
     """Run the caller with ``changes``: the three snapshots, and how many zygotes it started."""
-    env = {**os.environ, "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path)}
-    env.pop("TETHER_ZYGOTE", None)
-    done = subprocess.run(
-        [sys.executable, str(FIXTURES / "state_caller.py"), str(tmp_path), changes],
-        capture_output=True,
-        text=True,
-        timeout=BOUND * 2,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = api_caller([str(FIXTURES / "state_caller.py"), str(tmp_path), changes], tmp_path)
     snapshots = {
         way: json.loads((tmp_path / f"{way}.json").read_text(encoding="utf-8"))
         for way in ("zygote", "plain", "subprocess")
