@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Unpack, cast
 
-from tether.api.handle import Tether, _resolve
+from tether.api.handle import Tether, _resolve, _wait_timeout
 from tether.api.options import PIPE, LaunchOptions, RunOptions, StdioPlan, request_of
 from tether.api.outcome import Outcome, TimeoutExpired
 from tether.caller.capture import DEFAULT_MAX_OUTPUT_BYTES, Exchange
@@ -157,14 +157,7 @@ def _timeout_as_deadline(options: dict[str, Any], timeout: object) -> float | No
     if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout <= 0:
         seconds, shown = 0.0, timeout  # as in subprocess: expired at once
     else:
-        try:
-            seconds = duration_seconds(timeout, flag="timeout")
-        except TypeError:
-            raise TypeError(
-                f"timeout must be a number of seconds, a duration string or None, not {timeout!r}"
-            ) from None
-        except DurationError as error:
-            raise ValueError(str(error)) from None
+        seconds = _wait_timeout(timeout)  # the same check as Tether.wait()'s
         shown = timeout if isinstance(timeout, int | float) else seconds
     deadline = options.get("deadline")
     try:

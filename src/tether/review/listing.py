@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from fnmatch import fnmatchcase
@@ -287,7 +287,29 @@ def render_table(
     host = len({str(record.get("hostname")) for _, record in rows}) > 1
     columns = (*_COLUMNS[:-1], "HOST", _COLUMNS[-1]) if host else _COLUMNS
     cells = [list(columns)] + [_row(path, record, directory, host=host) for path, record in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+
+    def tint(number: int, line: list[str], padded: list[str], widths: list[int]) -> None:
+        record = rows[number - 1][1]
+        meaning = paint.meaning(record.get("reason"), _int(record.get("supervisor_exit_code")))
+        for column in (_REASON, _EXIT):
+            padded[column] = paint(line[column], meaning) + " " * (
+                widths[column] - len(line[column])
+            )
+        if line[_ESCALATED] == "yes":
+            padded[_ESCALATED] = paint("yes", "33") + " " * (widths[_ESCALATED] - 3)
+
+    return _aligned(cells, paint, tint)
+
+
+def _aligned(
+    cells: list[list[str]],
+    paint: _Paint,
+    tint: Callable[[int, list[str], list[str], list[int]], None],
+) -> str:
+    """``cells`` (a header line, then rows) as aligned text: the header bold, each row
+    coloured by ``tint`` (row number, its cells, its padded cells to change, the widths);
+    the last column is not padded."""
+    widths = [max(len(line[i]) for line in cells) for i in range(len(cells[0]))]
     lines = []
     for number, line in enumerate(cells):
         padded = [cell.ljust(width) for cell, width in zip(line, widths, strict=True)]
@@ -295,14 +317,7 @@ def render_table(
         if number == 0:
             padded = [paint.bold(cell) for cell in padded]
         else:
-            record = rows[number - 1][1]
-            meaning = paint.meaning(record.get("reason"), _int(record.get("supervisor_exit_code")))
-            for column in (_REASON, _EXIT):
-                padded[column] = paint(line[column], meaning) + " " * (
-                    widths[column] - len(line[column])
-                )
-            if line[_ESCALATED] == "yes":
-                padded[_ESCALATED] = paint("yes", "33") + " " * (widths[_ESCALATED] - 3)
+            tint(number, line, padded, widths)
         lines.append("  ".join(padded))
     return "\n".join(lines) + "\n"
 
@@ -368,18 +383,12 @@ def render_progress_table(
     """
     paint = _Paint(colour)
     cells = [list(_PROGRESS_COLUMNS)] + [_progress_row(p, run, directory) for p, run in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(_PROGRESS_COLUMNS))]
-    lines = []
-    for number, line in enumerate(cells):
-        padded = [cell.ljust(width) for cell, width in zip(line, widths, strict=True)]
-        padded[-1] = line[-1]
-        if number == 0:
-            padded = [paint.bold(cell) for cell in padded]
-        else:
-            meaning = "32" if line[0] == RUNNING else "1;31"
-            padded[0] = paint(line[0], meaning) + " " * (widths[0] - len(line[0]))
-        lines.append("  ".join(padded))
-    return "\n".join(lines) + "\n"
+
+    def tint(_number: int, line: list[str], padded: list[str], widths: list[int]) -> None:
+        meaning = "32" if line[0] == RUNNING else "1;31"
+        padded[0] = paint(line[0], meaning) + " " * (widths[0] - len(line[0]))
+
+    return _aligned(cells, paint, tint)
 
 
 def rows_as_json(
