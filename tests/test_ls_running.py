@@ -61,10 +61,10 @@ def listed(directory: Path) -> list[dict[str, object]]:
 
 
 def test_a_running_run_is_listed_then_a_lost_one_is_told_apart(
-    tmp_path: Path, ready: ReadyPipe, processes: Processes
+    ready: ReadyPipe, processes: Processes
 ) -> None:
-    runs = tmp_path / "runs"
-    runs.mkdir()
+    runs = Path(os.environ["XDG_STATE_HOME"]) / "tether" / "runs"  # the default, private
+    runs.mkdir(parents=True, exist_ok=True)
     caller = processes.start(
         tether_argv(
             "run",
@@ -106,6 +106,8 @@ def test_a_running_run_is_listed_then_a_lost_one_is_told_apart(
     assert story.stdout.startswith("run 'live': running\n")
     assert "launched" in story.stdout
     assert story.stderr == ""  # no "the supervisor stopped before writing one"
+    by_label = tether("show", "live")  # found by label though it has no record yet
+    assert by_label.stdout.startswith("run 'live': running\n"), by_label.stderr
 
     # Lost: the caller cannot write a fallback record while stopped.
     os.kill(caller.pid, signal.SIGSTOP)
