@@ -164,6 +164,35 @@ def wait_gone(pid: int, timeout: float = BOUND) -> bool:
         os.close(pidfd)
 
 
+def start_ticks(pid: int) -> int | None:
+    """When ``pid`` started (``/proc/<pid>/stat`` field 22, clock ticks since boot); ``None``
+    if it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return int(raw[raw.rfind(b")") + 2 :].split()[19])
+
+
+def wait_gone_since(pid: int, ticks: int, timeout: float = BOUND) -> bool:
+    """Wait until the process ``pid`` that started at ``ticks`` has exited (not a reuse of it).
+
+    A pidfd pins the process it was opened for: the start time read after
+    opening it is that process's, so a pid taken over meanwhile is never
+    waited for. Return whether it ended in time.
+    """
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        if start_ticks(pid) != ticks:
+            return True  # the one we want is gone; another has its pid
+        return bool(select.select([pidfd], [], [], timeout)[0])
+    finally:
+        os.close(pidfd)
+
+
 class ReadyPipe:
     """A FIFO a command writes ``ready PID ...`` lines to."""
 

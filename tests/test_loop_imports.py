@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BOUND, hooked_env, seed_door_true, tether_argv
+from conftest import BOUND, hooked_env, seed_door_true, tether_argv, wait_gone_since
 
 #: Never loaded by a supervisor, whatever the run: the loop, the core, the
 #: record and the containment load none of these, nor does what they use.
@@ -58,6 +58,10 @@ def _loaded_after_launch(
         argv, env=env, pass_fds=pass_fds, capture_output=True, timeout=BOUND, check=False
     )
     assert done.returncode == 0, done.stderr
+    # A detached supervisor notes its modules at its exit, after it told its
+    # caller: wait for that supervisor (a foreground one has ended already).
+    for _, _, supervisor, ticks in _lines(snapshots, "parent"):
+        assert wait_gone_since(int(supervisor), int(ticks))
     lines = [line.split() for line in snapshots.read_text().splitlines()]
     launches = [set(names) for when, _, *names in lines if when == "exec"]
     ends = [set(names) for when, _, *names in lines if when == "exit"]
@@ -69,6 +73,10 @@ def _loaded_after_launch(
     assert {"tether.supervisor.spawn", "tether.supervisor.command"} <= at_launch
     assert {"tether.core.machine", "transitions", "tether.supervisor.containment"} <= at_exit
     return at_exit - at_launch, at_exit
+
+
+def _lines(snapshots: Path, when: str) -> list[list[str]]:
+    return [line.split() for line in snapshots.read_text().splitlines() if line.startswith(when)]
 
 
 def _found(loaded: set[str], names: tuple[str, ...]) -> list[str]:

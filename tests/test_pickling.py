@@ -16,6 +16,7 @@ import importlib
 import inspect
 import pickle
 import pkgutil
+import subprocess
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +27,7 @@ from hypothesis import given
 
 import tether
 from tether.api.outcome import CommandFailed, Outcome, TimeoutExpired
+from tether.caller.launch_errors import CommandNotExecutable, CommandNotFound, _NamedLaunchError
 from tether.caller.request import LimitsUnavailable, RequestError
 from tether.caller.start import LaunchError
 from tether.cli.seed_options import UsageError
@@ -141,21 +143,56 @@ def test_timeout_expired_pickles_without_its_handle() -> None:
             error = caught
         job.kill()
     copy = round_trip(error)
-    assert (type(copy), copy.args, str(copy), copy.timeout) == (
+    assert (type(copy), copy.args, str(copy), copy.timeout, copy.cmd) == (
         TimeoutExpired,
         error.args,
         str(error),
         0.01,
+        ["sleep", "30"],
     )
     assert error.tether is job
     assert copy.tether is None  # a handle's descriptors mean nothing in another process
     assert isinstance(copy, TimeoutError)
+    assert isinstance(copy, subprocess.TimeoutExpired)
+
+
+@given(
+    st.lists(st.text(max_size=10), min_size=1, max_size=4),
+    st.floats(min_value=0, allow_nan=False),
+    st.none() | st.binary(max_size=20),
+    st.none() | st.binary(max_size=20),
+    st.none() | outcomes,
+)
+def test_a_run_timeout_pickles_with_its_output_and_outcome(
+    cmd: list[str], timeout: float, output: bytes | None, stderr: bytes | None, outcome: Any
+) -> None:
+    error = TimeoutExpired(cmd, timeout, output, stderr, outcome=outcome)
+    copy = round_trip(error)
+    same_exception(error, copy)
+    assert (copy.stdout, copy.stderr, copy.outcome) == (output, stderr, outcome)
+
+
+@given(
+    st.sampled_from([CommandNotFound, CommandNotExecutable]),
+    st.text(max_size=60),
+    st.none() | st.text(min_size=1, max_size=20),
+)
+def test_a_named_launch_error_pickles_as_itself(
+    kind: type[LaunchError], message: str, program: str | None
+) -> None:
+    error = kind(message, errno=errno.ENOENT, exit_status=127, filename=program)  # type: ignore[call-arg]  # both take it
+    copy = round_trip(error)
+    same_exception(error, copy)
+    assert copy.filename == program
 
 
 #: One instance of every exception class tether defines, built the way tether builds it.
 EXAMPLES: dict[type[BaseException], Callable[[], BaseException]] = {
     LaunchError: lambda: LaunchError("failed", errno=errno.ENOENT, exit_status=127),
-    TimeoutExpired: lambda: TimeoutExpired(None, 1.5),
+    TimeoutExpired: lambda: TimeoutExpired(["sleep", "9"], 1.5, b"so far"),
+    CommandNotFound: lambda: CommandNotFound("nope", errno=errno.ENOENT, filename="nope"),
+    CommandNotExecutable: lambda: CommandNotExecutable("no", errno=errno.EACCES, filename="./x"),
+    _NamedLaunchError: lambda: _NamedLaunchError("no", errno=errno.EPERM, filename="x"),
     CommandFailed: lambda: CommandFailed(
         Outcome(tether.Reason.CANCELLED, 130, -15, False, None, started_at=datetime.now(UTC))
     ),

@@ -94,3 +94,29 @@ def test_the_documentation_site_builds_strictly(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "reference" / "index.html").exists()
+
+
+def test_the_manual_page_has_every_exit_status() -> None:
+    page = (DATA / "man" / "tether.1").read_text()
+    section = page[page.index(".SH EXIT STATUS") :]
+    for status in ("124", "125", "126", "127", "130", "128+N", "137"):
+        assert f".B {status}\n" in section, status
+
+
+def test_the_completions_offer_the_reasons_and_since_examples() -> None:
+    from tether.core.reasons import Reason
+
+    for name in ("tether.bash", "_tether"):
+        text = (DATA / "completions" / name).read_text()
+        for value in (*(reason.value for reason in Reason), "running", "lost", "30m", "7d"):
+            assert re.search(rf"[\s(\"]{value}[\s)\"]", text), (name, value)
+
+
+def test_the_tether_timeout_statuses_match_its_help() -> None:
+    from tether.cli.reference import TIMEOUT_STATUSES
+
+    shown = subprocess.run(
+        tether_argv("timeout", "--help"), capture_output=True, text=True, timeout=BOUND
+    ).stdout
+    listed = set(re.findall(r"^\s+(\d+)\s", shown[shown.index("Exit status:") :], re.MULTILINE))
+    assert listed == {status for status, _ in TIMEOUT_STATUSES if status.isdigit()}

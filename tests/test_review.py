@@ -486,11 +486,24 @@ def test_ls_skips_what_is_not_a_record_one_line_each(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_ls_points_at_a_log_whose_record_is_missing(runs: dict[str, Path], tmp_path: Path) -> None:
+def test_ls_lists_a_log_whose_record_is_missing_as_a_lost_run(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
     _died_supervisor_log(runs, tmp_path)
     result = tether("ls", str(tmp_path))
     assert result.returncode == 0
-    assert "died.events.jsonl: an event log without its record" in result.stderr
+    assert result.stdout.splitlines()[1].startswith("lost")
+    assert result.stdout.splitlines()[1].endswith("died.events.jsonl")
+    (lost,) = json.loads(tether("ls", "--json", str(tmp_path)).stdout)
+    assert (lost["state"], lost["supervisor_alive"]) == ("lost", False)
+    assert lost["events_path"] == str(tmp_path / "died.events.jsonl")
+
+
+def test_ls_points_at_a_log_it_cannot_tell_anything_from(tmp_path: Path) -> None:
+    (tmp_path / "x.events.jsonl").write_text('{"event": "step", "mono": 1}\n')
+    result = tether("ls", str(tmp_path))
+    assert result.returncode == 0
+    assert "x.events.jsonl: an event log without its record" in result.stderr
     assert json.loads(tether("ls", "--json", str(tmp_path)).stdout) == []
 
 

@@ -188,7 +188,7 @@ def test_tether_timeout_stops_what_is_left_and_leaves_a_record(
     assert caller.wait(timeout=BOUND) == 125
     assert caller.stderr is not None
     message = caller.stderr.read().decode()
-    assert message.startswith("timeout: the supervisor was lost"), message
+    assert message.startswith("tether timeout: the supervisor was lost"), message
     assert wait_gone(leader)
     assert wait_gone(child)  # the caller SIGKILLed the rest of the group
     data = read_json(record)

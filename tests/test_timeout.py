@@ -61,9 +61,11 @@ def test_same_status_as_gnu_timeout(tmp_path: Path, args: list[str], status: int
     if gnu.stderr:
         # Same first line, but for GNU's typographic quotes in UTF-8 locales.
         gnu_first = gnu.stderr.splitlines()[0].replace("\u2018", "'").replace("\u2019", "'")
-        # Where GNU points to its help, tether points to its own.
-        ours_first = ours.stderr.splitlines()[0].replace(
-            "'tether timeout --help'", "'timeout --help'"
+        # tether names itself as invoked (tether timeout), in the message and the help line.
+        ours_first = (
+            ours.stderr.splitlines()[0]
+            .replace("'tether timeout --help'", "'timeout --help'")
+            .replace("tether timeout: ", "timeout: ", 1)
         )
         assert ours_first == gnu_first
 
@@ -72,8 +74,8 @@ def test_verbose_names_each_signal(tmp_path: Path) -> None:
     result = tether_timeout(["-v", "-k", "0.3", "0.3", *TRAP_TERM], tmp_path)
     assert result.returncode == -9
     assert result.stderr.splitlines() == [
-        "timeout: sending signal TERM to command 'sh'",
-        "timeout: sending signal KILL to command 'sh'",
+        "tether timeout: sending signal TERM to command 'sh'",
+        "tether timeout: sending signal KILL to command 'sh'",
     ]
 
 

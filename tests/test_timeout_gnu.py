@@ -119,7 +119,7 @@ def test_tether_timeout_names_itself_as_invoked() -> None:
     )
     assert result.returncode == 125
     assert result.stderr == (
-        "timeout: invalid option -- '/'\nTry 'tether timeout --help' for more information.\n"
+        "tether timeout: invalid option -- '/'\nTry 'tether timeout --help' for more information.\n"
     )
 
 

@@ -26,6 +26,7 @@ from conftest import (
     skip_without_cgroup,
     validate_record,
     wait_gone,
+    wait_gone_since,
 )
 
 
@@ -415,6 +416,10 @@ def test_a_supervisor_forked_from_the_zygote_loads_nothing_of_its_own(tmp_path: 
     assert done.returncode == 0, done.stderr
     said = json.loads(done.stdout)
     assert wait_gone(said["zygote"])
+    # A supervisor notes its modules at its exit, after it told its caller.
+    for words in (line.split() for line in snapshots.read_text().splitlines()):
+        if words[0] == "parent" and int(words[2]) == said["supervisor"]:
+            assert wait_gone_since(int(words[2]), int(words[3]))
     ends = {
         int(pid): set(names)
         for when, pid, *names in (line.split() for line in snapshots.read_text().splitlines())

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from tether.api.options import DEVNULL, PIPE, STDOUT
     from tether.api.outcome import CommandFailed, Outcome, TimeoutExpired
     from tether.caller.capture import OutputStream
+    from tether.caller.launch_errors import CommandNotExecutable, CommandNotFound
     from tether.caller.start import LaunchError
 
 __all__ = [
@@ -54,6 +55,8 @@ __all__ = [
     "PIPE",
     "STDOUT",
     "CommandFailed",
+    "CommandNotExecutable",
+    "CommandNotFound",
     "LaunchError",
     "Outcome",
     "OutputStream",
@@ -74,6 +77,8 @@ _LAZY = {
     "STDOUT": "tether.api.options",
     "OutputStream": "tether.caller.capture",
     "CommandFailed": "tether.api.outcome",
+    "CommandNotExecutable": "tether.caller.launch_errors",
+    "CommandNotFound": "tether.caller.launch_errors",
     "LaunchError": "tether.caller.start",
     "Outcome": "tether.api.outcome",
     "Tether": "tether.api.handle",

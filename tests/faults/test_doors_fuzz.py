@@ -350,7 +350,7 @@ def test_timeout_reads_any_command_line_or_refuses_it_like_gnu(
         return
     assert status in (0, 125), said.getvalue()  # 0: --help, --version
     if status == 125:
-        assert said.getvalue().startswith(("timeout: ", "Try 'tether timeout --help'"))
+        assert said.getvalue().startswith(("tether timeout: ", "Try 'tether timeout --help'"))
 
 
 #: Anything a program might pass through the API, right or wrong.

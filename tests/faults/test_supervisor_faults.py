@@ -304,13 +304,17 @@ def pause_for_ever():
     while True:
         signal.pause()
 
-def child(body):
+def child(body, *, own_group=False):
     pid = os.fork()
     if pid == 0:
         try:
             body()
         finally:
             os._exit(0)
+    if own_group:
+        # The parent too, as a shell does: the group exists when fork returns,
+        # not whenever the child gets round to its own setpgid.
+        os.setpgid(pid, pid)
     return pid
 
 report_r, report_w = os.pipe()
@@ -330,7 +334,7 @@ def sessionless():
 
 # As the supervisor is: orphans come back to this process.
 set_child_subreaper()
-pids = [child(leader), child(sessionless), child(middle)]
+pids = [child(leader, own_group=True), child(sessionless), child(middle)]
 with os.fdopen(report_r) as reports:
     pids.append(int(reports.readline()))
 print(json.dumps(pids), flush=True)

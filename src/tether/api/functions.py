@@ -17,11 +17,13 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Unpack, cast
 
-from tether.api.handle import Tether, _resolve
+from tether.api.handle import Tether, _resolve, _wait_timeout
 from tether.api.options import PIPE, LaunchOptions, RunOptions, StdioPlan, request_of
-from tether.api.outcome import Outcome
+from tether.api.outcome import Outcome, TimeoutExpired
 from tether.caller.capture import DEFAULT_MAX_OUTPUT_BYTES, Exchange
 from tether.caller.start import Spawn, send_spec, spawn_supervisor
+from tether.core.durations import DurationError, duration_seconds
+from tether.core.reasons import Reason
 
 if TYPE_CHECKING:
     import asyncio
@@ -77,23 +79,49 @@ def run(argv: Argv, *, check: bool = False, **options: Unpack[RunOptions]) -> Ou
     """Run ``argv`` to its end under a tether; return the :class:`Outcome` (``subprocess.run``).
 
     Takes :func:`launch`'s options, and :func:`subprocess.run`'s
-    ``capture_output``, ``input`` and ``max_output_bytes``
+    ``capture_output``, ``input``, ``timeout`` and ``max_output_bytes``
     (:class:`~tether.api.options.RunOptions`): output sent to
     :data:`~tether.PIPE` is read while the command runs and lands in
     ``Outcome.stdout``/``.stderr``. With ``check=True``, raise
-    :class:`~tether.CommandFailed` unless the outcome is :attr:`~Outcome.ok`. An
-    exception while waiting (Ctrl-C) cancels the command before it propagates.
+    :class:`~tether.CommandFailed` (a :class:`subprocess.CalledProcessError`)
+    unless the outcome is :attr:`~Outcome.ok`. When ``timeout`` runs out, the
+    tree is stopped as at a deadline, the record written, and
+    :class:`~tether.TimeoutExpired` (a :class:`subprocess.TimeoutExpired`)
+    raised with the output so far. An exception while waiting (Ctrl-C)
+    cancels the command before it propagates.
     """
-    launch_options, data, limit = _run_options("run", options)
+    launch_options, data, limit, timeout = _run_options("run", options)
     with launch(argv, **launch_options) as tether:
-        outcome = tether._communicate_blocking(_exchange(tether, data, limit))
+        exchange = _exchange(tether, data, limit)
+        outcome = tether._communicate_blocking(exchange)
+    return _verdict(outcome, check, timeout, exchange)
+
+
+def _verdict(
+    outcome: Outcome, check: bool, timeout: float | None, exchange: Exchange | None
+) -> Outcome:
+    """What ``run()`` returns or raises: :mod:`subprocess`'s order, the timeout before ``check``."""
+    if timeout is not None and outcome.reason is Reason.DEADLINE_EXCEEDED:
+        kept = {} if exchange is None else exchange.kept
+        output, errors = ((kept[n].head + kept[n].tail) if n in kept else b"" for n in _STREAMS)
+        raise TimeoutExpired(
+            list(outcome.argv), timeout, output or None, errors or None, outcome=outcome
+        )
     return outcome.check() if check else outcome
+
+
+_STREAMS = ("stdout", "stderr")
 
 
 def _run_options(
     function: str, options: RunOptions
-) -> tuple[LaunchOptions, bytes | None, int | None]:
-    """Split ``run()``'s own options off: ``capture_output`` and ``input`` become pipes."""
+) -> tuple[LaunchOptions, bytes | None, int | None, float | None]:
+    """Split ``run()``'s own options off: ``capture_output`` and ``input`` become pipes.
+
+    ``timeout`` becomes the deadline unless a shorter ``deadline`` was given;
+    it is returned (as given, when it is a number, for the message) only if it
+    is the limit that counts, so that reaching it raises.
+    """
     unknown = sorted(set(options) - set(RunOptions.__annotations__))
     if unknown:
         raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
@@ -101,6 +129,7 @@ def _run_options(
     capture = rest.pop("capture_output", False)
     data = rest.pop("input", None)
     limit = rest.pop("max_output_bytes", DEFAULT_MAX_OUTPUT_BYTES)
+    timeout = _timeout_as_deadline(rest, rest.pop("timeout", None))
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"max_output_bytes must be a number of bytes >= 0 or None, not {limit!r}")
     if capture:
@@ -113,7 +142,37 @@ def _run_options(
             raise ValueError("stdin and input arguments may not both be used")
         rest["stdin"] = PIPE
         encoded = _input_bytes(data, rest)
-    return cast(LaunchOptions, rest), encoded, limit
+    return cast(LaunchOptions, rest), encoded, limit, timeout
+
+
+#: The deadline a ``timeout`` of zero or less becomes: already past when the
+#: command starts, as :mod:`subprocess`'s is (a deadline of 0 means none).
+_ALREADY_PAST = 1e-9
+
+
+def _timeout_as_deadline(options: dict[str, Any], timeout: object) -> float | None:
+    """Make ``timeout`` the run's deadline where it is the shorter; return it if so."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout <= 0:
+        seconds, shown = 0.0, timeout  # as in subprocess: expired at once
+    else:
+        seconds = _wait_timeout(timeout)  # the same check as Tether.wait()'s
+        shown = timeout if isinstance(timeout, int | float) else seconds
+    deadline = options.get("deadline")
+    try:
+        other = None if deadline is None else duration_seconds(deadline, flag="deadline")
+    except (TypeError, DurationError):
+        # Refused, by name, when the request is built.
+        return _with_deadline(options, seconds, shown)
+    if other and other < seconds:
+        return None  # the deadline comes first: an outcome, as always
+    return _with_deadline(options, seconds, shown)
+
+
+def _with_deadline(options: dict[str, Any], seconds: float, shown: float) -> float:
+    options["deadline"] = seconds or _ALREADY_PAST
+    return shown
 
 
 def _input_bytes(data: object, options: dict[str, Any]) -> bytes:
@@ -170,13 +229,16 @@ async def launch_async(argv: Argv, **options: Unpack[LaunchOptions]) -> Tether:
 async def run_async(argv: Argv, *, check: bool = False, **options: Unpack[RunOptions]) -> Outcome:
     """:func:`run`, for asyncio; cancelling the task cancels the command (see ``wait_async``).
 
+    ``timeout`` and ``check`` as in :func:`run`.
+
     Captured output and input go through the event loop too (``add_reader``,
     ``add_writer``), never a thread.
     """
-    launch_options, data, limit = _run_options("run_async", options)
+    launch_options, data, limit, timeout = _run_options("run_async", options)
     tether = await launch_async(argv, **launch_options)
-    outcome = await tether._communicate_async(_exchange(tether, data, limit))
-    return outcome.check() if check else outcome
+    exchange = _exchange(tether, data, limit)
+    outcome = await tether._communicate_async(exchange)
+    return _verdict(outcome, check, timeout, exchange)
 
 
 async def _send_spec_async(loop: asyncio.AbstractEventLoop, spawn: Spawn) -> None:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from tether.api.outcome import Outcome, TimeoutExpired
 from tether.caller.capture import Exchange, OutputStream, decode_output
+from tether.caller.launch_errors import launch_error
 from tether.caller.start import LaunchError, Spawn
 from tether.core.durations import DurationError, duration_seconds
 from tether.core.reasons import Reason
@@ -222,12 +223,13 @@ class Tether:
 
         With ``timeout`` (seconds, or a duration string such as ``"5s"``),
         raise :class:`TimeoutExpired` if it is not over by then; the command
-        keeps running. ``timeout=0`` only looks.
+        keeps running, as with :meth:`subprocess.Popen.wait`. ``timeout=0``
+        only looks.
         """
         seconds = None if timeout is None else _wait_timeout(timeout)
         if not self._wait_blocking(self._is_over, seconds):
             assert seconds is not None
-            raise TimeoutExpired(self, seconds)
+            raise TimeoutExpired(list(self._spec.argv), seconds, tether=self)
         assert self._outcome is not None
         return self._outcome
 
@@ -529,18 +531,25 @@ class Tether:
     # -- the end of a launch -----------------------------------------------
 
     def _launched_or_raise(self) -> Tether:
-        """Return self if the command started; raise :class:`LaunchError` if it never did."""
+        """Return self if the command started; raise :class:`LaunchError` if it never did.
+
+        A command not found is a :class:`~tether.caller.launch_errors.CommandNotFound`
+        (also a :class:`FileNotFoundError`), one not executable a
+        :class:`~tether.caller.launch_errors.CommandNotExecutable` (also a
+        :class:`PermissionError`), as :mod:`subprocess` raises them.
+        """
         if self._started is not None:
             return self
         finished, outcome = self._finished, self._outcome
         assert finished is not None
         assert outcome is not None
         if outcome.reason is Reason.LAUNCH_FAILED:
-            raise LaunchError(
+            raise launch_error(
                 outcome.message or f"cannot run {self._name!r}",
                 errno=finished.errno,
                 exit_status=outcome.exit_status,
                 record_path=outcome.record_path,
+                program=self._spec.argv[0],
             )
         raise LaunchError(
             "the supervisor exited before starting the command",

@@ -109,12 +109,16 @@ class RunOptions(LaunchOptions, total=False):
 
     ``capture_output``: ``stdout=PIPE, stderr=PIPE``. ``input``: bytes (or
     text with ``text=True``) written to the command's stdin, which is then
-    closed. ``max_output_bytes``: how much of each captured stream is kept
-    (default 16 MiB; the first half and the last half; ``None``: all).
+    closed. ``timeout``: :mod:`subprocess`'s; the tree is stopped as at a
+    deadline, then :class:`~tether.TimeoutExpired` is raised (a shorter
+    ``deadline`` wins, and is an outcome). ``max_output_bytes``: how much of
+    each captured stream is kept (default 16 MiB; the first half and the last
+    half; ``None``: all).
     """
 
     capture_output: bool
     input: bytes | str | None
+    timeout: Duration | None
     max_output_bytes: int | None
 
 

@@ -3,17 +3,21 @@
 :class:`Outcome` is frozen and typed: the reason as an enum, the exit status
 ``tether run`` would exit with, the command's own return code the
 :mod:`subprocess` way, and where the full record is. Waiting that gives up
-(:class:`TimeoutExpired`) and a run that did not succeed under
-``check=True`` (:class:`CommandFailed`) are exceptions; a command stopped at
-its deadline is not, it is an outcome.
+or a ``timeout`` that ran out (:class:`TimeoutExpired`) and a run that did not
+succeed under ``check=True`` (:class:`CommandFailed`) are exceptions, and
+:mod:`subprocess`'s own, so code written for ``subprocess.run`` catches them;
+a command stopped at its ``deadline`` is not, it is an outcome.
 """
 
 from __future__ import annotations
 
+import signal
+import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tether.core.reasons import Reason
 
@@ -25,63 +29,121 @@ if TYPE_CHECKING:
 __all__ = ["CommandFailed", "Outcome", "TimeoutExpired"]
 
 
-class TimeoutExpired(TimeoutError):
-    """:meth:`Tether.wait` gave up waiting; the command is still running.
+class TimeoutExpired(subprocess.TimeoutExpired, TimeoutError):
+    """A time limit of :mod:`subprocess`'s kind ran out: a :class:`subprocess.TimeoutExpired`.
 
-    This is about *waiting*, not about the command's deadline: a command
-    stopped at its deadline is an :class:`Outcome` with reason
-    ``DEADLINE_EXCEEDED``, not an exception.
+    Raised by :meth:`Tether.wait` with ``timeout`` (the command is still
+    running, as after :meth:`subprocess.Popen.wait`; ``tether`` is its
+    handle), and by ``run(..., timeout=...)`` (the whole tree has been
+    stopped and the record written; ``outcome`` says how, and ``output``/
+    ``stdout`` and ``stderr`` hold what was captured so far, as bytes, as
+    :mod:`subprocess` gives them). Also a :class:`TimeoutError`.
+
+    A command stopped at its ``deadline`` is not an exception: it is an
+    :class:`Outcome` with reason ``DEADLINE_EXCEEDED``.
     """
 
-    def __init__(self, tether: Tether | None, timeout: float) -> None:
-        super().__init__(f"{tether!r} was still running after waiting {timeout:g} seconds")
+    def __init__(
+        self,
+        cmd: list[str],
+        timeout: float,
+        output: bytes | None = None,
+        stderr: bytes | None = None,
+        *,
+        tether: Tether | None = None,
+        outcome: Outcome | None = None,
+    ) -> None:
+        subprocess.TimeoutExpired.__init__(self, cmd, timeout, output, stderr)
+        self.args = (cmd, timeout)
         self.tether = tether
-        self.timeout = timeout
+        self.outcome = outcome
+
+    def __str__(self) -> str:
+        return f"Command '{_shown(self.cmd)}' timed out after {self.timeout} seconds"
 
     def __reduce__(self) -> tuple[object, ...]:
-        """Pickle the message and the timeout; the handle stays behind.
+        """Pickle everything but the handle.
 
         A :class:`Tether` holds descriptors of this process (the lifeline, the
         status channel) that mean nothing in another one, so a copy made by
         :mod:`pickle` (a Ray task returning the exception, a
-        ``multiprocessing`` worker raising it) has ``tether = None`` and the
-        original's message.
+        ``multiprocessing`` worker raising it) has ``tether = None``.
         """
-        return (_rebuild_timeout_expired, (str(self), self.timeout))
+        return (
+            _rebuild_timeout_expired,
+            (self.cmd, self.timeout, self.output, self.stderr, self.outcome),
+        )
 
 
-def _rebuild_timeout_expired(message: str, timeout: float) -> TimeoutExpired:
-    copy = TimeoutExpired.__new__(TimeoutExpired)
-    TimeoutError.__init__(copy, message)
-    copy.tether = None
-    copy.timeout = timeout
-    return copy
+def _rebuild_timeout_expired(
+    cmd: list[str],
+    timeout: float,
+    output: bytes | None,
+    stderr: bytes | None,
+    outcome: Outcome | None,
+) -> TimeoutExpired:
+    return TimeoutExpired(cmd, timeout, output, stderr, outcome=outcome)
 
 
-class CommandFailed(Exception):
+class CommandFailed(subprocess.CalledProcessError):
     """Raised by ``run(..., check=True)`` and :meth:`Outcome.check` when the run did not succeed.
 
-    Besides ``outcome``, it has :class:`subprocess.CalledProcessError`'s
-    attributes (``returncode``, ``cmd``, ``stdout``/``output``, ``stderr``),
-    so an ``except`` clause written for ``subprocess.run`` reads the same.
+    A :class:`subprocess.CalledProcessError`, with its attributes
+    (``returncode``, ``cmd``, ``stdout``/``output``, ``stderr``) and its
+    message (``Command '['false']' returned non-zero exit status 1.``), so an
+    ``except`` clause written for ``subprocess.run`` catches it and reads the
+    same; ``outcome`` says the rest. A run that did not simply complete says
+    its reason instead (``Command '['sleep', '60']' ended with reason
+    deadline_exceeded, exit status 124.``). The command line in the message is
+    redacted; ``cmd`` is the command line itself, as in :mod:`subprocess`.
     """
 
     def __init__(self, outcome: Outcome) -> None:
-        name = outcome.label or "the command"
-        super().__init__(
-            f"{name} ended with reason {outcome.reason.value}, exit status {outcome.exit_status}"
-            + (" (the kernel's OOM killer ended it)" if outcome.oom_killed else "")
-            + (f": {outcome.message}" if outcome.message else "")
-        )
+        # ``returncode`` is None for a command that never ran (the stubs say int).
+        code = cast(int, outcome.returncode)
+        super().__init__(code, list(outcome.argv), outcome.stdout, outcome.stderr)
+        self.args = (_failure_message(outcome),)
         self.outcome = outcome
-        self.returncode = outcome.returncode
-        self.cmd = list(outcome.argv)
-        self.stdout = self.output = outcome.stdout
-        self.stderr = outcome.stderr
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
     def __reduce__(self) -> tuple[object, ...]:
         """Pickle as the outcome it was made from (an :class:`Outcome` pickles whole)."""
         return (CommandFailed, (self.outcome,))
+
+
+def _shown(argv: Sequence[str]) -> list[str]:
+    """The command line for a message: secret values redacted (the message may be logged)."""
+    from tether.core.redaction import redact_argv
+
+    return redact_argv(argv)
+
+
+def _failure_message(outcome: Outcome) -> str:
+    """``CalledProcessError``'s sentence for a run that completed, the reason for any other."""
+    command = f"Command '{_shown(outcome.argv)}'"
+    if outcome.label:
+        command += f" ({outcome.label})"
+    code = outcome.returncode
+    if outcome.reason is Reason.COMPLETED and code is not None and code != 0:
+        if code < 0:
+            try:
+                said = f"died with {signal.Signals(-code)!r}"
+            except ValueError:
+                said = f"died with unknown signal {-code}"
+        else:
+            said = f"returned non-zero exit status {code}"
+        if code == outcome.exit_status or code < 0:
+            return command + " " + said + _failure_details(outcome) + "."
+    said = f"ended with reason {outcome.reason.value}, exit status {outcome.exit_status}"
+    return command + " " + said + _failure_details(outcome) + "."
+
+
+def _failure_details(outcome: Outcome) -> str:
+    return (" (the kernel's OOM killer ended it)" if outcome.oom_killed else "") + (
+        f": {outcome.message}" if outcome.message else ""
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,74 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["TIMEOUT_OPTIONS", "reference_parser"]
+__all__ = [
+    "EXIT_STATUSES",
+    "SINCE_EXAMPLES",
+    "TIMEOUT_OPTIONS",
+    "TIMEOUT_STATUSES",
+    "exit_status_section",
+    "reference_parser",
+]
+
+#: ``tether run``'s exit statuses (and every door's but ``timeout``'s), for the
+#: manual page's EXIT STATUS section: (status, meaning).
+EXIT_STATUSES: tuple[tuple[str, str], ...] = (
+    ("N", "the command completed: its own exit status (0 for success)"),
+    ("128+N", "the command was killed by signal N (137: SIGKILL, 143: SIGTERM)"),
+    ("124", "the deadline passed (--deadline): the whole tree was stopped"),
+    ("125", "tether itself failed: bad usage or duration, a record that cannot be written, "
+     "the supervisor lost; for show, ls and prune: nothing to show, a bad option, an "
+     "unreadable directory"),
+    ("126", "the command was found but cannot be executed"),
+    ("127", "the command was not found"),
+    ("130", "cancelled (SIGINT, SIGTERM or SIGHUP to tether, Ctrl-C) or the caller was lost"),
+)  # fmt: skip
+
+#: ``tether timeout``'s, which are GNU timeout's.
+TIMEOUT_STATUSES: tuple[tuple[str, str], ...] = (
+    ("124", "COMMAND timed out, and --preserve-status was not given"),
+    ("125", "tether timeout itself failed"),
+    ("126", "COMMAND was found but cannot be invoked"),
+    ("127", "COMMAND was not found"),
+    ("137", "COMMAND (or tether timeout itself) was sent the KILL signal (128+9)"),
+    ("N", "COMMAND's own exit status otherwise (128+N if it died of signal N, as its caller "
+     "sees it: tether timeout then dies of the same signal)"),
+)  # fmt: skip
+
+
+def exit_status_section() -> str:
+    """The manual page's EXIT STATUS section, in roff."""
+
+    def table(rows: tuple[tuple[str, str], ...]) -> list[str]:
+        return [line for status, meaning in rows for line in (".TP", f".B {status}", meaning)]
+
+    return "\n".join(
+        [
+            "tether run, and the Python API's Outcome.exit_status:",
+            *table(EXIT_STATUSES),
+            ".PP",
+            "tether timeout, as GNU timeout:",
+            *table(TIMEOUT_STATUSES),
+            ".PP",
+            "tether show, ls and prune exit 0 when they did their work (even listing nothing), "
+            "125 otherwise.",
+        ]
+    )
+
+
+def _words(name: str, words: tuple[str, ...]) -> dict[str, object]:
+    """A shtab completion offering ``words`` (bash through a function, zsh as a list)."""
+    joined = " ".join(words)
+    function = f"_shtab_tether_{name}"
+    return {
+        "bash": function,
+        "zsh": f"({joined})",
+        "preamble": {"bash": f'\n{function}() {{\n  compgen -W "{joined}" -- "$1"\n}}\n'},
+    }
+
+
+#: What ``ls --since`` is offered: durations and a date, as its help says.
+SINCE_EXAMPLES: tuple[str, ...] = ("30m", "12h", "7d", "2024-05-01")
 
 #: ``tether timeout``'s options: (flags, metavar or ``None`` for a switch, help).
 TIMEOUT_OPTIONS: tuple[tuple[tuple[str, ...], str | None, str], ...] = (
@@ -83,4 +150,17 @@ def reference_parser() -> argparse.ArgumentParser:
             timeout.add_argument(*flags, metavar=metavar, help=text)
     timeout.add_argument("duration", metavar="DURATION")
     timeout.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND [ARG]...")
+    _complete_ls(subparsers.choices["ls"])
     return parser
+
+
+def _complete_ls(ls: argparse.ArgumentParser) -> None:
+    """Offer ``--reason``'s values and ``--since`` examples (they are no argparse choices:
+    ``--reason`` takes comma lists, ``--since`` any duration or date)."""
+    from tether.review.listing import REASON_CHOICES
+
+    for action in ls._actions:
+        if "--reason" in action.option_strings:
+            action.complete = _words("reasons", REASON_CHOICES)  # type: ignore[attr-defined]
+        elif "--since" in action.option_strings:
+            action.complete = _words("since", SINCE_EXAMPLES)  # type: ignore[attr-defined]

@@ -68,7 +68,9 @@ def add_ls_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
         description="List the runs recorded in DIR, newest first: when each started (local "
         "time), its label, the command's name, why it ended, its exit status, how long it took, "
         "whether SIGKILL was needed, and the record's name (tether show NAME shows it, from any "
-        "directory).",
+        "directory). Runs with no record yet come first, from their event logs: running (since "
+        "when, for how long, the deadline left, the supervisor's and the command's pids) or lost "
+        "(the supervisor is gone; a pid counts only if that process started before the launch).",
         epilog="Files that are not tether records are skipped, each named on stderr. Exit "
         "status: 0 listed (even nothing), 125 bad option or DIR unreadable.",
     )
@@ -85,7 +87,8 @@ def add_ls_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
         default=[],
         metavar="R",
         help="only runs that ended for this reason (repeat it, or R1,R2): "
-        + ", ".join(reason.value for reason in Reason),
+        + ", ".join(reason.value for reason in Reason)
+        + "; or running, lost (runs with no record yet)",
     )
     ls.add_argument(
         "--since",
@@ -96,7 +99,11 @@ def add_ls_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
     ls.add_argument(
         "--label", metavar="PATTERN", help="only runs whose label matches (shell pattern: eval-*)"
     )
-    ls.add_argument("--json", action="store_true", help="print a JSON array of the records")
+    ls.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON array of the runs: those in progress, then the records",
+    )
 
 
 def add_prune_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
@@ -228,6 +235,7 @@ def ls(args: argparse.Namespace) -> int:
         parse_reasons,
         parse_since,
         printable_path,
+        render_progress_table,
         render_table,
         rows_as_json,
         scan,
@@ -261,12 +269,20 @@ def ls(args: argparse.Namespace) -> int:
             "(tether show it to see what happened)"
         )
     rows = select(listing.records, filters)
+    current = select(listing.in_progress, filters)
     if args.json:
-        return print_out(rows_as_json(rows))
-    if not rows:
-        warn(f"no runs {'match' if listing.records else 'are recorded'} in {shown}")
+        return print_out(rows_as_json(rows, current))
+    if not rows and not current:
+        anything = listing.records or listing.in_progress
+        warn(f"no runs {'match' if anything else 'are recorded'} in {shown}")
         return 0
-    return print_out(render_table(rows, directory=directory, colour=use_colour(sys.stdout)))
+    colour = use_colour(sys.stdout)
+    tables = []
+    if current:
+        tables.append(render_progress_table(current, directory=directory, colour=colour))
+    if rows:
+        tables.append(render_table(rows, directory=directory, colour=colour))
+    return print_out("\n".join(tables))
 
 
 @_never_a_traceback

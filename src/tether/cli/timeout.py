@@ -5,14 +5,15 @@ Scripts are full of ``timeout 5m make test``. Replacing ``timeout`` with
 ``PATH``) is meant to change nothing a script relies on: the same options
 (``-k``, ``-s``, ``-v``, ``-p``, ``-f``/``--foreground``), durations as GNU
 reads them (:mod:`tether.core.gnu_durations`), messages (``timeout: ...``,
-``Try 'timeout --help'``), exit statuses (124 timed out, 125 failed, 126
-cannot invoke, 127 not found, 137 after a KILL, else the command's own), and
-signals: what ``timeout`` receives is passed on to the command as itself,
-SIGALRM is its own timer (:mod:`tether.caller.relay`). What it adds is what
-``timeout`` cannot do: the command is stopped when ``tether timeout`` itself
-is killed (SIGKILL included), and descendants that left the process group
-are stopped too. It keeps no record unless asked (``--record PATH``): a
-drop-in must not fill a disk from a loop in a script.
+``Try 'timeout --help'`` when invoked as ``timeout``; ``tether timeout: ...``
+otherwise), exit statuses (124 timed out, 125 failed, 126 cannot invoke, 127
+not found, 137 after a KILL, else the command's own), and signals: what
+``timeout`` receives is passed on to the command as itself, SIGALRM is its own
+timer (:mod:`tether.caller.relay`). What it adds is what ``timeout`` cannot
+do: the command is stopped when ``tether timeout`` itself is killed (SIGKILL
+included), and descendants that left the process group are stopped too. It
+keeps no record unless asked (``--record PATH``): a drop-in must not fill a
+disk from a loop in a script.
 
 Where tether cannot be identical, ``docs/timeout.md`` says so and why.
 
@@ -95,8 +96,10 @@ Where tether differs from GNU timeout: docs/timeout.md.
 class _Program:
     """How this program was invoked: ``timeout`` (a symlink) or ``tether timeout``.
 
-    GNU tools name themselves as invoked in ``Try '... --help'``; the
-    prefix of every message is ``timeout:`` either way, as scripts expect.
+    GNU tools name themselves as invoked, in every message and in ``Try '...
+    --help'``: invoked as ``timeout`` (a symlink, or the ``tether-timeout``
+    launcher), this one says ``timeout: ...``, as scripts written for GNU's
+    expect; invoked as ``tether timeout``, it says ``tether timeout: ...``.
     """
 
     name = "tether timeout"
@@ -283,7 +286,7 @@ def _die_like_gnu(finished: Finished, status: int) -> None:
 
 
 def _say(message: str) -> None:
-    say(f"timeout: {message}")
+    say(f"{_Program.name}: {message}")
 
 
 def _request(

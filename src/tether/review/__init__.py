@@ -41,10 +41,12 @@ from tether.review.files import (
 )
 from tether.review.find import find_last, find_run
 from tether.review.listing import (
+    REASON_CHOICES,
     Filters,
     Listing,
     parse_reasons,
     parse_since,
+    render_progress_table,
     render_table,
     rows_as_json,
     scan,
@@ -58,6 +60,7 @@ from tether.shared.paths import EVENTS_SUFFIX, events_path_for
 
 __all__ = [
     "EVENTS_SUFFIX",
+    "REASON_CHOICES",
     "Filters",
     "Listing",
     "ReviewError",
@@ -71,6 +74,7 @@ __all__ = [
     "parse_since",
     "printable_path",
     "read_events",
+    "render_progress_table",
     "render_run",
     "render_table",
     "rows_as_json",

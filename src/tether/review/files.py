@@ -26,6 +26,7 @@ from tether.review._text import (
     _path_text,
     _safe,
 )
+from tether.review.progress import RUNNING, in_progress
 from tether.shared.paths import EVENTS_SUFFIX, events_path_for
 from tether.shared.record_file import JSONRefused, RecordError, parse_bounded_json, read_record
 
@@ -242,6 +243,9 @@ class RunFiles:
     record_note: str | None = None
     log_note: str | None = None
     warnings: list[str] = field(default_factory=list)
+    #: For a log without its record: whether the run is still going or was
+    #: lost, and what is known of it now (:func:`tether.review.progress.in_progress`).
+    progress: dict[str, object] | None = None
 
 
 def _is_events_name(path: Path) -> bool:
@@ -297,7 +301,9 @@ def _load_from_log(log_path: Path) -> RunFiles:
                 warnings.append(problem)
     expected = candidates[0] if candidates else None
     run = RunFiles(expected, None, log_path, events, warnings=warnings)
-    run.record_note = _why_no_record(expected, events)
+    run.progress = in_progress(log_path, events)
+    if run.progress is None or run.progress["state"] != RUNNING:
+        run.record_note = _why_no_record(expected, events)
     return run
 
 

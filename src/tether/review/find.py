@@ -11,7 +11,8 @@ see on disk is ever shadowed:
    with or without ``.json``, or the ``.events.jsonl`` beside it: it resolves
    from any directory, as ``tether ls`` promised;
 3. a label: the newest run in the records directory with exactly that label
-   (``variant``), with a warning when there are several.
+   (``variant``), with a warning when there are several; failing a record, a
+   run still in progress (an event log without its record) with that label.
 
 ``--last`` is the newest run in the records directory by its name, which
 starts with the UTC start time (:mod:`tether.shared.paths`), so it costs one
@@ -84,6 +85,31 @@ def _record_names(directory: Path) -> list[str]:
         raise ReviewError(f"{_path_text(directory)}: {problem or error}") from None
 
 
+def _unrecorded_with_label(label: str, directory: Path) -> list[tuple[str, Path]]:
+    """The event logs without a record whose ``launched`` line has ``label``: runs in
+    progress (or lost), found by label as ``tether ls`` shows them; by name, newest last."""
+    from tether.review.files import read_events
+
+    found: list[tuple[str, Path]] = []
+    try:
+        with os.scandir(directory) as entries:
+            names = [e.name for e in entries if e.name.endswith(EVENTS_SUFFIX)]
+    except (OSError, ValueError):
+        return []
+    for name in names:
+        record = directory / (name[: -len(EVENTS_SUFFIX)] + ".json")
+        if name.startswith(".") or os.path.lexists(record):
+            continue
+        try:
+            events, _ = read_events(directory / name)
+        except ReviewError:
+            continue
+        launched = next((e for e in events if e.get("event") == "launched"), None)
+        if launched is not None and launched.get("label") == label:
+            found.append((name, directory / name))
+    return found
+
+
 def _by_label(label: str, directory: Path) -> tuple[Path, list[str]]:
     matches: list[tuple[str, Path]] = []
     for name in _record_names(directory):
@@ -97,6 +123,8 @@ def _by_label(label: str, directory: Path) -> tuple[Path, list[str]]:
         if record.get("variant") == label:
             started = record.get("started_at")
             matches.append((started if isinstance(started, str) else "", path))
+    if not matches:
+        matches = _unrecorded_with_label(label, directory)
     if not matches:
         raise ReviewError(
             f"{_safe(label)}: no such file, and no run of that name or label in "

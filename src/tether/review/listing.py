@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from fnmatch import fnmatchcase
@@ -41,7 +41,9 @@ from tether.review._text import (
 from tether.review.files import (
     _is_events_name,
     _record_problem,
+    read_events,
 )
+from tether.review.progress import LOST, RUNNING, in_progress
 from tether.shared.paths import EVENTS_SUFFIX
 from tether.shared.record_file import RecordError, read_record
 
@@ -53,13 +55,17 @@ class Listing:
     """What a records directory holds.
 
     ``records`` are (path, record) pairs in no particular order; ``skipped``
-    names each file that is not a tether record, with why; ``orphan_logs``
-    are event logs whose record is missing (a supervisor that died).
+    names each file that is not a tether record, with why; ``in_progress``
+    are (event log, what it says now) pairs for runs with no record yet,
+    running or lost (:mod:`tether.review.progress`); ``orphan_logs`` are the
+    other event logs whose record is missing (one that cannot be read, a
+    record moved away).
     """
 
     records: list[tuple[Path, dict[str, object]]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     orphan_logs: list[Path] = field(default_factory=list)
+    in_progress: list[tuple[Path, dict[str, object]]] = field(default_factory=list)
 
 
 def _ignored(name: str) -> bool:
@@ -95,8 +101,34 @@ def scan(directory: Path) -> Listing:
         except Exception as error:  # a bug, not the file's fault: it must not cost the listing
             listing.skipped.append(f"{_path_text(path)}: {describe_unexpected(error)}")
     stems = {path.stem for path, _ in listing.records} | {path.name for path, _ in listing.records}
-    listing.orphan_logs = [log for log in logs if log.name[: -len(EVENTS_SUFFIX)] not in stems]
+    for log in logs:
+        if log.name[: -len(EVENTS_SUFFIX)] not in stems:
+            _take_unrecorded(listing, log)
     return listing
+
+
+def _take_unrecorded(listing: Listing, log: Path) -> None:
+    """A log without its record: a run in progress, or lost, or (read again) just finished."""
+    try:
+        events, _warnings = read_events(log)
+        found = in_progress(log, events)
+    except ReviewError:
+        found = None
+    except Exception:  # a bug, not the file's fault: it must not cost the listing
+        found = None
+    if found is None:
+        listing.orphan_logs.append(log)
+        return
+    if found["state"] != RUNNING:
+        # The supervisor writes the record, then exits: one that ended after
+        # the directory was read has its record there now, and was not lost.
+        record_path = log.with_name(log.name[: -len(EVENTS_SUFFIX)] + ".json")
+        try:
+            listing.records.append((record_path, read_record(record_path)))
+            return
+        except RecordError:
+            pass
+    listing.in_progress.append((log, found))
 
 
 def _is_directory(entry: os.DirEntry[str]) -> bool:
@@ -132,6 +164,11 @@ class Filters:
         return True
 
 
+#: What ``--reason`` takes: why a run ended, or, for a run without a record,
+#: ``running`` (its supervisor is alive) or ``lost`` (it is gone).
+REASON_CHOICES: Final = (*(reason.value for reason in Reason), RUNNING, LOST)
+
+
 def parse_reasons(values: Iterable[str]) -> frozenset[str] | None:
     """``--reason`` values (repeated, or comma-separated) as a set; ``None`` if none given.
 
@@ -140,12 +177,11 @@ def parse_reasons(values: Iterable[str]) -> frozenset[str] | None:
     wanted = {part.strip() for value in values for part in value.split(",") if part.strip()}
     if not wanted:
         return None
-    known = {reason.value for reason in Reason}
-    unknown = sorted(wanted - known)
+    unknown = sorted(wanted - set(REASON_CHOICES))
     if unknown:
         raise ReviewError(
             f"--reason: unknown reason {', '.join(map(repr, unknown))} "
-            f"(one of: {', '.join(reason.value for reason in Reason)})"
+            f"(one of: {', '.join(REASON_CHOICES)})"
         )
     return frozenset(wanted)
 
@@ -251,7 +287,29 @@ def render_table(
     host = len({str(record.get("hostname")) for _, record in rows}) > 1
     columns = (*_COLUMNS[:-1], "HOST", _COLUMNS[-1]) if host else _COLUMNS
     cells = [list(columns)] + [_row(path, record, directory, host=host) for path, record in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+
+    def tint(number: int, line: list[str], padded: list[str], widths: list[int]) -> None:
+        record = rows[number - 1][1]
+        meaning = paint.meaning(record.get("reason"), _int(record.get("supervisor_exit_code")))
+        for column in (_REASON, _EXIT):
+            padded[column] = paint(line[column], meaning) + " " * (
+                widths[column] - len(line[column])
+            )
+        if line[_ESCALATED] == "yes":
+            padded[_ESCALATED] = paint("yes", "33") + " " * (widths[_ESCALATED] - 3)
+
+    return _aligned(cells, paint, tint)
+
+
+def _aligned(
+    cells: list[list[str]],
+    paint: _Paint,
+    tint: Callable[[int, list[str], list[str], list[int]], None],
+) -> str:
+    """``cells`` (a header line, then rows) as aligned text: the header bold, each row
+    coloured by ``tint`` (row number, its cells, its padded cells to change, the widths);
+    the last column is not padded."""
+    widths = [max(len(line[i]) for line in cells) for i in range(len(cells[0]))]
     lines = []
     for number, line in enumerate(cells):
         padded = [cell.ljust(width) for cell, width in zip(line, widths, strict=True)]
@@ -259,23 +317,95 @@ def render_table(
         if number == 0:
             padded = [paint.bold(cell) for cell in padded]
         else:
-            record = rows[number - 1][1]
-            meaning = paint.meaning(record.get("reason"), _int(record.get("supervisor_exit_code")))
-            for column in (_REASON, _EXIT):
-                padded[column] = paint(line[column], meaning) + " " * (
-                    widths[column] - len(line[column])
-                )
-            if line[_ESCALATED] == "yes":
-                padded[_ESCALATED] = paint("yes", "33") + " " * (widths[_ESCALATED] - 3)
+            tint(number, line, padded, widths)
         lines.append("  ".join(padded))
     return "\n".join(lines) + "\n"
 
 
-def rows_as_json(rows: Sequence[tuple[Path, Mapping[str, object]]]) -> str:
-    """The records of ``rows`` as a JSON array, each with its ``record_path`` added."""
-    return (
-        json.dumps(
-            [{**record, "record_path": os.fsdecode(path)} for path, record in rows], indent=2
-        )
-        + "\n"
-    )
+_PROGRESS_COLUMNS: Final = (
+    "STATE",
+    "SINCE",
+    "FOR",
+    "LEFT",
+    "LABEL",
+    "COMMAND",
+    "SUPERVISOR",
+    "PID",
+    "LOG",
+)
+
+
+def _pid_cell(pid: object, alive: object) -> str:
+    shown = _int(pid)
+    if shown is None:
+        return "?"
+    return str(shown) if alive is True else f"{shown} (gone)"
+
+
+def _left_cell(run: Mapping[str, object]) -> str:
+    left = run.get("deadline_left_seconds")
+    if run.get("state") != RUNNING:
+        return "-"
+    if not isinstance(left, int | float) or isinstance(left, bool):
+        return "none"
+    stopping = run.get("last_state") in ("terminating", "killing")
+    return _seconds_text(left) + (" (stopping)" if stopping else "")
+
+
+def _progress_row(path: Path, run: Mapping[str, object], directory: Path | None) -> list[str]:
+    label, command = run.get("variant"), run.get("command")
+    shown_path = path.name if directory is not None and path.parent == directory else str(path)
+    elapsed = run.get("elapsed_seconds")
+    cells = [
+        _safe(run.get("state")),
+        _local(run.get("started_at")),
+        "-" if elapsed is None else _seconds_text(elapsed),
+        _left_cell(run),
+        _safe(label) if isinstance(label, str) else "-",
+        _safe(command) if isinstance(command, str) and command else "-",
+        _pid_cell(run.get("supervisor_pid"), run.get("supervisor_alive")),
+        _pid_cell(run.get("eval_pid"), run.get("command_alive")),
+    ]
+    return [_cell(cell, _CELL_WIDTH) for cell in cells] + [_safe(shown_path)]
+
+
+def render_progress_table(
+    rows: Sequence[tuple[Path, Mapping[str, object]]],
+    *,
+    directory: Path | None = None,
+    colour: bool = False,
+) -> str:
+    """The runs without a record yet, as a table: running, or lost (``render_table``'s look).
+
+    ``FOR`` is how long a running run has been going, ``LEFT`` how much of
+    its deadline is left; a pid is marked ``(gone)`` when that process is not
+    the run's any more.
+    """
+    paint = _Paint(colour)
+    cells = [list(_PROGRESS_COLUMNS)] + [_progress_row(p, run, directory) for p, run in rows]
+
+    def tint(_number: int, line: list[str], padded: list[str], widths: list[int]) -> None:
+        meaning = "32" if line[0] == RUNNING else "1;31"
+        padded[0] = paint(line[0], meaning) + " " * (widths[0] - len(line[0]))
+
+    return _aligned(cells, paint, tint)
+
+
+def rows_as_json(
+    rows: Sequence[tuple[Path, Mapping[str, object]]],
+    in_progress: Sequence[tuple[Path, Mapping[str, object]]] = (),
+) -> str:
+    """The runs as a JSON array: those in progress first, then the records of ``rows``.
+
+    Each record has its ``record_path`` added; a run in progress is what
+    :func:`tether.review.progress.in_progress` says, with the ``record_path``
+    its record will have.
+    """
+    runs = [
+        {
+            **run,
+            "record_path": os.fsdecode(log.with_name(log.name[: -len(EVENTS_SUFFIX)] + ".json")),
+        }
+        for log, run in in_progress
+    ] + [{**record, "record_path": os.fsdecode(path)} for path, record in rows]
+    return json.dumps(runs, indent=2) + "\n"

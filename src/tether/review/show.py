@@ -31,6 +31,7 @@ from tether.review._text import (
 from tether.review.files import (
     RunFiles,
 )
+from tether.review.progress import RUNNING
 
 # -- one run, for people ---------------------------------------------------------------
 
@@ -325,6 +326,9 @@ def _no_record_lines(run: RunFiles, paint: _Paint) -> list[str]:
             "last event", f"{_safe(last.get('event'))} at {_local(last.get('ts'), precise=True)}"
         )
     out.add("last state", _safe(states[-1]) if states else "?")
+    progress = run.progress
+    if progress is not None:
+        out.add("supervisor", f"pid {_safe(progress.get('supervisor_pid'))}, gone (lost)")
     if launched is not None:
         exited = any(e.get("event") == "command_exited" for e in run.events)
         pid = _safe(launched.get("pid"))
@@ -334,6 +338,36 @@ def _no_record_lines(run: RunFiles, paint: _Paint) -> list[str]:
             if exited
             else f"pid {pid}, not seen to exit: check that it is gone",
         )
+    return out.lines
+
+
+def _running_lines(run: RunFiles, progress: Mapping[str, object], paint: _Paint) -> list[str]:
+    """A run with no record yet whose supervisor is alive: what it is doing, so far."""
+    label = progress.get("variant")
+    title = "run " + (repr(_safe(label)) if isinstance(label, str) else "(no label)")
+    out = _Lines(paint)
+    out.lines.append(paint.bold(title) + ": " + paint("running", "32"))
+    elapsed = progress.get("elapsed_seconds")
+    since = _local(progress.get("started_at"), precise=True)
+    out.add("since", since + ("" if elapsed is None else f" ({_seconds_text(elapsed)} ago)"))
+    left = progress.get("deadline_left_seconds")
+    deadline = progress.get("deadline_seconds")
+    out.add(
+        "deadline",
+        "none"
+        if not isinstance(left, int | float)
+        else f"{_seconds_text(deadline)}, {_seconds_text(left)} left",
+    )
+    out.add("state", _safe(progress.get("last_state") or "?"))
+    command = progress.get("command")
+    alive = "running" if progress.get("command_alive") is True else "gone"
+    out.add(
+        "command",
+        (_safe(command) + ", " if isinstance(command, str) else "")
+        + f"pid {_safe(progress.get('eval_pid'))} ({alive})",
+    )
+    out.add("supervisor", f"pid {_safe(progress.get('supervisor_pid'))} (alive)")
+    out.add("record", "not yet: it is written when the run ends")
     return out.lines
 
 
@@ -539,7 +573,13 @@ def _timeline_lines(run: RunFiles, paint: _Paint, *, all_steps: bool) -> list[st
 def render_run(run: RunFiles, *, colour: bool = False, all_steps: bool = False) -> str:
     """One run for a person: the verdict, where its files are, and its timeline."""
     paint = _Paint(colour)
-    head = _verdict_lines(run, paint) if run.record is not None else _no_record_lines(run, paint)
+    progress = run.progress
+    if run.record is not None:
+        head = _verdict_lines(run, paint)
+    elif progress is not None and progress.get("state") == RUNNING:
+        head = _running_lines(run, progress, paint)
+    else:
+        head = _no_record_lines(run, paint)
     parts = [head + _files_lines(run, paint)]
     timeline = _timeline_lines(run, paint, all_steps=all_steps)
     if timeline:
@@ -559,5 +599,6 @@ def run_as_json(run: RunFiles) -> str:
         "record_path": None if run.record_path is None else os.fsdecode(run.record_path),
         "events_path": None if run.log_path is None else os.fsdecode(run.log_path),
         "warnings": [*([run.record_note] if run.record_note else []), *run.warnings],
+        "progress": run.progress,
     }
     return json.dumps(document, indent=2) + "\n"

@@ -14,7 +14,8 @@ _shtab_tether_run_option_strings=(-h --help --deadline --grace --record --no-rec
 _shtab_tether_timeout_option_strings=(-h --help -p --preserve-status -f --foreground -k --kill-after -s --signal -v --verbose --record --no-record --label)
 _shtab_tether_option_strings=(-h --help --version)
 
-
+_shtab_tether_ls___reason_COMPGEN=_shtab_tether_reasons
+_shtab_tether_ls___since_COMPGEN=_shtab_tether_since
 
 _shtab_tether_pos_0_choices=(show ls prune run timeout)
 
@@ -52,6 +53,19 @@ _shtab_tether__h_nargs=0
 _shtab_tether___help_nargs=0
 _shtab_tether___version_nargs=0
 
+
+# Custom Preamble
+
+_shtab_tether_reasons() {
+  compgen -W "completed cancelled deadline_exceeded parent_lost launch_failed supervisor_lost running lost" -- "$1"
+}
+
+
+_shtab_tether_since() {
+  compgen -W "30m 12h 7d 2024-05-01" -- "$1"
+}
+
+# End Custom Preamble
 
 # $1=COMP_WORDS[1]
 _shtab_compgen_files() {
