@@ -19,15 +19,16 @@ import pytest
 
 import tether
 from conftest import BOUND, Processes, ReadyPipe, alive, fixture, tether_argv, validate_record
-from tether.linux.cgroup import CgroupUnavailable, enable_controllers, own_cgroup
+from tether.linux.cgroup import CgroupUnavailable
+from tether.linux.run_cgroups import plan_backends
 
 
 def require(*controllers: str) -> None:
+    """Skip where nothing can enforce ``controllers`` (a non-root user on cgroup v1)."""
     try:
-        _path, directory = own_cgroup()
-        enable_controllers(directory, controllers)
+        plan_backends(controllers)
     except CgroupUnavailable as why:
-        pytest.skip(f"no cgroup v2 with {', '.join(controllers)} for tether here: {why}")
+        pytest.skip(f"nothing can enforce {', '.join(controllers)} for tether here: {why}")
 
 
 @pytest.fixture(autouse=True)

@@ -77,6 +77,7 @@ __all__ = [
     "own_cgroup",
     "read_usage",
     "remove_stale",
+    "run_cgroup_name",
     "warm_attach_lock",
 ]
 
@@ -228,6 +229,11 @@ def remove_stale(parent: str) -> int:
     return removed
 
 
+def run_cgroup_name() -> str:
+    """A fresh name for a run's cgroups: ``tether-<this process's pid>-<8 random hex digits>``."""
+    return f"{_PREFIX}-{os.getpid()}-{os.urandom(4).hex()}"
+
+
 class RunCgroup:
     """The cgroup of one run's command: created empty, joined by the command, removed after."""
 
@@ -240,19 +246,25 @@ class RunCgroup:
 
     @classmethod
     def create(
-        cls, controllers: tuple[str, ...] = (), files: dict[str, str] | None = None
+        cls,
+        controllers: tuple[str, ...] = (),
+        files: dict[str, str] | None = None,
+        *,
+        name: str | None = None,
     ) -> RunCgroup:
         """Create a fresh cgroup below this process's own; raise :class:`CgroupUnavailable`.
 
         With ``controllers`` (``memory``, ``cpu``, ``pids``), they are enabled
         for it first (:func:`enable_controllers`), and ``files`` (name to
         content: the limits) are written to it before anything can join it.
+        ``name``: one from :func:`run_cgroup_name` (the run's cgroups in v1
+        hierarchies share it); a fresh one by default.
         """
         own_path, own_directory = own_cgroup()
         if controllers:
             enable_controllers(own_directory, controllers)
         remove_stale(own_directory)
-        name = f"{_PREFIX}-{os.getpid()}-{os.urandom(4).hex()}"
+        name = name or run_cgroup_name()
         directory = os.path.join(own_directory, name)
         try:
             os.mkdir(directory, 0o755)
@@ -473,9 +485,10 @@ def read_usage(directory: str) -> dict[str, int | float | None]:
     CPU time from ``cpu.stat`` (always there in cgroup v2), peak memory from
     ``memory.peak`` (Linux 5.19, with the memory controller), OOM kills from
     ``memory.events`` (hierarchical: the cgroups the command made below count
-    too), and how often a fork was refused at ``pids.max`` from
-    ``pids.events``. Read once the tree is gone, before the cgroup is removed;
-    ``None`` for what this kernel or this cgroup does not count.
+    too) with how often the tree hit its limit (``max``), and how often a
+    fork was refused at ``pids.max`` from ``pids.events``. Read once the tree
+    is gone, before the cgroup is removed; ``None`` for what this kernel or
+    this cgroup does not count.
     """
     cpu = _keyed(os.path.join(directory, "cpu.stat"))
     memory_events = _keyed(os.path.join(directory, "memory.events"))
@@ -491,6 +504,7 @@ def read_usage(directory: str) -> dict[str, int | float | None]:
         "cpu_system_seconds": seconds("system_usec"),
         "memory_peak_bytes": int(peak[0]) if peak and peak[0].isdecimal() else None,
         "oom_kills": memory_events.get("oom_kill"),
+        "memory_limit_hits": memory_events.get("max"),
         "pids_max_refusals": pids_events.get("max"),
     }
 
