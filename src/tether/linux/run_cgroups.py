@@ -32,6 +32,7 @@ from tether.linux.cgroup import (
     enable_controllers,
     own_cgroup,
     read_usage,
+    remove_stale,
     run_cgroup_name,
 )
 from tether.linux.cgroup1 import Hierarchy, V1Cgroup, find_hierarchies, read_usage_v1
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Final
 
-__all__ = ["BACKENDS", "USAGE_KEYS", "RunCgroups", "plan_backends"]
+__all__ = ["BACKENDS", "USAGE_KEYS", "RunCgroups", "plan_backends", "remove_stale_everywhere"]
 
 #: What :meth:`RunCgroups.usage` says, in the record's order (``tree_usage``).
 USAGE_KEYS: Final = (
@@ -111,6 +112,31 @@ def plan_backends(
     return backends, v1
 
 
+#: The v1 hierarchies tether may make cgroups in.
+_V1_CONTROLLERS: Final = frozenset({"memory", "cpu", "cpuacct", "pids"})
+
+
+def remove_stale_everywhere() -> list[str]:
+    """Remove stale cgroups of tether's naming below this process's own, in every hierarchy.
+
+    Only empty ones whose creator is gone (:func:`~tether.linux.cgroup.remove_stale`):
+    never one tether did not name, never one something runs in. Return the
+    directories they were in, for ``tether prune`` to say.
+    """
+    parents: list[str] = []
+    with contextlib.suppress(CgroupUnavailable):
+        parents.append(own_cgroup()[1])
+    parents.extend(
+        hierarchy.directory
+        for hierarchy in find_hierarchies()
+        if hierarchy.controllers & _V1_CONTROLLERS
+    )
+    removed: list[str] = []
+    for parent in parents:
+        removed.extend([parent] * remove_stale(parent))
+    return removed
+
+
 class RunCgroups:
     """The run's cgroups, in every hierarchy: made with the limits, joined, read, removed."""
 
@@ -147,6 +173,8 @@ class RunCgroups:
         name = run_cgroup_name()
         if not backends:
             return cls(RunCgroup.create(name=name), [], {})
+        for hierarchy in {h.directory: h for h in (hierarchies or {}).values()}.values():
+            remove_stale(hierarchy.directory)  # a SIGKILLed supervisor's, in any hierarchy
         made = cls(None, [], dict(enforced_by or {}))
         try:
             made.v2 = _make_v2(name, backends, v2_files or {})
