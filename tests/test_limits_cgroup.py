@@ -354,3 +354,36 @@ def test_a_non_root_caller_on_cgroup_v1_is_refused_before_anything_starts(
     assert "cgroup v1" in result.stderr
     assert "run tether as root" in result.stderr
     assert not marker.exists()
+
+
+def test_limits_auto_enforces_here() -> None:
+    """``tether.ray``'s ``limits="auto"`` asks this; where anything can enforce, it is ``None``."""
+    require("memory", "cpu")
+    from tether.caller.request import limits_refusal
+
+    assert limits_refusal({"memory_max": "1G", "cpu_max": 1}) is None
+
+
+def test_prune_removes_stale_cgroups_of_tethers_naming_only(
+    tmp_path: Path, processes: Processes
+) -> None:
+    require("memory")
+    (memory,) = [h for h in find_hierarchies() if "memory" in h.controllers]
+    gone = processes.start(["true"])
+    gone.wait()
+    stale = Path(memory.directory, f"tether-{gone.pid}-0badcafe")
+    foreign = Path(memory.directory, f"tetherish-{gone.pid}-0badcafe")
+    stale.mkdir()
+    foreign.mkdir()
+    try:
+        result = subprocess.run(
+            tether_argv("prune", str(tmp_path)), capture_output=True, text=True, check=False
+        )
+        assert result.returncode == 0, result.stderr
+        assert not stale.exists()
+        assert foreign.exists()
+        assert "stale cgroup" in result.stderr
+    finally:
+        for directory in (stale, foreign):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
