@@ -387,3 +387,45 @@ def test_prune_removes_stale_cgroups_of_tethers_naming_only(
         for directory in (stale, foreign):
             with contextlib.suppress(OSError):
                 directory.rmdir()
+
+
+def test_a_host_without_cgroup_v2_enforces_and_stops_through_v1_alone(
+    monkeypatch: pytest.MonkeyPatch, processes: Processes
+) -> None:
+    """A legacy host (no cgroup2 mounted): the v1 cgroups hold the tree, and go after it."""
+    require("memory", "pids")
+    from tether.linux import cgroup as cgroup_module
+    from tether.supervisor.command import start_command
+    from tether.supervisor.containment import ProcessTree
+
+    monkeypatch.setattr(cgroup_module, "_cgroup2_mounts", list)
+    command = start_command(
+        ["sh", "-c", "sleep 60 & exec sleep 60"],
+        cwd=None,
+        env=None,
+        umask=None,
+        stdin=None,
+        stdout=None,
+        stderr=None,
+        limits={"memory_max": "64M", "pids_max": 50},
+    )
+    processes.track(command.pid)
+    cgroups = command.cgroup
+    assert cgroups is not None
+    assert cgroups.v2 is None
+    assert cgroups.enforced_by == {"memory_max": "cgroup1", "pids_max": "cgroup1"}
+    directories = [Path(directory) for directory in cgroups.directories]
+    assert len(directories) >= 2  # memory, pids (and cpuacct, for the CPU time)
+    assert cgroups.holds(command.pid)
+    (memory,) = [h.directory for h in find_hierarchies() if "memory" in h.controllers]
+    (limit,) = [d / "memory.limit_in_bytes" for d in directories if str(d.parent) == memory]
+    assert limit.read_text().strip() == str(64 * 2**20)
+    tree = ProcessTree(leader=command.pid, pgid=command.pgid, pidfd=command.pidfd, cgroup=cgroups)
+    assert tree.kill_everything(lambda seconds: time.sleep(min(seconds, 0.01)), bound=BOUND)
+    tree.reap_leader(block=True)
+    tree.reap_adopted()
+    usage = cgroups.usage()
+    assert usage["oom_kills"] == 0
+    assert usage["cpu_seconds"] is not None  # from cpuacct, there being no cpu.stat
+    assert tree.release()
+    assert [directory for directory in directories if directory.exists()] == []
