@@ -66,14 +66,17 @@ import time
 # On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Final
 
 __all__ = [
     "CgroupUnavailable",
+    "JoinableCgroup",
     "RunCgroup",
     "cgroup_of",
     "enable_controllers",
     "kill_cgroup",
+    "make_cgroup",
     "own_cgroup",
     "read_usage",
     "remove_stale",
@@ -234,63 +237,54 @@ def run_cgroup_name() -> str:
     return f"{_PREFIX}-{os.getpid()}-{os.urandom(4).hex()}"
 
 
-class RunCgroup:
-    """The cgroup of one run's command: created empty, joined by the command, removed after."""
+#: Why a file may be missing from a new cgroup, where the kernel or its configuration decides.
+_MISSING: Final = {
+    "cgroup.kill": " (this kernel has no cgroup.kill: Linux 5.14 or later)",
+    "memory.memsw.limit_in_bytes": " (swap accounting is off: boot with swapaccount=1)",
+}
 
-    def __init__(self, path: str, directory: str, procs_fd: int) -> None:
-        #: The cgroup's path in the hierarchy, as ``/proc/<pid>/cgroup`` shows it.
-        self.path = path
-        #: Its directory in the cgroup2 mount.
-        self.directory = directory
-        self._procs_fd: int | None = procs_fd
 
-    @classmethod
-    def create(
-        cls,
-        controllers: tuple[str, ...] = (),
-        files: dict[str, str] | None = None,
-        *,
-        name: str | None = None,
-    ) -> RunCgroup:
-        """Create a fresh cgroup below this process's own; raise :class:`CgroupUnavailable`.
+def make_cgroup(
+    parent: str, name: str, files: Iterable[tuple[str, str]], *needed: str
+) -> tuple[str, int]:
+    """Make cgroup ``name`` in ``parent``, ``files`` written in order; its directory and join fd.
 
-        With ``controllers`` (``memory``, ``cpu``, ``pids``), they are enabled
-        for it first (:func:`enable_controllers`), and ``files`` (name to
-        content: the limits) are written to it before anything can join it.
-        ``name``: one from :func:`run_cgroup_name` (the run's cgroups in v1
-        hierarchies share it); a fresh one by default.
-        """
-        own_path, own_directory = own_cgroup()
-        if controllers:
-            enable_controllers(own_directory, controllers)
-        remove_stale(own_directory)
-        name = name or run_cgroup_name()
-        directory = os.path.join(own_directory, name)
+    ``needed``: files it must have besides. The descriptor is its
+    ``cgroup.procs``, opened for the command's join. Raise
+    :class:`CgroupUnavailable` saying why; a cgroup half made is removed first.
+    """
+    files = list(files)
+    directory = os.path.join(parent, name)
+    try:
+        os.mkdir(directory, 0o755)
+    except OSError as error:
+        raise CgroupUnavailable(f"cannot create a cgroup in {parent}: {_why(error)}") from None
+    try:
+        for file in (*needed, *(file for file, _content in files)):
+            if not os.path.exists(os.path.join(directory, file)):
+                raise CgroupUnavailable(f"{directory} has no {file}{_MISSING.get(file, '')}")
+        for file, content in files:
+            _write_control(directory, file, content)
         try:
-            os.mkdir(directory, 0o755)
+            fd = os.open(os.path.join(directory, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
         except OSError as error:
             raise CgroupUnavailable(
-                f"cannot create a cgroup in {own_directory}: {_why(error)}"
+                f"cannot open {directory}/cgroup.procs: {_why(error)}"
             ) from None
-        try:
-            if not os.path.exists(os.path.join(directory, "cgroup.kill")):
-                raise CgroupUnavailable("this kernel has no cgroup.kill (Linux 5.14 or later)")
-            for name, content in (files or {}).items():
-                _write_control(directory, name, content)
-            try:
-                fd = os.open(os.path.join(directory, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
-            except OSError as error:
-                raise CgroupUnavailable(
-                    f"cannot open {directory}/cgroup.procs: {_why(error)}"
-                ) from None
-        except CgroupUnavailable:
-            with contextlib.suppress(OSError):
-                os.rmdir(directory)
-            raise
-        path = os.path.join(own_path, name)
-        return cls(path, directory, fd)
+    except CgroupUnavailable:
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
+        raise
+    return directory, fd
 
-    # -- joining --------------------------------------------------------------
+
+class JoinableCgroup:
+    """A cgroup made empty, its ``cgroup.procs`` held open for the command to join it."""
+
+    __slots__ = ("_procs_fd",)
+
+    def __init__(self, procs_fd: int) -> None:
+        self._procs_fd: int | None = procs_fd
 
     def join(self) -> None:
         """Move the calling process into this cgroup (run between fork and exec).
@@ -313,6 +307,44 @@ class RunCgroup:
             with contextlib.suppress(OSError):
                 os.close(self._procs_fd)
             self._procs_fd = None
+
+
+class RunCgroup(JoinableCgroup):
+    """The cgroup of one run's command: created empty, joined by the command, removed after."""
+
+    def __init__(self, path: str, directory: str, procs_fd: int) -> None:
+        super().__init__(procs_fd)
+        #: The cgroup's path in the hierarchy, as ``/proc/<pid>/cgroup`` shows it.
+        self.path = path
+        #: Its directory in the cgroup2 mount.
+        self.directory = directory
+
+    @classmethod
+    def create(
+        cls,
+        controllers: tuple[str, ...] = (),
+        files: dict[str, str] | None = None,
+        *,
+        name: str | None = None,
+    ) -> RunCgroup:
+        """Create a fresh cgroup below this process's own; raise :class:`CgroupUnavailable`.
+
+        With ``controllers`` (``memory``, ``cpu``, ``pids``), they are enabled
+        for it first (:func:`enable_controllers`), and ``files`` (name to
+        content: the limits) are written to it before anything can join it.
+        ``name``: one from :func:`run_cgroup_name` (the run's cgroups in v1
+        hierarchies share it); a fresh one by default.
+        """
+        own_path, own_directory = own_cgroup()
+        if controllers:
+            enable_controllers(own_directory, controllers)
+        remove_stale(own_directory)
+        name = name or run_cgroup_name()
+        directory, fd = make_cgroup(own_directory, name, (files or {}).items(), "cgroup.kill")
+        path = os.path.join(own_path, name)
+        return cls(path, directory, fd)
+
+    # -- joining: JoinableCgroup ----------------------------------------------
 
     def holds(self, pid: int) -> bool:
         """Whether ``pid`` (alive or a zombie) belongs to this cgroup."""

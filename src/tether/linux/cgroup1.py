@@ -32,9 +32,10 @@ two files' text; tests feed it text and a directory laid out like cgroupfs.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
+
+from tether.linux.cgroup import JoinableCgroup, make_cgroup, remove_stale
+from tether.linux.cgroup import _unescape as unescape
 
 # On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
@@ -49,13 +50,6 @@ __all__ = [
     "parse_v1_paths",
     "read_usage_v1",
 ]
-
-
-#: Why a file a limit needs may be missing, where the kernel's configuration decides.
-_MISSING = {
-    "memory.memsw.limit_in_bytes": " (swap accounting is off: boot with swapaccount=1)",
-    "memory.oom_control": " (a kernel too old for cgroup v1 memory limits)",
-}
 
 
 class Hierarchy:
@@ -78,12 +72,6 @@ class Hierarchy:
         return f"Hierarchy({sorted(self.controllers)}, {self.directory!r})"
 
 
-def _unescape(field: str) -> str:
-    from tether.linux.cgroup import _unescape as unescape
-
-    return unescape(field)
-
-
 def parse_v1_mounts(text: str) -> list[tuple[frozenset[str], str, str]]:
     """``(controllers, root, mount point)`` of every cgroup v1 mount in mountinfo ``text``.
 
@@ -98,7 +86,7 @@ def parse_v1_mounts(text: str) -> list[tuple[frozenset[str], str, str]]:
         if not separator or len(fields) < 5 or len(tail) < 3 or tail[0] != "cgroup":
             continue
         options = frozenset(tail[2].split(",")) - {"rw", "ro"}
-        mounts.append((options, _unescape(fields[3]), _unescape(fields[4])))
+        mounts.append((options, unescape(fields[3]), unescape(fields[4])))
     return mounts
 
 
@@ -154,17 +142,17 @@ def _read_bytes(path: str) -> bytes:
         return b""
 
 
-class V1Cgroup:
+class V1Cgroup(JoinableCgroup):
     """The run's cgroup in one v1 hierarchy: made with its limits, joined, read, removed."""
 
-    __slots__ = ("_procs_fd", "controllers", "directory", "path")
+    __slots__ = ("controllers", "directory", "path")
 
     def __init__(self, controllers: frozenset[str], path: str, directory: str, fd: int) -> None:
+        super().__init__(fd)
         self.controllers = controllers
         #: Its path in the hierarchy, as ``/proc/<pid>/cgroup`` shows it.
         self.path = path
         self.directory = directory
-        self._procs_fd: int | None = fd
 
     @classmethod
     def create(cls, hierarchy: Hierarchy, name: str, files: Sequence[tuple[str, str]]) -> V1Cgroup:
@@ -173,50 +161,10 @@ class V1Cgroup:
         Raise :class:`~tether.linux.cgroup.CgroupUnavailable` saying why; a
         cgroup half made is removed first.
         """
-        from tether.linux.cgroup import CgroupUnavailable, _why, _write_control, remove_stale
-
         remove_stale(hierarchy.directory)
-        directory = os.path.join(hierarchy.directory, name)
-        try:
-            os.mkdir(directory, 0o755)
-        except OSError as error:
-            raise CgroupUnavailable(
-                f"cannot create a cgroup in {hierarchy.directory}: {_why(error)}"
-            ) from None
-        try:
-            for file, content in files:
-                if not os.path.exists(os.path.join(directory, file)):
-                    raise CgroupUnavailable(f"{directory} has no {file}{_MISSING.get(file, '')}")
-                _write_control(directory, file, content)
-            try:
-                fd = os.open(os.path.join(directory, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
-            except OSError as error:
-                raise CgroupUnavailable(
-                    f"cannot open {directory}/cgroup.procs: {_why(error)}"
-                ) from None
-        except CgroupUnavailable:
-            with contextlib.suppress(OSError):
-                os.rmdir(directory)
-            raise
+        directory, fd = make_cgroup(hierarchy.directory, name, files)
         path = hierarchy.path.rstrip("/") + "/" + name
         return cls(hierarchy.controllers, path, directory, fd)
-
-    @property
-    def join_descriptor(self) -> int | None:
-        """The ``cgroup.procs`` descriptor the command writes ``0`` to (``None`` once closed)."""
-        return self._procs_fd
-
-    def join(self) -> None:
-        """Move the calling process into this cgroup; :class:`OSError` if the kernel refuses."""
-        if self._procs_fd is None:
-            raise OSError(errno.EBADF, "the cgroup was already joined")
-        os.write(self._procs_fd, b"0")
-
-    def close_join(self) -> None:
-        if self._procs_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._procs_fd)
-            self._procs_fd = None
 
     def holds(self, pid: int | str) -> bool:
         """Whether ``pid`` (alive or a zombie) is in this cgroup."""
