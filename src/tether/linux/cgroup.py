@@ -281,10 +281,28 @@ def make_cgroup(
 class JoinableCgroup:
     """A cgroup made empty, its ``cgroup.procs`` held open for the command to join it."""
 
-    __slots__ = ("_procs_fd",)
+    __slots__ = ("_procs_fd", "directory")
 
-    def __init__(self, procs_fd: int) -> None:
+    def __init__(self, directory: str, procs_fd: int) -> None:
+        #: Its directory in its hierarchy's mount.
+        self.directory = directory
         self._procs_fd: int | None = procs_fd
+
+    def directories(self) -> list[str]:
+        """This cgroup's directory and those of the cgroups below it, deepest first."""
+        return [directory for directory, _sub, _files in os.walk(self.directory, topdown=False)]
+
+    def discard(self) -> bool:
+        """Remove this cgroup if nothing runs in it (nor below it); return whether it is gone."""
+        self.close_join()
+        for directory in self.directories():
+            try:
+                os.rmdir(directory)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return False
+        return True
 
     def join(self) -> None:
         """Move the calling process into this cgroup (run between fork and exec).
@@ -313,11 +331,9 @@ class RunCgroup(JoinableCgroup):
     """The cgroup of one run's command: created empty, joined by the command, removed after."""
 
     def __init__(self, path: str, directory: str, procs_fd: int) -> None:
-        super().__init__(procs_fd)
+        super().__init__(directory, procs_fd)
         #: The cgroup's path in the hierarchy, as ``/proc/<pid>/cgroup`` shows it.
         self.path = path
-        #: Its directory in the cgroup2 mount.
-        self.directory = directory
 
     @classmethod
     def create(
@@ -352,17 +368,10 @@ class RunCgroup(JoinableCgroup):
 
     # -- looking and killing --------------------------------------------------
 
-    def _directories(self) -> list[str]:
-        """This cgroup's directory and those of the cgroups below it, deepest first."""
-        found: list[str] = []
-        for directory, _subdirectories, _files in os.walk(self.directory, topdown=False):
-            found.append(directory)
-        return found
-
     def pids(self) -> list[int]:
         """The processes running in this cgroup and below it (zombies are not listed)."""
         found: list[int] = []
-        for directory in self._directories():
+        for directory in self.directories():
             try:
                 with open(os.path.join(directory, "cgroup.procs"), "rb") as procs:
                     # A process this PID namespace cannot see would be listed as 0.
@@ -400,18 +409,6 @@ class RunCgroup(JoinableCgroup):
         self.kill()
         self._wait_unpopulated(timeout)
         return self.discard()
-
-    def discard(self) -> bool:
-        """Remove this cgroup if nothing runs in it (nor below it); return whether it is gone."""
-        self.close_join()
-        for directory in self._directories():
-            try:
-                os.rmdir(directory)
-            except FileNotFoundError:
-                continue
-            except OSError:
-                return False
-        return True
 
     def _wait_unpopulated(self, timeout: float) -> None:
         try:

@@ -145,14 +145,13 @@ def _read_bytes(path: str) -> bytes:
 class V1Cgroup(JoinableCgroup):
     """The run's cgroup in one v1 hierarchy: made with its limits, joined, read, removed."""
 
-    __slots__ = ("controllers", "directory", "path")
+    __slots__ = ("controllers", "path")
 
     def __init__(self, controllers: frozenset[str], path: str, directory: str, fd: int) -> None:
-        super().__init__(fd)
+        super().__init__(directory, fd)
         self.controllers = controllers
         #: Its path in the hierarchy, as ``/proc/<pid>/cgroup`` shows it.
         self.path = path
-        self.directory = directory
 
     @classmethod
     def create(cls, hierarchy: Hierarchy, name: str, files: Sequence[tuple[str, str]]) -> V1Cgroup:
@@ -170,10 +169,6 @@ class V1Cgroup(JoinableCgroup):
         """Whether ``pid`` (alive or a zombie) is in this cgroup."""
         return parse_v1_paths(_read(f"/proc/{pid}/cgroup")).get(self.controllers) == self.path
 
-    def directories(self) -> list[str]:
-        """This cgroup's directory and those the command made below it, deepest first."""
-        return [directory for directory, _sub, _files in os.walk(self.directory, topdown=False)]
-
     def pids(self) -> list[int]:
         """The processes in this cgroup and below it."""
         found: list[int] = []
@@ -181,18 +176,6 @@ class V1Cgroup(JoinableCgroup):
             words = _read_bytes(os.path.join(directory, "cgroup.procs")).split()
             found.extend(pid for word in words if word.isdigit() and (pid := int(word)))
         return found
-
-    def discard(self) -> bool:
-        """Remove this cgroup (and those below) if nothing runs there; whether it is gone."""
-        self.close_join()
-        for directory in self.directories():
-            try:
-                os.rmdir(directory)
-            except FileNotFoundError:
-                continue
-            except OSError:
-                return False
-        return True
 
 
 def _keyed(text: str) -> dict[str, int]:
