@@ -4,7 +4,9 @@
 ``memory_max="8G"`` (or a number of bytes), ``cpu_max=1.5``, ``pids_max=512``.
 They become cgroup v2 files (``memory.max``, ``memory.swap.max``,
 ``cpu.max``, ``pids.max``) on the run's own cgroup, written before the
-command execs, so the command never runs a moment unlimited.
+command execs, so the command never runs a moment unlimited; on a host
+whose controllers are bound to cgroup v1, the v1 files of the run's own
+cgroups in those hierarchies instead (:func:`limit_files_v1`).
 
 Sizes take binary suffixes, as systemd's ``MemoryMax=`` and ``docker
 --memory`` do: ``K``, ``M``, ``G``, ``T`` (also ``KiB`` ... and ``KB`` ...,

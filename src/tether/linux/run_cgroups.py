@@ -104,7 +104,7 @@ def plan_backends(
             raise CgroupUnavailable(f"{v2_why}; {_DELEGATE}")
         if not os.access(hierarchy.directory, os.W_OK):
             raise CgroupUnavailable(
-                f"the {name} controller is bound to cgroup v1 here ({hierarchy.directory}), "
+                f"the {name} controller is bound to cgroup v1 ({hierarchy.directory}), "
                 "which only root can divide (systemd delegates no cgroup v1 to a user): "
                 "run tether as root"
             )
