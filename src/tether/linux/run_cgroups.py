@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Final
 
-__all__ = ["BACKENDS", "USAGE_KEYS", "RunCgroups", "plan_backends", "remove_stale_everywhere"]
+__all__ = ["USAGE_KEYS", "RunCgroups", "plan_backends", "remove_stale_everywhere"]
 
 #: What :meth:`RunCgroups.usage` says, in the record's order (``tree_usage``).
 USAGE_KEYS: Final = (
@@ -55,9 +55,6 @@ USAGE_KEYS: Final = (
     "under_oom",
     "pids_max_refusals",
 )
-
-#: How the record names where a limit was enforced.
-BACKENDS: Final = ("cgroup2", "cgroup1", "systemd-scope")
 
 #: What would work where a v2 cgroup cannot take a controller and no v1 hierarchy can.
 _DELEGATE: Final = (
