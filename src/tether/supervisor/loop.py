@@ -552,7 +552,8 @@ class Supervision:
             self.limits_enforced_by = dict(tree.cgroup.enforced_by) or None
         if not tree.release():
             assert tree.cgroup is not None
-            self.log.emit("cgroup_left", paths=tree.cgroup.directories)
+            cgroups = tree.cgroup
+            self.log.emit("cgroup_left", path=cgroups.directory, paths=cgroups.directories)
         return returncode, usage
 
     def _exit(self, effect: Exit) -> None:
