@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -164,8 +165,8 @@ def vanishing_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make every run cgroup disappear between its creation and the command's join."""
     real_create = RunCgroup.create
 
-    def create() -> RunCgroup:
-        made = real_create()
+    def create(*args: Any, **kwargs: Any) -> RunCgroup:
+        made = real_create(*args, **kwargs)
         os.rmdir(made.directory)
         return made
 

@@ -178,25 +178,29 @@ def test_the_spec_carries_limits_as_plain_data_and_checks_them() -> None:
         RunSpec.from_json(bad.to_json())
 
 
-# -- refusal where no cgroup v2 can enforce them ---------------------------------------------
+# -- refusal where no cgroup can enforce them -----------------------------------------------
 
 
 @pytest.fixture
-def no_cgroup_v2(monkeypatch: pytest.MonkeyPatch) -> None:
-    """This process sees no cgroup2 mount (as on a cgroup v1-only machine)."""
+def no_cgroup_at_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process sees no cgroup2 mount and no cgroup v1 hierarchy."""
+    from tether.linux import run_cgroups
+
     monkeypatch.setattr(cgroup_module, "_cgroup2_mounts", list)
+    monkeypatch.setattr(run_cgroups, "find_hierarchies", lambda **_: [])
 
 
-@pytest.mark.usefixtures("no_cgroup_v2")
+@pytest.mark.usefixtures("no_cgroup_at_all")
 @pytest.mark.parametrize(
     "limit", [{"memory_max": "64M"}, {"cpu_max": 0.5}, {"pids_max": 10}, {"memory_swap_max": 0}]
 )
-def test_limits_without_cgroup_v2_are_refused_before_anything_starts(
+def test_limits_nothing_can_enforce_are_refused_before_anything_starts(
     tmp_path: Path, limit: dict[str, object]
 ) -> None:
     marker = tmp_path / "started"
     record = tmp_path / "r.json"
-    with pytest.raises(tether.LaunchError, match=r"no cgroup2 file system.*rlimits") as refused:
+    pattern = r"no cgroup2 file system.*Delegate=yes tether .*rlimits"
+    with pytest.raises(tether.LaunchError, match=pattern) as refused:
         tether.run(["touch", str(marker)], record=record, **limit)  # type: ignore[arg-type]
     assert refused.value.exit_status == 125
     assert not marker.exists()
@@ -280,6 +284,7 @@ def test_read_usage_takes_what_the_kernel_counts_and_none_for_the_rest(tmp_path:
         "cpu_system_seconds": 0.5,
         "memory_peak_bytes": 64 * 2**20,
         "oom_kills": 2,
+        "memory_limit_hits": 7,
         "pids_max_refusals": None,
     }
     assert set(cgroup_module.read_usage(str(tmp_path / "gone")).values()) == {None}
@@ -328,6 +333,8 @@ def test_show_and_ls_say_the_oom_killer_ended_a_run(tmp_path: Path) -> None:
             "cpu_system_seconds": 0.25,
             "memory_peak_bytes": 64 * 2**20,
             "oom_kills": 2,
+            "memory_limit_hits": 40,
+            "under_oom": 0,
             "pids_max_refusals": 3,
         },
         oom_killed=True,

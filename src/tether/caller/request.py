@@ -38,7 +38,7 @@ import os
 import re
 
 from tether.core.durations import DurationError, duration_seconds
-from tether.core.limits import LimitError, limit_controllers, parse_limits
+from tether.core.limits import LimitError, limit_controllers, limit_files_v1, parse_limits
 from tether.core.spec import DEFAULT_GRACE_SECONDS, DEFAULT_STOP_SIGNAL, RunSpec
 
 TYPE_CHECKING = False
@@ -257,7 +257,7 @@ def warn_no_record_once(why: str) -> None:
 
 
 def _limits(values: Mapping[str, object], flags: Mapping[str, str]) -> dict[str, int | float]:
-    """The resource limits, checked, and a cgroup v2 ready to enforce them; or why not.
+    """The resource limits, checked, and cgroups ready to enforce them; or why not.
 
     The cgroup is checked here, in the caller, so that a run whose limits
     cannot be enforced is refused before anything starts (the supervisor,
@@ -274,18 +274,21 @@ def _limits(values: Mapping[str, object], flags: Mapping[str, str]) -> dict[str,
     if not checked:
         return checked
     shown = ", ".join(flags.get(name, name) for name in checked)
-    from tether.linux.cgroup import CgroupUnavailable, enable_controllers, own_cgroup
+    from tether.linux.cgroup import CgroupUnavailable
+    from tether.linux.run_cgroups import plan_backends
 
     try:
         if os.environ.get("TETHER_CONTAINMENT") == "sweep":  # supervisor.command's variable
             raise CgroupUnavailable("TETHER_CONTAINMENT=sweep forbids a cgroup of the run's own")
-        _path, directory = own_cgroup()
-        if not os.access(directory, os.W_OK):
-            raise CgroupUnavailable(f"{directory} is not writable by this user")
-        enable_controllers(directory, limit_controllers(checked))
+        backends, _hierarchies = plan_backends(limit_controllers(checked), check=False)
+        if backends.get("memory") == "cgroup1":
+            try:
+                limit_files_v1(checked)
+            except LimitError as error:
+                raise CgroupUnavailable(str(error)) from None
     except CgroupUnavailable as why:
         raise LimitsUnavailable(
-            f"cannot enforce {shown} here: {why} (tether sets limits only on a cgroup v2 "
+            f"cannot enforce {shown} here: {why} (tether sets limits only on cgroups "
             "of the run's own; it does not fall back to per-process rlimits)",
             option="limits",
         ) from None

@@ -113,7 +113,8 @@ def add_prune_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
         description="Remove the runs DIR does not keep: all but the newest --keep runs, and "
         "those older than --older-than. Only finished tether runs go (a record and its event "
         "log); a run in progress, a file that is not a tether record and a symbolic link are "
-        "never touched. The default directory is also pruned as runs are written into it "
+        "never touched. Empty cgroups a lost (SIGKILLed) supervisor left below this process's own, "
+        "named by tether, go too. The default directory is also pruned as runs are written into it "
         "(at most TETHER_KEEP_RUNS runs, default 10000, none older than TETHER_KEEP_DAYS days, "
         "default 30; 0 means no bound).",
         epilog="The names of the runs removed (or, with --dry-run, that would be) go to stdout, "
@@ -285,6 +286,16 @@ def ls(args: argparse.Namespace) -> int:
     return print_out("\n".join(tables))
 
 
+def _remove_stale_cgroups() -> None:
+    """Remove the empty cgroups SIGKILLed supervisors left (tether's naming only); say how many."""
+    from tether.linux.run_cgroups import remove_stale_everywhere
+
+    removed = remove_stale_everywhere()
+    if removed:
+        places = ", ".join(sorted(set(removed)))
+        warn(f"removed {len(removed)} stale cgroup(s) of lost supervisors in {places}")
+
+
 @_never_a_traceback
 def prune(args: argparse.Namespace) -> int:
 
@@ -307,6 +318,8 @@ def prune(args: argparse.Namespace) -> int:
             )
         except DurationError as error:
             fail(str(error))
+    if not args.dry_run:
+        _remove_stale_cgroups()
     directory = _records_directory(args.directory)
     if directory is None:
         return 0

@@ -110,7 +110,8 @@ def _run_parser() -> argparse.ArgumentParser:
         "record is",
     )
     limits = parser.add_argument_group(
-        "limits the kernel enforces on the whole tree (need a cgroup v2; refused without one)"
+        "limits the kernel enforces on the whole tree (through cgroups v2 or, as root, v1; refused "
+        "where nothing can enforce them)"
     )
     limits.add_argument("--memory-max", metavar="SIZE", help="memory, e.g. 512M or 8G")
     limits.add_argument("--memory-swap-max", metavar="SIZE", help="swap, e.g. 0 for none")

@@ -4,7 +4,9 @@
 ``memory_max="8G"`` (or a number of bytes), ``cpu_max=1.5``, ``pids_max=512``.
 They become cgroup v2 files (``memory.max``, ``memory.swap.max``,
 ``cpu.max``, ``pids.max``) on the run's own cgroup, written before the
-command execs, so the command never runs a moment unlimited.
+command execs, so the command never runs a moment unlimited; on a host
+whose controllers are bound to cgroup v1, the v1 files of the run's own
+cgroups in those hierarchies instead (:func:`limit_files_v1`).
 
 Sizes take binary suffixes, as systemd's ``MemoryMax=`` and ``docker
 --memory`` do: ``K``, ``M``, ``G``, ``T`` (also ``KiB`` ... and ``KB`` ...,
@@ -32,11 +34,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CPU_PERIOD_MICROSECONDS",
+    "LIMIT_CONTROLLERS",
     "LIMIT_NAMES",
     "LimitError",
     "format_size",
     "limit_controllers",
     "limit_files",
+    "limit_files_v1",
     "parse_count",
     "parse_cpus",
     "parse_limits",
@@ -210,4 +214,51 @@ def limit_files(limits: Mapping[str, int | float]) -> dict[str, str]:
         files["cpu.max"] = f"{quota} {CPU_PERIOD_MICROSECONDS}"
     if "pids_max" in limits:
         files["pids.max"] = str(int(limits["pids_max"]))
+    return files
+
+
+#: Which controller enforces each limit (the record's ``limits_enforced_by`` is per limit).
+LIMIT_CONTROLLERS: Final = {
+    "memory_max": "memory",
+    "memory_swap_max": "memory",
+    "cpu_max": "cpu",
+    "pids_max": "pids",
+}
+
+
+def limit_files_v1(limits: Mapping[str, int | float]) -> dict[str, list[tuple[str, str]]]:
+    """What to write to the run's cgroup in each cgroup v1 hierarchy, by controller, in order.
+
+    v1 counts memory and swap together: ``memory.memsw.limit_in_bytes`` is
+    memory *plus* swap, so ``memory_swap_max`` needs ``memory_max`` beside it
+    (a :class:`LimitError` otherwise), and it must never be below
+    ``memory.limit_in_bytes``, so it is written second (a fresh cgroup starts
+    with both unlimited). ``memory.oom_control`` ``0``: the OOM killer on,
+    whatever the parent chose (a child inherits ``oom_kill_disable``); v1
+    has no ``memory.oom.group``, so it kills one process, and the supervisor
+    stops the rest of the tree (the command's exit, or a straggler sweep).
+    The CPU period is written before the quota (the kernel checks the pair).
+    """
+    files: dict[str, list[tuple[str, str]]] = {}
+    if "memory_swap_max" in limits and "memory_max" not in limits:
+        raise LimitError(
+            "memory_swap_max: on cgroup v1 it needs memory_max too "
+            "(v1 limits memory and swap together)"
+        )
+    if "memory_max" in limits:
+        memory = int(limits["memory_max"])
+        written = [("memory.limit_in_bytes", str(memory))]
+        if "memory_swap_max" in limits:
+            swap = int(limits["memory_swap_max"])
+            written.append(("memory.memsw.limit_in_bytes", str(min(memory + swap, _SIZE_MOST))))
+        written.append(("memory.oom_control", "0"))
+        files["memory"] = written
+    if "cpu_max" in limits:
+        quota = round(limits["cpu_max"] * CPU_PERIOD_MICROSECONDS)
+        files["cpu"] = [
+            ("cpu.cfs_period_us", str(CPU_PERIOD_MICROSECONDS)),
+            ("cpu.cfs_quota_us", str(quota)),
+        ]
+    if "pids_max" in limits:
+        files["pids"] = [("pids.max", str(int(limits["pids_max"])))]
     return files

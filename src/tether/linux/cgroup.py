@@ -66,17 +66,21 @@ import time
 # On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Final
 
 __all__ = [
     "CgroupUnavailable",
+    "JoinableCgroup",
     "RunCgroup",
     "cgroup_of",
     "enable_controllers",
     "kill_cgroup",
+    "make_cgroup",
     "own_cgroup",
     "read_usage",
     "remove_stale",
+    "run_cgroup_name",
     "warm_attach_lock",
 ]
 
@@ -228,57 +232,77 @@ def remove_stale(parent: str) -> int:
     return removed
 
 
-class RunCgroup:
-    """The cgroup of one run's command: created empty, joined by the command, removed after."""
+def run_cgroup_name() -> str:
+    """A fresh name for a run's cgroups: ``tether-<this process's pid>-<8 random hex digits>``."""
+    return f"{_PREFIX}-{os.getpid()}-{os.urandom(4).hex()}"
 
-    def __init__(self, path: str, directory: str, procs_fd: int) -> None:
-        #: The cgroup's path in the hierarchy, as ``/proc/<pid>/cgroup`` shows it.
-        self.path = path
-        #: Its directory in the cgroup2 mount.
+
+#: Why a file may be missing from a new cgroup, where the kernel or its configuration decides.
+_MISSING: Final = {
+    "cgroup.kill": " (this kernel has no cgroup.kill: Linux 5.14 or later)",
+    "memory.memsw.limit_in_bytes": " (swap accounting is off: boot with swapaccount=1)",
+}
+
+
+def make_cgroup(
+    parent: str, name: str, files: Iterable[tuple[str, str]], *needed: str
+) -> tuple[str, int]:
+    """Make cgroup ``name`` in ``parent``, ``files`` written in order; its directory and join fd.
+
+    ``needed``: files it must have besides. The descriptor is its
+    ``cgroup.procs``, opened for the command's join. Raise
+    :class:`CgroupUnavailable` saying why; a cgroup half made is removed first.
+    """
+    files = list(files)
+    directory = os.path.join(parent, name)
+    try:
+        os.mkdir(directory, 0o755)
+    except OSError as error:
+        raise CgroupUnavailable(f"cannot create a cgroup in {parent}: {_why(error)}") from None
+    try:
+        for file in (*needed, *(file for file, _content in files)):
+            if not os.path.exists(os.path.join(directory, file)):
+                raise CgroupUnavailable(f"{directory} has no {file}{_MISSING.get(file, '')}")
+        for file, content in files:
+            _write_control(directory, file, content)
+        try:
+            fd = os.open(os.path.join(directory, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+        except OSError as error:
+            raise CgroupUnavailable(
+                f"cannot open {directory}/cgroup.procs: {_why(error)}"
+            ) from None
+    except CgroupUnavailable:
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
+        raise
+    return directory, fd
+
+
+class JoinableCgroup:
+    """A cgroup made empty, its ``cgroup.procs`` held open for the command to join it."""
+
+    __slots__ = ("_procs_fd", "directory")
+
+    def __init__(self, directory: str, procs_fd: int) -> None:
+        #: Its directory in its hierarchy's mount.
         self.directory = directory
         self._procs_fd: int | None = procs_fd
 
-    @classmethod
-    def create(
-        cls, controllers: tuple[str, ...] = (), files: dict[str, str] | None = None
-    ) -> RunCgroup:
-        """Create a fresh cgroup below this process's own; raise :class:`CgroupUnavailable`.
+    def directories(self) -> list[str]:
+        """This cgroup's directory and those of the cgroups below it, deepest first."""
+        return [directory for directory, _sub, _files in os.walk(self.directory, topdown=False)]
 
-        With ``controllers`` (``memory``, ``cpu``, ``pids``), they are enabled
-        for it first (:func:`enable_controllers`), and ``files`` (name to
-        content: the limits) are written to it before anything can join it.
-        """
-        own_path, own_directory = own_cgroup()
-        if controllers:
-            enable_controllers(own_directory, controllers)
-        remove_stale(own_directory)
-        name = f"{_PREFIX}-{os.getpid()}-{os.urandom(4).hex()}"
-        directory = os.path.join(own_directory, name)
-        try:
-            os.mkdir(directory, 0o755)
-        except OSError as error:
-            raise CgroupUnavailable(
-                f"cannot create a cgroup in {own_directory}: {_why(error)}"
-            ) from None
-        try:
-            if not os.path.exists(os.path.join(directory, "cgroup.kill")):
-                raise CgroupUnavailable("this kernel has no cgroup.kill (Linux 5.14 or later)")
-            for name, content in (files or {}).items():
-                _write_control(directory, name, content)
+    def discard(self) -> bool:
+        """Remove this cgroup if nothing runs in it (nor below it); return whether it is gone."""
+        self.close_join()
+        for directory in self.directories():
             try:
-                fd = os.open(os.path.join(directory, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
-            except OSError as error:
-                raise CgroupUnavailable(
-                    f"cannot open {directory}/cgroup.procs: {_why(error)}"
-                ) from None
-        except CgroupUnavailable:
-            with contextlib.suppress(OSError):
                 os.rmdir(directory)
-            raise
-        path = os.path.join(own_path, name)
-        return cls(path, directory, fd)
-
-    # -- joining --------------------------------------------------------------
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return False
+        return True
 
     def join(self) -> None:
         """Move the calling process into this cgroup (run between fork and exec).
@@ -302,23 +326,52 @@ class RunCgroup:
                 os.close(self._procs_fd)
             self._procs_fd = None
 
+
+class RunCgroup(JoinableCgroup):
+    """The cgroup of one run's command: created empty, joined by the command, removed after."""
+
+    def __init__(self, path: str, directory: str, procs_fd: int) -> None:
+        super().__init__(directory, procs_fd)
+        #: The cgroup's path in the hierarchy, as ``/proc/<pid>/cgroup`` shows it.
+        self.path = path
+
+    @classmethod
+    def create(
+        cls,
+        controllers: tuple[str, ...] = (),
+        files: dict[str, str] | None = None,
+        *,
+        name: str | None = None,
+    ) -> RunCgroup:
+        """Create a fresh cgroup below this process's own; raise :class:`CgroupUnavailable`.
+
+        With ``controllers`` (``memory``, ``cpu``, ``pids``), they are enabled
+        for it first (:func:`enable_controllers`), and ``files`` (name to
+        content: the limits) are written to it before anything can join it.
+        ``name``: one from :func:`run_cgroup_name` (the run's cgroups in v1
+        hierarchies share it); a fresh one by default.
+        """
+        own_path, own_directory = own_cgroup()
+        if controllers:
+            enable_controllers(own_directory, controllers)
+        remove_stale(own_directory)
+        name = name or run_cgroup_name()
+        directory, fd = make_cgroup(own_directory, name, (files or {}).items(), "cgroup.kill")
+        path = os.path.join(own_path, name)
+        return cls(path, directory, fd)
+
+    # -- joining: JoinableCgroup ----------------------------------------------
+
     def holds(self, pid: int) -> bool:
         """Whether ``pid`` (alive or a zombie) belongs to this cgroup."""
         return cgroup_of(pid) == self.path
 
     # -- looking and killing --------------------------------------------------
 
-    def _directories(self) -> list[str]:
-        """This cgroup's directory and those of the cgroups below it, deepest first."""
-        found: list[str] = []
-        for directory, _subdirectories, _files in os.walk(self.directory, topdown=False):
-            found.append(directory)
-        return found
-
     def pids(self) -> list[int]:
         """The processes running in this cgroup and below it (zombies are not listed)."""
         found: list[int] = []
-        for directory in self._directories():
+        for directory in self.directories():
             try:
                 with open(os.path.join(directory, "cgroup.procs"), "rb") as procs:
                     # A process this PID namespace cannot see would be listed as 0.
@@ -356,18 +409,6 @@ class RunCgroup:
         self.kill()
         self._wait_unpopulated(timeout)
         return self.discard()
-
-    def discard(self) -> bool:
-        """Remove this cgroup if nothing runs in it (nor below it); return whether it is gone."""
-        self.close_join()
-        for directory in self._directories():
-            try:
-                os.rmdir(directory)
-            except FileNotFoundError:
-                continue
-            except OSError:
-                return False
-        return True
 
     def _wait_unpopulated(self, timeout: float) -> None:
         try:
@@ -473,9 +514,10 @@ def read_usage(directory: str) -> dict[str, int | float | None]:
     CPU time from ``cpu.stat`` (always there in cgroup v2), peak memory from
     ``memory.peak`` (Linux 5.19, with the memory controller), OOM kills from
     ``memory.events`` (hierarchical: the cgroups the command made below count
-    too), and how often a fork was refused at ``pids.max`` from
-    ``pids.events``. Read once the tree is gone, before the cgroup is removed;
-    ``None`` for what this kernel or this cgroup does not count.
+    too) with how often the tree hit its limit (``max``), and how often a
+    fork was refused at ``pids.max`` from ``pids.events``. Read once the tree
+    is gone, before the cgroup is removed; ``None`` for what this kernel or
+    this cgroup does not count.
     """
     cpu = _keyed(os.path.join(directory, "cpu.stat"))
     memory_events = _keyed(os.path.join(directory, "memory.events"))
@@ -491,6 +533,7 @@ def read_usage(directory: str) -> dict[str, int | float | None]:
         "cpu_system_seconds": seconds("system_usec"),
         "memory_peak_bytes": int(peak[0]) if peak and peak[0].isdecimal() else None,
         "oom_kills": memory_events.get("oom_kill"),
+        "memory_limit_hits": memory_events.get("max"),
         "pids_max_refusals": pids_events.get("max"),
     }
 

@@ -12,11 +12,12 @@ file on another machine.
 **Resources as limits.** Ray's ``num_cpus`` and ``memory`` are scheduling
 promises, not limits: a task given one CPU can use eight. :func:`run` maps
 the task's assigned ``CPU`` to ``cpu_max`` and ``memory`` to ``memory_max``
-where the node has a cgroup v2 with those controllers tether can write
-(``limits="auto"``, the default). Where it has not, the task runs without
-them and :attr:`RayRun.limits_skipped` says why: a limit the user never
-typed must not fail a task on a node that cannot enforce it, or one node
-with cgroup v1 would fail a whole sweep. ``limits="require"`` makes them a
+where the node can enforce them (a cgroup v2 with those controllers tether
+can write, or as root the v1 hierarchies of a hybrid node: ``limits="auto"``,
+the default). Where it cannot, the task runs without them and
+:attr:`RayRun.limits_skipped` says why: a limit the user never typed must
+not fail a task on a node that cannot enforce it, or one non-root worker on
+cgroup v1 would fail a whole sweep. ``limits="require"`` makes them a
 demand (the run is refused with :class:`~tether.LaunchError`, status 125,
 where they cannot be enforced); ``limits="off"`` leaves them out. Limits
 given explicitly (``cpu_max=``, ``memory_max=``) are always demands, as

@@ -126,6 +126,7 @@ class RunFacts(FrozenValue):
         "signals_without_pidfd",
         "event_log_lines_dropped",
         "tree_usage",
+        "limits_enforced_by",
     )
     spec: RunSpec
     started_at: datetime
@@ -147,6 +148,9 @@ class RunFacts(FrozenValue):
     #: ``memory.events``, ``pids.events``), by the record's names; ``None``
     #: without a cgroup of the run's own.
     tree_usage: dict[str, int | float | None] | None
+    #: Each limit asked for and what enforced it (``cgroup2``, ``cgroup1``);
+    #: ``None`` without limits.
+    limits_enforced_by: dict[str, str] | None
 
     def __init__(
         self,
@@ -168,6 +172,7 @@ class RunFacts(FrozenValue):
         signals_without_pidfd: int = 0,
         event_log_lines_dropped: int | None = None,
         tree_usage: dict[str, int | float | None] | None = None,
+        limits_enforced_by: dict[str, str] | None = None,
     ) -> None:
         values = (
             spec,
@@ -187,6 +192,7 @@ class RunFacts(FrozenValue):
             signals_without_pidfd,
             event_log_lines_dropped,
             tree_usage,
+            limits_enforced_by,
         )
         for name, value in zip(self.__slots__, values, strict=True):
             object.__setattr__(self, name, value)
@@ -347,6 +353,9 @@ def _tree_fields(facts: RunFacts) -> dict[str, object]:
     kills = None if usage is None else usage.get("oom_kills")
     return {
         "limits": {name: limits.get(name) for name in LIMIT_NAMES} if limits else None,
+        "limits_enforced_by": None
+        if not limits or not facts.limits_enforced_by
+        else {name: facts.limits_enforced_by.get(name) for name in LIMIT_NAMES},
         "tree_usage": None if usage is None else dict(usage),
         "oom_killed": None if kills is None else kills > 0,
     }
@@ -402,6 +411,7 @@ def build_lost_document(
         "signals_without_pidfd": None,
         "event_log_lines_dropped": None,
         "limits": None,
+        "limits_enforced_by": None,
         "tree_usage": None,
         "oom_killed": None,
     }

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import IO
 
-    from tether.linux.cgroup import RunCgroup
+    from tether.linux.run_cgroups import RunCgroups
 
     _Stdio = int | IO[bytes] | None
     #: Told, in the child before its exec, the child's pid and its cgroup's directory.
@@ -85,7 +85,7 @@ class Command:
         pid: int,
         pgid: int,
         pidfd: int,
-        cgroup: RunCgroup | None = None,
+        cgroup: RunCgroups | None = None,
         own_group: bool = True,
     ) -> None:
         self.pid = pid
@@ -98,7 +98,7 @@ class Command:
 
 def _prepare_child(
     supervisor: int,
-    cgroup: RunCgroup | None,
+    cgroup: RunCgroups | None,
     *,
     required: bool,
     directory: int | None,
@@ -229,7 +229,7 @@ def _fd(stream: _Stdio) -> int | None:
     return stream if stream is None or isinstance(stream, int) else stream.fileno()
 
 
-def _joined(cgroup: RunCgroup | None, pid: int) -> RunCgroup | None:
+def _joined(cgroup: RunCgroups | None, pid: int) -> RunCgroups | None:
     """Return ``cgroup`` if the command is contained by it, ``None`` (and remove it) if not.
 
     The leader's ``/proc/<pid>/cgroup`` still names its cgroup once it is a
@@ -245,7 +245,7 @@ def _joined(cgroup: RunCgroup | None, pid: int) -> RunCgroup | None:
     return None
 
 
-def _discard(cgroup: RunCgroup | None) -> None:
+def _discard(cgroup: RunCgroups | None) -> None:
     if cgroup is not None:
         cgroup.discard()
 

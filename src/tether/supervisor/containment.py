@@ -78,8 +78,8 @@ import signal
 import time
 
 from tether.linux import proctree
-from tether.linux.cgroup import RunCgroup
 from tether.linux.prctl import SUPERVISOR_NAME
+from tether.linux.run_cgroups import RunCgroups
 from tether.shared.record_document import ResourceUsage
 from tether.shared.signals import signal_name
 from tether.supervisor.reserve import DescriptorReserve
@@ -124,7 +124,7 @@ class ProcessTree:
         leader: int,
         pgid: int,
         pidfd: int,
-        cgroup: RunCgroup | None = None,
+        cgroup: RunCgroups | None = None,
         reserve: DescriptorReserve | None = None,
         report: Report = _report_nothing,
         own_group: bool = True,

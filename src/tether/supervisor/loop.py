@@ -64,7 +64,6 @@ from tether.core.events import (
 )
 from tether.core.machine import Phase, RunMachine
 from tether.core.reasons import TETHER_FAILED, Reason
-from tether.linux.cgroup import read_usage
 from tether.shared.clock import wall_clock_at
 from tether.shared.protocol import (
     CANCEL,
@@ -178,6 +177,8 @@ class Supervision:
         self.signals: list[SignalSent] = []
         self.stragglers = 0
         self.tree_usage: dict[str, int | float | None] | None = None
+        #: Each limit and the backend that enforced it (``cgroup2``, ``cgroup1``).
+        self.limits_enforced_by: dict[str, str] | None = None
         self.exited = False
         self.emptied = False
         self.exit_status = TETHER_FAILED
@@ -531,6 +532,7 @@ class Supervision:
             else self.event_log.lines_dropped,
             signals_without_pidfd=0 if tree is None else tree.signals_without_pidfd,
             tree_usage=self.tree_usage,
+            limits_enforced_by=self.limits_enforced_by,
         )
 
     def _reap(
@@ -546,10 +548,12 @@ class Supervision:
         tree.reap_adopted()
         if tree.cgroup is not None:
             # The whole tree's account, read once it is all gone and before its cgroup is.
-            self.tree_usage = read_usage(tree.cgroup.directory)
+            self.tree_usage = tree.cgroup.usage()
+            self.limits_enforced_by = dict(tree.cgroup.enforced_by) or None
         if not tree.release():
             assert tree.cgroup is not None
-            self.log.emit("cgroup_left", path=tree.cgroup.directory)
+            cgroups = tree.cgroup
+            self.log.emit("cgroup_left", path=cgroups.directory, paths=cgroups.directories)
         return returncode, usage
 
     def _exit(self, effect: Exit) -> None:

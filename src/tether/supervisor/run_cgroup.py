@@ -35,8 +35,16 @@ from __future__ import annotations
 import contextlib
 import os
 
-from tether.core.limits import LimitError, limit_controllers, limit_files, parse_limits
-from tether.linux.cgroup import CgroupUnavailable, RunCgroup, warm_attach_lock
+from tether.core.limits import (
+    LIMIT_CONTROLLERS,
+    LimitError,
+    limit_controllers,
+    limit_files,
+    limit_files_v1,
+    parse_limits,
+)
+from tether.linux.cgroup import CgroupUnavailable, warm_attach_lock
+from tether.linux.run_cgroups import RunCgroups, plan_backends
 
 # Run before the command starts: no ``typing`` or ``dataclasses`` at run time.
 TYPE_CHECKING = False
@@ -84,7 +92,7 @@ class Containment:
     def __init__(
         self,
         *,
-        cgroup: RunCgroup | None = None,
+        cgroup: RunCgroups | None = None,
         failure: CommandNotStarted | None = None,
         required: bool = False,
         limited: bool = False,
@@ -96,7 +104,7 @@ class Containment:
         self.required = required
         self.limited = limited
 
-    def take(self) -> RunCgroup | None:
+    def take(self) -> RunCgroups | None:
         """The cgroup for the command to join (``None``: the sweep alone), once the lock is warm.
 
         Raise the :class:`CommandNotStarted` kept by :func:`prepare_containment`
@@ -110,8 +118,7 @@ class Containment:
 
     def descriptors(self) -> list[int]:
         """The descriptors this holds, which a process closing every other one must keep."""
-        fd = None if self._cgroup is None else self._cgroup.join_descriptor
-        return [] if fd is None else [fd]
+        return [] if self._cgroup is None else self._cgroup.join_descriptors
 
     def release(self) -> None:
         """Hand the cgroup on to a forked child: this process keeps no descriptor of it."""
@@ -150,7 +157,7 @@ def prepare_containment(
         cgroup = _make_cgroup(setting, checked)
     except CommandNotStarted as failure:
         return Containment(failure=failure)
-    except OSError as error:  # none expected: RunCgroup says what it cannot do
+    except OSError as error:  # none expected: RunCgroups says what it cannot do
         reason = error.strerror or str(error)
         return Containment(
             failure=CommandNotStarted(error.errno, f"cannot prepare a cgroup: {reason}", "setup")
@@ -192,13 +199,13 @@ def containment_setting(environ: Mapping[str, str]) -> str:
     return value
 
 
-def _make_cgroup(setting: str, limits: Mapping[str, int | float]) -> RunCgroup | None:
+def _make_cgroup(setting: str, limits: Mapping[str, int | float]) -> RunCgroups | None:
     if limits:
         return _limited_cgroup(setting, limits)
     if setting == "sweep":
         return None
     try:
-        return RunCgroup.create()
+        return RunCgroups.create()
     except CgroupUnavailable as why:
         if setting == "cgroup":
             raise CommandNotStarted(
@@ -207,7 +214,7 @@ def _make_cgroup(setting: str, limits: Mapping[str, int | float]) -> RunCgroup |
         return None
 
 
-def _limited_cgroup(setting: str, limits: Mapping[str, int | float]) -> RunCgroup:
+def _limited_cgroup(setting: str, limits: Mapping[str, int | float]) -> RunCgroups:
     """The run's cgroup with its limits written, or why there can be none (never: no limits).
 
     A limit asked for and not applied would be a promise silently broken, and
@@ -221,7 +228,23 @@ def _limited_cgroup(setting: str, limits: Mapping[str, int | float]) -> RunCgrou
             "setup",
         )
     try:
-        return RunCgroup.create(limit_controllers(limits), limit_files(limits))
+        backends, hierarchies = plan_backends(limit_controllers(limits))
+        v1_limits = {
+            name: value
+            for name, value in limits.items()
+            if backends[LIMIT_CONTROLLERS[name]] == "cgroup1"
+        }
+        try:
+            v1_files = limit_files_v1(v1_limits) if v1_limits else {}
+        except LimitError as error:
+            raise CgroupUnavailable(str(error)) from None
+        return RunCgroups.create(
+            backends=backends,
+            hierarchies=hierarchies,
+            v2_files=limit_files(limits),
+            v1_files=v1_files,
+            enforced_by={name: backends[LIMIT_CONTROLLERS[name]] for name in limits},
+        )
     except CgroupUnavailable as why:
         raise CommandNotStarted(None, f"cannot set resource limits: {why}", "setup") from None
 

@@ -1,0 +1,349 @@
+"""All of a run's cgroups: its v2 cgroup, and one per cgroup v1 hierarchy a limit needs.
+
+Which backend enforces a limit is chosen per host *and per controller*
+(:func:`plan_backends`), from ``/proc/self/mountinfo`` and
+``/proc/self/cgroup``, never from guesses about distributions:
+
+- ``cgroup2`` where the controller can be enabled below this process's own
+  cgroup v2 (a pure v2 host, a delegated scope);
+- ``cgroup1`` where it cannot and a v1 hierarchy holds it (a hybrid or a
+  legacy host) whose cgroup this process may divide (root: systemd
+  delegates no v1 hierarchy to a user);
+- neither: :class:`~tether.linux.cgroup.CgroupUnavailable`, with a message
+  that says what would work.
+
+:class:`RunCgroups` is what the supervisor holds for the run: the v2 cgroup
+(membership and ``cgroup.kill``, where there is one, limits or not) and the
+v1 cgroups (the limits, ``cpuacct`` for the CPU time), all with one name.
+The command joins every one of them between fork and exec, through
+descriptors opened before the fork; :attr:`RunCgroups.directories` lists
+them all, for whoever must find the run's processes without the supervisor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from tether.linux.cgroup import (
+    CgroupUnavailable,
+    RunCgroup,
+    cgroup_of,
+    enable_controllers,
+    own_cgroup,
+    read_usage,
+    remove_stale,
+    run_cgroup_name,
+)
+from tether.linux.cgroup1 import Hierarchy, V1Cgroup, find_hierarchies, read_usage_v1
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Final
+
+__all__ = ["USAGE_KEYS", "RunCgroups", "plan_backends", "remove_stale_everywhere"]
+
+#: What :meth:`RunCgroups.usage` says, in the record's order (``tree_usage``).
+USAGE_KEYS: Final = (
+    "cpu_seconds",
+    "cpu_user_seconds",
+    "cpu_system_seconds",
+    "memory_peak_bytes",
+    "oom_kills",
+    "memory_limit_hits",
+    "under_oom",
+    "pids_max_refusals",
+)
+
+#: What would work where a v2 cgroup cannot take a controller and no v1 hierarchy can.
+_DELEGATE: Final = (
+    "run tether as root, or in a cgroup delegated to you: "
+    "systemd-run --user --scope -p Delegate=yes tether ..."
+)
+
+
+def _v1_by_controller(hierarchies: list[Hierarchy]) -> dict[str, Hierarchy]:
+    return {name: hierarchy for hierarchy in hierarchies for name in hierarchy.controllers}
+
+
+def plan_backends(
+    controllers: tuple[str, ...], *, check: bool = True
+) -> tuple[dict[str, str], dict[str, Hierarchy]]:
+    """Which backend takes each of ``controllers``, and the v1 hierarchies it uses.
+
+    Enabling a controller in cgroup v2 is the one change made (the run's
+    cgroup needs it anyway). ``check``: believe a v1 directory only if its
+    ``cgroup.procs`` lists this process (the supervisor); the caller's quick
+    look skips that read. Raise :class:`CgroupUnavailable` for the first
+    controller nothing can take, saying what would work.
+    """
+    backends: dict[str, str] = {}
+    v2_why = ""
+    try:
+        _path, v2_directory = own_cgroup()
+    except CgroupUnavailable as why:
+        v2_directory, v2_why = None, str(why)
+    v1 = _v1_by_controller(find_hierarchies(check=check)) if controllers else {}
+    for name in controllers:
+        if v2_directory is not None:
+            try:
+                if not os.access(v2_directory, os.W_OK):
+                    raise CgroupUnavailable(f"{v2_directory} is not writable by this user")
+                enable_controllers(v2_directory, (name,))
+            except CgroupUnavailable as why:
+                v2_why = str(why)
+            else:
+                backends[name] = "cgroup2"
+                continue
+        hierarchy = v1.get(name)
+        if hierarchy is None:
+            raise CgroupUnavailable(f"{v2_why}; {_DELEGATE}")
+        if not os.access(hierarchy.directory, os.W_OK):
+            raise CgroupUnavailable(
+                f"the {name} controller is bound to cgroup v1 ({hierarchy.directory}), "
+                "which only root can divide (systemd delegates no cgroup v1 to a user): "
+                "run tether as root"
+            )
+        backends[name] = "cgroup1"
+    return backends, v1
+
+
+#: The v1 hierarchies tether may make cgroups in.
+_V1_CONTROLLERS: Final = frozenset({"memory", "cpu", "cpuacct", "pids"})
+
+
+def remove_stale_everywhere() -> list[str]:
+    """Remove stale cgroups of tether's naming below this process's own, in every hierarchy.
+
+    Only empty ones whose creator is gone (:func:`~tether.linux.cgroup.remove_stale`):
+    never one tether did not name, never one something runs in. Return the
+    directories they were in, for ``tether prune`` to say.
+    """
+    parents: list[str] = []
+    with contextlib.suppress(CgroupUnavailable):
+        parents.append(own_cgroup()[1])
+    parents.extend(
+        hierarchy.directory
+        for hierarchy in find_hierarchies()
+        if hierarchy.controllers & _V1_CONTROLLERS
+    )
+    removed: list[str] = []
+    for parent in parents:
+        removed.extend([parent] * remove_stale(parent))
+    return removed
+
+
+class RunCgroups:
+    """The run's cgroups, in every hierarchy: made with the limits, joined, read, removed."""
+
+    __slots__ = ("enforced_by", "v1", "v2")
+
+    def __init__(
+        self, v2: RunCgroup | None, v1: list[V1Cgroup], enforced_by: dict[str, str]
+    ) -> None:
+        #: The run's cgroup v2 (membership, ``cgroup.kill``, v2 limits), where there is one.
+        self.v2 = v2
+        #: Its cgroups in v1 hierarchies (v1 limits, ``cpuacct``).
+        self.v1 = v1
+        #: Each limit asked for, by name, and the backend that enforces it.
+        self.enforced_by = enforced_by
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        backends: Mapping[str, str] | None = None,
+        hierarchies: Mapping[str, Hierarchy] | None = None,
+        v2_files: Mapping[str, str] | None = None,
+        v1_files: Mapping[str, list[tuple[str, str]]] | None = None,
+        enforced_by: dict[str, str] | None = None,
+    ) -> RunCgroups:
+        """Make the run's cgroups; :class:`CgroupUnavailable` if one cannot be made.
+
+        ``backends`` and ``hierarchies`` are :func:`plan_backends`'s answer;
+        ``v2_files`` what to write in the v2 cgroup (by file), ``v1_files`` in
+        each v1 one (by controller, in order). Without ``backends``, only a
+        v2 cgroup is made (membership). Every limit is written before this
+        returns, and nothing is left made if one cannot be.
+        """
+        name = run_cgroup_name()
+        if not backends:
+            return cls(RunCgroup.create(name=name), [], {})
+        for hierarchy in {h.directory: h for h in (hierarchies or {}).values()}.values():
+            remove_stale(hierarchy.directory)  # a SIGKILLed supervisor's, in any hierarchy
+        made = cls(None, [], dict(enforced_by or {}))
+        try:
+            made.v2 = _make_v2(name, backends, v2_files or {})
+            made.v1 = _make_v1(
+                name, backends, hierarchies or {}, v1_files or {}, v2=made.v2 is not None
+            )
+        except BaseException:
+            made.discard()
+            raise
+        return made
+
+    # -- joining --------------------------------------------------------------
+
+    def _all(self) -> list[RunCgroup | V1Cgroup]:
+        return [*self.v1, *([] if self.v2 is None else [self.v2])]
+
+    def join(self) -> None:
+        """Move the calling process into every cgroup of the run (between fork and exec)."""
+        for cgroup in self._all():
+            cgroup.join()
+
+    @property
+    def join_descriptors(self) -> list[int]:
+        """The descriptors :meth:`join` writes to: ones a fork must keep."""
+        return [fd for cgroup in self._all() if (fd := cgroup.join_descriptor) is not None]
+
+    def close_join(self) -> None:
+        for cgroup in self._all():
+            cgroup.close_join()
+
+    # -- looking --------------------------------------------------------------
+
+    @property
+    def directory(self) -> str:
+        """The run's main cgroup directory: the v2 one, or else the first v1 one."""
+        return self.v2.directory if self.v2 is not None else self.v1[0].directory
+
+    @property
+    def directories(self) -> list[str]:
+        """Every cgroup directory of the run, v2 first, then each v1 hierarchy's.
+
+        What a caller that lost the supervisor needs to stop the run's
+        processes: ``cgroup.kill`` in the v2 one, the pids in each one's
+        ``cgroup.procs`` otherwise.
+        """
+        return [cgroup.directory for cgroup in reversed(self._all())]
+
+    def holds(self, pid: int) -> bool:
+        """Whether ``pid`` (alive or a zombie) is in the run's main cgroup."""
+        if self.v2 is not None:
+            return cgroup_of(pid) == self.v2.path
+        return self.v1[0].holds(pid)
+
+    def pids(self) -> list[int]:
+        """The processes in any cgroup of the run (zombies are not listed)."""
+        found: set[int] = set()
+        for cgroup in self._all():
+            found.update(cgroup.pids())
+        return sorted(found)
+
+    def populated(self) -> bool:
+        if self.v2 is not None and self.v2.populated():
+            return True
+        return any(cgroup.pids() for cgroup in self.v1)
+
+    def usage(self) -> dict[str, int | float | None]:
+        """What the whole tree used, from whichever hierarchy counts each (v2 first).
+
+        Read once the tree is gone, before :meth:`remove`.
+        """
+        usage = read_usage(self.v2.directory) if self.v2 is not None else {}
+        for key, value in read_usage_v1(self.v1).items():
+            if usage.get(key) is None:
+                usage[key] = value
+        return {key: usage.get(key) for key in USAGE_KEYS}
+
+    # -- stopping and removing ------------------------------------------------
+
+    def kill(self) -> bool:
+        """SIGKILL the whole run through ``cgroup.kill``; whether the kernel took it.
+
+        Only v2 has one: without it, the supervisor's sweep signals each pid
+        of :meth:`pids`, checked, as it does any process it did not walk to.
+        """
+        return self.v2 is not None and self.v2.kill()
+
+    def remove(self, *, timeout: float = 1.0) -> bool:
+        """Remove every cgroup of the run; whether all are gone.
+
+        The v2 cgroup first (killed and waited for if anything still runs in
+        it, as :meth:`RunCgroup.remove` does), then each v1 one, retried a
+        bounded number of times: v1 tells nobody when a cgroup empties.
+        """
+        gone = self.v2 is None or self.v2.remove(timeout=timeout)
+        for cgroup in self.v1:
+            gone = _remove_v1(cgroup, timeout) and gone
+        return gone
+
+    def discard(self) -> bool:
+        """Remove every cgroup of the run that is empty; whether all are gone."""
+        gone = True
+        for cgroup in self._all():
+            gone = cgroup.discard() and gone
+        return gone
+
+
+def _make_v2(name: str, backends: Mapping[str, str], files: Mapping[str, str]) -> RunCgroup | None:
+    """The v2 cgroup with its limits; without any, ``None`` where none can be made."""
+    controllers = tuple(each for each, backend in backends.items() if backend == "cgroup2")
+    written = {file: text for file, text in files.items() if file.split(".", 1)[0] in controllers}
+    try:
+        return RunCgroup.create(controllers, written, name=name)
+    except CgroupUnavailable:
+        if controllers:
+            raise
+        return None
+
+
+def _make_v1(
+    name: str,
+    backends: Mapping[str, str],
+    hierarchies: Mapping[str, Hierarchy],
+    files: Mapping[str, list[tuple[str, str]]],
+    *,
+    v2: bool,
+) -> list[V1Cgroup]:
+    """One cgroup per v1 hierarchy the limits need, and ``cpuacct``'s for the CPU time."""
+    wanted = [each for each, backend in backends.items() if backend == "cgroup1"]
+    if not wanted:
+        return []
+    if ("cpu" in wanted or not v2) and "cpuacct" in hierarchies:
+        wanted.append("cpuacct")
+    made: list[V1Cgroup] = []
+    seen: set[str] = set()
+    try:
+        for controller in wanted:
+            hierarchy = hierarchies[controller]
+            if hierarchy.directory in seen:
+                continue
+            seen.add(hierarchy.directory)
+            writes = [
+                item for each in sorted(hierarchy.controllers) for item in files.get(each, [])
+            ]
+            made.append(V1Cgroup.create(hierarchy, name, writes))
+    except BaseException:
+        for cgroup in made:
+            cgroup.discard()
+        raise
+    return made
+
+
+def _remove_v1(cgroup: V1Cgroup, timeout: float) -> bool:
+    import time
+
+    end = time.monotonic() + timeout
+    while not cgroup.discard():
+        if time.monotonic() >= end:
+            return False
+        for pid in cgroup.pids():  # a v1-only host: what the sweep did not reach
+            with contextlib.suppress(OSError):
+                _kill_member(cgroup, pid)
+        time.sleep(0.01)
+    return True
+
+
+def _kill_member(cgroup: V1Cgroup, pid: int) -> None:
+    """SIGKILL ``pid`` through a pidfd, only if it is still in ``cgroup`` once the pidfd is open."""
+    import signal
+
+    pidfd = os.pidfd_open(pid)
+    try:
+        if cgroup.holds(pid):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    finally:
+        os.close(pidfd)
