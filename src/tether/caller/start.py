@@ -72,6 +72,7 @@ __all__ = [
     "Lifeline",
     "Spawn",
     "caller_umask",
+    "close_spec_pipe",
     "fork_supervisors",
     "send_spec",
     "spawn_supervisor",
@@ -87,18 +88,41 @@ _BOOTSTRAP: Final = (
     "from tether.supervisor.detach import main; raise SystemExit(main(int(sys.argv[2])))"
 )
 
+#: The caller's descriptors that no forked child may keep: every lifeline's
+#: writing end, and every status channel's writing end until the supervisor has
+#: it. Each is added under :data:`_lifelines_lock` in the same step that makes
+#: it (:func:`_run_channels`), and taken out in the same step that closes it
+#: (:func:`_close_all`), and ``os.fork`` takes that lock first
+#: (:func:`_before_fork`): no fork falls between a lifeline's birth and its
+#: registration, or between its close and its number's reuse.
 _open_lifelines: set[int] = set()
-_lifelines_lock = _thread.allocate_lock()
+#: Re-entrant: a signal handler that launches (or forks) while its thread is
+#: making a run's channels must not wait on itself.
+_lifelines_lock = _thread.RLock()
+
+
+def _before_fork() -> None:
+    _lifelines_lock.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _lifelines_lock.release()
 
 
 def _close_lifelines_in_child() -> None:
+    global _lifelines_lock  # noqa: PLW0603 - the child's own lock, free (the parent holds its)
     for fd in _open_lifelines:
         with contextlib.suppress(OSError):
             os.close(fd)
     _open_lifelines.clear()
+    _lifelines_lock = _thread.RLock()
 
 
-os.register_at_fork(after_in_child=_close_lifelines_in_child)
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=_close_lifelines_in_child,
+)
 
 
 class LaunchError(OSError):
@@ -183,10 +207,7 @@ class Lifeline:
         with self._lock:
             fd, self._fd = self._fd, None
         if fd is not None:
-            with _lifelines_lock:
-                _open_lifelines.discard(fd)
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            _close_all([fd])
 
 
 def _send_quietly(fd: int, data: bytes) -> None:
@@ -325,10 +346,7 @@ def _open_run(
         record_dir = _record_directory(spec)
         if record_dir is not None:
             opened.append(record_dir)
-        for _ in range(2):  # lifeline, status
-            opened += [_above_stdio(end) for end in _socket_pair()]
-        if spec_pipe:
-            opened += [_above_stdio(end) for end in os.pipe()]
+        opened += _run_channels(spec_pipe=spec_pipe)
     except RecordError as error:
         _close_all(opened)
         raise LaunchError(str(error), errno=error.errno, exit_status=TETHER_FAILED) from None
@@ -362,8 +380,6 @@ def spawn_supervisor(
         spec, cwd, ours=ours, record_dir=record_dir, lifeline_r=lifeline_r, status_w=status_w
     )
     # Loaded here, not with the module: tether's own CLI forks, and needs neither.
-    import subprocess
-
     from tether.caller import zygote as _zygote
 
     # A command that joins its caller's group (its terminal) needs a supervisor in
@@ -378,7 +394,7 @@ def spawn_supervisor(
         if forked == _zygote.UNKNOWN:
             # Lost with the request: the status channel says whether it forked.
             passed = tuple(fd for fd in passed if fd != status_w)
-            os.close(status_w)
+            _close_all([status_w])
             if _nobody_writes(status_r):
                 _close_all([fd for fd in opened if fd != status_w])
                 return spawn_supervisor(
@@ -396,17 +412,10 @@ def spawn_supervisor(
             )
     passed = (*passed, spec_r)
     try:
-        intermediate = subprocess.Popen(
-            [sys.executable, "-P", "-c", _BOOTSTRAP, _PACKAGE_ROOT, str(spec_r)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            pass_fds=passed,
-            # A command that joins its caller's group (to use its terminal) must stay
-            # in its session: the supervisor then only leaves the caller's group.
-            start_new_session=spec.join_group is None,
-            process_group=None if spec.join_group is None else 0,
-        )
+        # Under the fork lock: ``subprocess`` waits for its exec on a pipe of its
+        # own, which a worker forked meanwhile by another thread would hold open.
+        with _lifelines_lock:
+            intermediate = _spawn_intermediate(spec, passed, spec_r)
     except OSError as error:
         _close_all(opened)
         raise _cannot_start(error) from None
@@ -417,6 +426,23 @@ def spawn_supervisor(
         status_r=status_r,
         spec_w=spec_w,
         intermediate=intermediate,
+    )
+
+
+def _spawn_intermediate(spec: RunSpec, passed: tuple[int, ...], spec_r: int) -> Intermediate:
+    """The fresh interpreter that forks the supervisor and exits, reading the spec on ``spec_r``."""
+    import subprocess
+
+    return subprocess.Popen(
+        [sys.executable, "-P", "-c", _BOOTSTRAP, _PACKAGE_ROOT, str(spec_r)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        pass_fds=passed,
+        # A command that joins its caller's group (to use its terminal) must stay
+        # in its session: the supervisor then only leaves the caller's group.
+        start_new_session=spec.join_group is None,
+        process_group=None if spec.join_group is None else 0,
     )
 
 
@@ -494,6 +520,36 @@ def _handed_over(
     )
 
 
+def _run_channels(*, spec_pipe: bool) -> list[int]:
+    """The lifeline's reading and writing ends, the status channel's, the spec pipe's.
+
+    Each above the stdio, the spec pipe only with ``spec_pipe``. Made and
+    registered (:data:`_open_lifelines`: every writing end) under the lock a
+    fork takes, so that no child forked meanwhile, by another thread or a
+    signal handler, can keep one: a child holding a lifeline would keep its
+    command alive after the caller died, one holding the status channel
+    would hide a lost supervisor, one holding the spec pipe would leave a
+    spawned supervisor waiting for the end of its spec. Closed again, all of
+    them, if any cannot be made.
+    """
+    made: list[int] = []
+    with _lifelines_lock:
+        try:
+            for kind in ("lifeline", "status", "spec")[: 3 if spec_pipe else 2]:
+                reading, writing = os.pipe() if kind == "spec" else _socket_pair()
+                made += [reading, writing]
+                _open_lifelines.add(writing)
+                made[-2] = _above_stdio(reading)
+                made[-1] = _above_stdio(writing)
+                if made[-1] != writing:
+                    _open_lifelines.discard(writing)
+                    _open_lifelines.add(made[-1])
+        except OSError:
+            _close_all(made)
+            raise
+    return made
+
+
 def _socket_pair() -> tuple[int, int]:
     """A connected pair of Unix stream sockets, as two close-on-exec descriptors.
 
@@ -531,9 +587,12 @@ def _cannot_start(error: OSError) -> LaunchError:
 
 
 def _close_all(fds: tuple[int, ...] | list[int]) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
+    """Close ``fds``, each taken out of :data:`_open_lifelines` in the same step."""
+    with _lifelines_lock:
+        for fd in fds:
+            _open_lifelines.discard(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def send_spec(spawn: Spawn) -> None:
@@ -544,11 +603,19 @@ def send_spec(spawn: Spawn) -> None:
     """
     if spawn.spec_fd < 0:
         return  # a forked supervisor has its spec already
+    data = memoryview(spawn.spec_data)
     try:
-        with os.fdopen(spawn.spec_fd, "wb") as spec_pipe:
-            spec_pipe.write(spawn.spec_data)
+        while data:
+            data = data[os.write(spawn.spec_fd, data) :]
     except OSError:
         pass
+    finally:
+        close_spec_pipe(spawn.spec_fd)
+
+
+def close_spec_pipe(fd: int) -> None:
+    """Close the spec pipe's writing end once the spec is written (so no fork keeps it after)."""
+    _close_all([fd])
 
 
 def start(
