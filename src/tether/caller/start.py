@@ -699,6 +699,10 @@ def _fork(
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
+    # The supervisor forked here keeps the status channel's writing end, which
+    # every other child is made to close; this program has no other thread.
+    with _lifelines_lock:
+        _open_lifelines.discard(status_w)
     try:
         child = os.fork()
     except OSError as error:
