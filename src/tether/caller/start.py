@@ -74,6 +74,7 @@ __all__ = [
     "caller_umask",
     "close_spec_pipe",
     "fork_supervisors",
+    "no_fork_meanwhile",
     "send_spec",
     "spawn_supervisor",
     "start",
@@ -390,12 +391,13 @@ def spawn_supervisor(
             list(complete.fds),
             list(complete.fds.values()),
             _PACKAGE_ROOT,
+            within=_time_left(spec),
         )
         if forked == _zygote.UNKNOWN:
             # Lost with the request: the status channel says whether it forked.
             passed = tuple(fd for fd in passed if fd != status_w)
             _close_all([status_w])
-            if _nobody_writes(status_r):
+            if _nobody_writes(status_r, _time_left(spec, _zygote.START_LIMIT)):
                 _close_all([fd for fd in opened if fd != status_w])
                 return spawn_supervisor(
                     spec, stdin=stdin, stdout=stdout, stderr=stderr, zygote=False
@@ -446,16 +448,38 @@ def _spawn_intermediate(spec: RunSpec, passed: tuple[int, ...], spec_r: int) -> 
     )
 
 
-def _nobody_writes(status_r: int) -> bool:
+def _time_left(spec: RunSpec, limit: float | None = None) -> float | None:
+    """Seconds left to ``spec``'s deadline, at most ``limit`` (``None``: neither bounds it)."""
+    import time
+
+    left = None if spec.deadline_seconds is None else spec.asked_at + spec.deadline_seconds
+    if left is not None:
+        left -= time.monotonic()
+    if limit is None:
+        return left
+    return limit if left is None else min(limit, left)
+
+
+def _nobody_writes(status_r: int, within: float | None) -> bool:
     """Whether the status channel ends before any message: no supervisor holds its other end.
 
     Waits for the first message or the end (the caller's own copy of the
-    writing end must be closed first). Reads nothing: the status client does.
+    writing end must be closed first), at most ``within`` seconds: a channel
+    still open then may have a supervisor behind it, so the run is handed
+    over (and a supervisor that never speaks is a lost one, never a command
+    started twice). Reads nothing: the status client does.
     """
+    import select
+
     borrowed = _socket.socket(fileno=status_r)
     try:
-        borrowed.setblocking(True)
-        return not borrowed.recv(1, _socket.MSG_PEEK)
+        poller = select.poll()
+        poller.register(status_r, select.POLLIN)
+        if not poller.poll(None if within is None else max(0, int(within * 1000))):
+            return False
+        return not borrowed.recv(1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return False
     except OSError:
         return True
     finally:
@@ -584,6 +608,11 @@ def _cannot_start(error: OSError) -> LaunchError:
         errno=error.errno,
         exit_status=TETHER_FAILED,
     )
+
+
+def no_fork_meanwhile() -> contextlib.AbstractContextManager[bool]:
+    """The lock ``os.fork`` takes first: while it is held, no fork copies what is made."""
+    return _lifelines_lock
 
 
 def _close_all(fds: tuple[int, ...] | list[int]) -> None:
