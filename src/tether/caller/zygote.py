@@ -169,28 +169,30 @@ class _Zygote:
             if error.errno in (errno.EMSGSIZE, errno.ENOBUFS):
                 return TOO_BIG  # the zygote is fine; this request takes the plain path
             return None
+        answer = self._answer(limit)
+        try:
+            child, self.pid = int(answer[0]), int(answer[1])
+        except (ValueError, IndexError):
+            return UNKNOWN  # none (lost, or abandoned), or not an answer
+        return child
+
+    def _answer(self, limit: float) -> list[bytes]:
+        """The zygote's answer, in words; none if it was lost, or did not answer within ``limit``
+        seconds (it is then abandoned)."""
         end = time.monotonic() + limit
         poller = select.poll()
         poller.register(self.socket, select.POLLIN)
         while True:
             try:
-                answer = self.socket.recv(64, socket.MSG_DONTWAIT).split()
-                break
+                return self.socket.recv(64, socket.MSG_DONTWAIT).split()
             except BlockingIOError:
                 remaining = end - time.monotonic()
                 if remaining <= 0:
                     self.abandon()
-                    return UNKNOWN
+                    return []
                 poller.poll(math.ceil(remaining * 1000))
             except OSError:
-                return UNKNOWN
-        try:
-            if not answer:
-                return UNKNOWN
-            child, self.pid = int(answer[0]), int(answer[1])
-        except (ValueError, IndexError):
-            return UNKNOWN
-        return child
+                return []
 
     def abandon(self) -> None:
         """SIGKILL the zygote (it did not answer in time), through its pidfd: never a reused pid."""
