@@ -29,7 +29,15 @@ it). The next launch starts a fresh zygote.
 its answer are one exchange under a lock (a fork in the zygote: about a
 millisecond). The zygote's socket is close-on-exec and closed in any child
 the caller forks, like every lifeline: its end of file is how the zygote
-learns that its caller is gone.
+learns that its caller is gone. A stopped zygote cannot read it, so the
+zygote also has a parent-death signal (:class:`_Zygote`).
+
+**Every exchange is bounded**, by :data:`ANSWER_LIMIT` (:data:`START_LIMIT`
+for a fresh zygote) and by the request's deadline: the wait for the lock
+too. A zygote that has not answered in time is SIGKILLed, and the request
+is one lost with the zygote (above): never started twice. A launch
+re-entered on a thread already in an exchange (a signal handler's) takes
+the plain path rather than wait for the exchange it interrupted.
 
 ``TETHER_ZYGOTE=0`` in the caller's environment turns the zygote off (every
 supervisor is then spawned), for a program that would rather not have a
