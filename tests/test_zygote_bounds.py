@@ -31,7 +31,7 @@ def _env(tmp_path: Path, *, zygote: bool = True) -> dict[str, str]:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("path", ["zygote", "plain"])
+@pytest.mark.parametrize("path", ["zygote", "plain", "in-exchange"])
 def test_a_worker_forked_during_launches_keeps_no_command_alive(
     tmp_path: Path, processes: Processes, path: str
 ) -> None:
@@ -39,13 +39,15 @@ def test_a_worker_forked_during_launches_keeps_no_command_alive(
 
     A lifeline is close-in-child from the moment it exists: a worker forked
     while a launch is under way (its channels made, not yet handed over)
-    holds none of it, so every command sees its caller die.
+    holds none of it, so every command sees its caller die. ``in-exchange``:
+    the other thread forks at that moment in every launch, not by chance.
     """
+    options = ["--in-exchange"] if path == "in-exchange" else []
     caller = processes.start(
-        fixture("api_fork_while_launching", "60", "--", "sleep", "1000"),
+        fixture("api_fork_while_launching", "60", *options, "--", "sleep", "1000"),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        env=_env(tmp_path, zygote=path == "zygote"),
+        env=_env(tmp_path, zygote=path != "plain"),
     )
     assert caller.stdout is not None
     said = json.loads(caller.stdout.readline())
