@@ -249,3 +249,110 @@ def test_a_supervisor_lost_before_it_started_anything_is_recorded(
         None,
         None,
     )
+
+
+# -- the API: the run's cgroups, whoever made them ----------------------------------------------
+
+_API_LOSES_ITS_SUPERVISOR = """
+import sys, tether
+handle = tether.launch(sys.argv[2:], record=sys.argv[1])
+print(handle.supervisor_pid, flush=True)
+print(handle.wait().reason.value, flush=True)
+"""
+
+
+@pytest.mark.parametrize("path", ["zygote", "plain"])
+def test_an_api_caller_stops_an_escapee_of_a_lost_supervisor(
+    processes: Processes, ready: ReadyPipe, tmp_path: Path, path: str
+) -> None:
+    """The ``setsid`` grandchild of a run whose supervisor was SIGKILLed is gone: ``cgroup.kill``.
+
+    Through the zygote, the run's cgroup is the zygote's making (named after
+    it, not after the supervisor): ``started`` lists it all the same, and the
+    caller's fallback kills it once it has checked it is one of tether's own.
+    """
+    from conftest import skip_without_cgroup
+
+    skip_without_cgroup()
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path), "TETHER_CONTAINMENT": "cgroup"}
+    env.pop("TETHER_ZYGOTE", None)
+    if path == "plain":
+        env["TETHER_ZYGOTE"] = "0"
+    caller = processes.start(
+        [
+            sys.executable, "-c", _API_LOSES_ITS_SUPERVISOR, str(tmp_path / "lost.json"),
+            *fixture("tree", str(ready.path), "--setsid", "1"),
+        ],
+        stdout=subprocess.PIPE,
+        env=env,
+    )  # fmt: skip
+    assert caller.stdout is not None
+    leader, setsid_child, escapee = ready.ready_pids()
+    supervisor = int(caller.stdout.readline())
+    processes.track(leader, setsid_child, escapee, supervisor)
+    os.kill(supervisor, signal.SIGKILL)
+    assert caller.stdout.readline().split() == [b"supervisor_lost"]
+    assert caller.wait(timeout=BOUND) == 0
+    assert all(wait_gone(pid) for pid in (leader, setsid_child, escapee))
+
+
+def test_a_cgroup_not_of_tethers_making_is_never_touched(
+    processes: Processes, tmp_path: Path
+) -> None:
+    """A forged ``started`` naming cgroups tether did not make: the fallback kills none of them.
+
+    Not tether's name, tether's name outside the caller's own cgroup (a plain
+    directory too), or a path that climbs out with ``..``: each is refused by
+    the check, and a process living in such a cgroup lives on.
+    """
+    from conftest import skip_without_cgroup
+
+    skip_without_cgroup()
+    from tether.caller.fallback import _stop_what_is_left
+    from tether.linux.cgroup import RunCgroup, is_run_cgroup, own_cgroup
+    from tether.shared.protocol import Started
+
+    _, own = own_cgroup()
+    foreign = Path(own) / f"victim-{os.getpid()}"
+    foreign.mkdir()
+    ours = RunCgroup.create()
+    victim = processes.start(["sleep", "1000"])
+    try:
+        (foreign / "cgroup.procs").write_text(str(victim.pid))
+        forged = [
+            str(foreign),
+            str(tmp_path / "tether-1-0123abcd"),
+            f"{ours.directory}/../{foreign.name}",
+            f"{foreign}/tether-1-0123abcd",
+        ]
+        assert [is_run_cgroup(directory) for directory in forged] == [False] * 4
+        assert is_run_cgroup(ours.directory)
+        _stop_what_is_left(Started(supervisor_pid=1, pid=None, pgid=None, cgroups=forged))
+        assert victim.poll() is None
+        assert not wait_gone(victim.pid, 0.2)
+    finally:
+        victim.kill()
+        victim.wait(timeout=BOUND)
+        ours.discard()
+        foreign.rmdir()
+
+
+def test_a_cgroup_v1_directory_is_emptied_without_cgroup_kill(processes: Processes) -> None:
+    """cgroup v1 has no ``cgroup.kill``: every process ``cgroup.procs`` lists is SIGKILLed."""
+    from tether.linux.cgroup import _own_directories, is_run_cgroup, kill_run_cgroup
+
+    hierarchies = [d for d in _own_directories() if d.startswith("/sys/fs/cgroup/pids")]
+    if os.geteuid() != 0 or not hierarchies:
+        pytest.skip("needs root and a cgroup v1 pids hierarchy")
+    directory = Path(hierarchies[0]) / f"tether-{os.getpid()}-{os.urandom(4).hex()}"
+    directory.mkdir()
+    try:
+        sleepers = [processes.start(["sleep", "1000"]) for _ in range(3)]
+        for sleeper in sleepers:
+            (directory / "cgroup.procs").write_text(str(sleeper.pid))
+        assert is_run_cgroup(str(directory))
+        assert not (directory / "cgroup.kill").exists()
+        assert kill_run_cgroup(str(directory))
+        assert [sleeper.wait(timeout=BOUND) for sleeper in sleepers] == [-signal.SIGKILL] * 3
+    finally:
+        directory.rmdir()

@@ -21,7 +21,7 @@ from tether.api.handle import Tether, _resolve, _wait_timeout
 from tether.api.options import PIPE, LaunchOptions, RunOptions, StdioPlan, request_of
 from tether.api.outcome import Outcome, TimeoutExpired
 from tether.caller.capture import DEFAULT_MAX_OUTPUT_BYTES, Exchange
-from tether.caller.start import Spawn, send_spec, spawn_supervisor
+from tether.caller.start import Spawn, close_spec_pipe, send_spec, spawn_supervisor
 from tether.core.durations import DurationError, duration_seconds
 from tether.core.reasons import Reason
 
@@ -261,7 +261,7 @@ async def _send_spec_async(loop: asyncio.AbstractEventLoop, spawn: Spawn) -> Non
     except OSError:
         pass  # the supervisor died before reading: seen as a status pipe without "started"
     finally:
-        os.close(fd)
+        close_spec_pipe(fd)
 
 
 async def _reap_async(loop: asyncio.AbstractEventLoop, intermediate: Any) -> None:

@@ -10,8 +10,13 @@ run``, ``tether timeout``, the API: they all read the status pipe through
 1. Stop what is left of the tree. The command's leader already got its
    parent-death signal, but everything else was re-parented away from the dead
    supervisor and would run on. Under cgroup containment the caller knows the
-   run's cgroup (the ``started`` message says) and writes ``cgroup.kill``:
-   everything goes, escapees included. Otherwise it SIGKILLs the command's
+   run's cgroups (the ``started`` message lists their directories, one per
+   hierarchy) and, for each that is one of tether's own (tether's name,
+   directly below the caller's own cgroup, whether the supervisor or the
+   zygote made it: a forged message cannot point it elsewhere), writes
+   ``cgroup.kill`` (v2) or SIGKILLs every process ``cgroup.procs`` lists
+   until none is left (v1, bounded): everything goes, escapees included.
+   Then it also SIGKILLs the command's
    process group, but only after finding a live member of it in ``/proc``: a
    group id cannot be reused while any member is alive, and an empty group's
    id may already belong to someone else. Descendants that had left the group
@@ -79,13 +84,14 @@ def after_supervisor_lost(spec: RunSpec, started: Placement | None) -> Finished:
 
 
 def _stop_what_is_left(started: Placement) -> None:
-    from tether.linux.cgroup import kill_cgroup
+    from tether.linux.cgroup import is_run_cgroup, kill_run_cgroup
     from tether.linux.proctree import group_has_members
 
-    cgroup = started.cgroup
-    expected = f"tether-{started.supervisor_pid}-"
-    if cgroup is not None and os.path.basename(cgroup).startswith(expected):
-        kill_cgroup(cgroup)
+    # Whoever made them (the supervisor, or the zygote that forked it): each
+    # only if it is one of tether's own, where tether makes them.
+    for directory in started.cgroups:
+        if is_run_cgroup(directory):
+            kill_run_cgroup(directory)
     pgid = started.pgid
     # A command that used the caller's terminal is in the caller's own group (and
     # so, maybe, are the other commands of its pipeline): never that group.

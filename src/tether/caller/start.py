@@ -72,7 +72,9 @@ __all__ = [
     "Lifeline",
     "Spawn",
     "caller_umask",
+    "close_spec_pipe",
     "fork_supervisors",
+    "no_fork_meanwhile",
     "send_spec",
     "spawn_supervisor",
     "start",
@@ -87,18 +89,41 @@ _BOOTSTRAP: Final = (
     "from tether.supervisor.detach import main; raise SystemExit(main(int(sys.argv[2])))"
 )
 
+#: The caller's descriptors that no forked child may keep: every lifeline's
+#: writing end, and every status channel's writing end until the supervisor has
+#: it. Each is added under :data:`_lifelines_lock` in the same step that makes
+#: it (:func:`_run_channels`), and taken out in the same step that closes it
+#: (:func:`_close_all`), and ``os.fork`` takes that lock first
+#: (:func:`_before_fork`): no fork falls between a lifeline's birth and its
+#: registration, or between its close and its number's reuse.
 _open_lifelines: set[int] = set()
-_lifelines_lock = _thread.allocate_lock()
+#: Re-entrant: a signal handler that launches (or forks) while its thread is
+#: making a run's channels must not wait on itself.
+_lifelines_lock = _thread.RLock()
+
+
+def _before_fork() -> None:
+    _lifelines_lock.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _lifelines_lock.release()
 
 
 def _close_lifelines_in_child() -> None:
+    global _lifelines_lock  # noqa: PLW0603 - the child's own lock, free (the parent holds its)
     for fd in _open_lifelines:
         with contextlib.suppress(OSError):
             os.close(fd)
     _open_lifelines.clear()
+    _lifelines_lock = _thread.RLock()
 
 
-os.register_at_fork(after_in_child=_close_lifelines_in_child)
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=_close_lifelines_in_child,
+)
 
 
 class LaunchError(OSError):
@@ -183,10 +208,7 @@ class Lifeline:
         with self._lock:
             fd, self._fd = self._fd, None
         if fd is not None:
-            with _lifelines_lock:
-                _open_lifelines.discard(fd)
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            _close_all([fd])
 
 
 def _send_quietly(fd: int, data: bytes) -> None:
@@ -325,10 +347,7 @@ def _open_run(
         record_dir = _record_directory(spec)
         if record_dir is not None:
             opened.append(record_dir)
-        for _ in range(2):  # lifeline, status
-            opened += [_above_stdio(end) for end in _socket_pair()]
-        if spec_pipe:
-            opened += [_above_stdio(end) for end in os.pipe()]
+        opened += _run_channels(spec_pipe=spec_pipe)
     except RecordError as error:
         _close_all(opened)
         raise LaunchError(str(error), errno=error.errno, exit_status=TETHER_FAILED) from None
@@ -362,8 +381,6 @@ def spawn_supervisor(
         spec, cwd, ours=ours, record_dir=record_dir, lifeline_r=lifeline_r, status_w=status_w
     )
     # Loaded here, not with the module: tether's own CLI forks, and needs neither.
-    import subprocess
-
     from tether.caller import zygote as _zygote
 
     # A command that joins its caller's group (its terminal) needs a supervisor in
@@ -374,12 +391,13 @@ def spawn_supervisor(
             list(complete.fds),
             list(complete.fds.values()),
             _PACKAGE_ROOT,
+            within=_time_left(spec),
         )
         if forked == _zygote.UNKNOWN:
             # Lost with the request: the status channel says whether it forked.
             passed = tuple(fd for fd in passed if fd != status_w)
-            os.close(status_w)
-            if _nobody_writes(status_r):
+            _close_all([status_w])
+            if _nobody_writes(status_r, _time_left(spec, _zygote.START_LIMIT)):
                 _close_all([fd for fd in opened if fd != status_w])
                 return spawn_supervisor(
                     spec, stdin=stdin, stdout=stdout, stderr=stderr, zygote=False
@@ -396,17 +414,10 @@ def spawn_supervisor(
             )
     passed = (*passed, spec_r)
     try:
-        intermediate = subprocess.Popen(
-            [sys.executable, "-P", "-c", _BOOTSTRAP, _PACKAGE_ROOT, str(spec_r)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            pass_fds=passed,
-            # A command that joins its caller's group (to use its terminal) must stay
-            # in its session: the supervisor then only leaves the caller's group.
-            start_new_session=spec.join_group is None,
-            process_group=None if spec.join_group is None else 0,
-        )
+        # Under the fork lock: ``subprocess`` waits for its exec on a pipe of its
+        # own, which a worker forked meanwhile by another thread would hold open.
+        with _lifelines_lock:
+            intermediate = _spawn_intermediate(spec, passed, spec_r)
     except OSError as error:
         _close_all(opened)
         raise _cannot_start(error) from None
@@ -420,16 +431,55 @@ def spawn_supervisor(
     )
 
 
-def _nobody_writes(status_r: int) -> bool:
+def _spawn_intermediate(spec: RunSpec, passed: tuple[int, ...], spec_r: int) -> Intermediate:
+    """The fresh interpreter that forks the supervisor and exits, reading the spec on ``spec_r``."""
+    import subprocess
+
+    return subprocess.Popen(
+        [sys.executable, "-P", "-c", _BOOTSTRAP, _PACKAGE_ROOT, str(spec_r)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        pass_fds=passed,
+        # A command that joins its caller's group (to use its terminal) must stay
+        # in its session: the supervisor then only leaves the caller's group.
+        start_new_session=spec.join_group is None,
+        process_group=None if spec.join_group is None else 0,
+    )
+
+
+def _time_left(spec: RunSpec, limit: float | None = None) -> float | None:
+    """Seconds left to ``spec``'s deadline, at most ``limit`` (``None``: neither bounds it)."""
+    import time
+
+    left = None if spec.deadline_seconds is None else spec.asked_at + spec.deadline_seconds
+    if left is not None:
+        left -= time.monotonic()
+    if limit is None:
+        return left
+    return limit if left is None else min(limit, left)
+
+
+def _nobody_writes(status_r: int, within: float | None) -> bool:
     """Whether the status channel ends before any message: no supervisor holds its other end.
 
     Waits for the first message or the end (the caller's own copy of the
-    writing end must be closed first). Reads nothing: the status client does.
+    writing end must be closed first), at most ``within`` seconds: a channel
+    still open then may have a supervisor behind it, so the run is handed
+    over (and a supervisor that never speaks is a lost one, never a command
+    started twice). Reads nothing: the status client does.
     """
+    import select
+
     borrowed = _socket.socket(fileno=status_r)
     try:
-        borrowed.setblocking(True)
-        return not borrowed.recv(1, _socket.MSG_PEEK)
+        poller = select.poll()
+        poller.register(status_r, select.POLLIN)
+        if not poller.poll(None if within is None else max(0, int(within * 1000))):
+            return False
+        return not borrowed.recv(1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return False
     except OSError:
         return True
     finally:
@@ -494,6 +544,36 @@ def _handed_over(
     )
 
 
+def _run_channels(*, spec_pipe: bool) -> list[int]:
+    """The lifeline's reading and writing ends, the status channel's, the spec pipe's.
+
+    Each above the stdio, the spec pipe only with ``spec_pipe``. Made and
+    registered (:data:`_open_lifelines`: every writing end) under the lock a
+    fork takes, so that no child forked meanwhile, by another thread or a
+    signal handler, can keep one: a child holding a lifeline would keep its
+    command alive after the caller died, one holding the status channel
+    would hide a lost supervisor, one holding the spec pipe would leave a
+    spawned supervisor waiting for the end of its spec. Closed again, all of
+    them, if any cannot be made.
+    """
+    made: list[int] = []
+    with _lifelines_lock:
+        try:
+            for kind in ("lifeline", "status", "spec")[: 3 if spec_pipe else 2]:
+                reading, writing = os.pipe() if kind == "spec" else _socket_pair()
+                made += [reading, writing]
+                _open_lifelines.add(writing)
+                made[-2] = _above_stdio(reading)
+                made[-1] = _above_stdio(writing)
+                if made[-1] != writing:
+                    _open_lifelines.discard(writing)
+                    _open_lifelines.add(made[-1])
+        except OSError:
+            _close_all(made)
+            raise
+    return made
+
+
 def _socket_pair() -> tuple[int, int]:
     """A connected pair of Unix stream sockets, as two close-on-exec descriptors.
 
@@ -530,10 +610,18 @@ def _cannot_start(error: OSError) -> LaunchError:
     )
 
 
+def no_fork_meanwhile() -> contextlib.AbstractContextManager[bool]:
+    """The lock ``os.fork`` takes first: while it is held, no fork copies what is made."""
+    return _lifelines_lock
+
+
 def _close_all(fds: tuple[int, ...] | list[int]) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
+    """Close ``fds``, each taken out of :data:`_open_lifelines` in the same step."""
+    with _lifelines_lock:
+        for fd in fds:
+            _open_lifelines.discard(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def send_spec(spawn: Spawn) -> None:
@@ -544,11 +632,19 @@ def send_spec(spawn: Spawn) -> None:
     """
     if spawn.spec_fd < 0:
         return  # a forked supervisor has its spec already
+    data = memoryview(spawn.spec_data)
     try:
-        with os.fdopen(spawn.spec_fd, "wb") as spec_pipe:
-            spec_pipe.write(spawn.spec_data)
+        while data:
+            data = data[os.write(spawn.spec_fd, data) :]
     except OSError:
         pass
+    finally:
+        close_spec_pipe(spawn.spec_fd)
+
+
+def close_spec_pipe(fd: int) -> None:
+    """Close the spec pipe's writing end once the spec is written (so no fork keeps it after)."""
+    _close_all([fd])
 
 
 def start(
@@ -632,6 +728,10 @@ def _fork(
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
+    # The supervisor forked here keeps the status channel's writing end, which
+    # every other child is made to close; this program has no other thread.
+    with _lifelines_lock:
+        _open_lifelines.discard(status_w)
     try:
         child = os.fork()
     except OSError as error:

@@ -37,7 +37,15 @@ it). The next launch starts a fresh zygote.
 its answer are one exchange under a lock (a fork in the zygote: about a
 millisecond). The zygote's socket is close-on-exec and closed in any child
 the caller forks, like every lifeline: its end of file is how the zygote
-learns that its caller is gone.
+learns that its caller is gone. A stopped zygote cannot read it, so the
+zygote also has a parent-death signal (:class:`_Zygote`).
+
+**Every exchange is bounded**, by :data:`ANSWER_LIMIT` (:data:`START_LIMIT`
+for a fresh zygote) and by the request's deadline: the wait for the lock
+too. A zygote that has not answered in time is SIGKILLed, and the request
+is one lost with the zygote (above): never started twice. A launch
+re-entered on a thread already in an exchange (a signal handler's) takes
+the plain path rather than wait for the exchange it interrupted.
 
 ``TETHER_ZYGOTE=0`` in the caller's environment turns the zygote off (every
 supervisor is then spawned), for a program that would rather not have a
@@ -46,17 +54,21 @@ process of its own waiting beside it.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import errno
 import json
+import math
 import os
 import re
 import resource
+import select
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 
 from tether.caller.request import ignored_now
 from tether.linux.prctl import io_priority, memory_deny_write_execute, timer_slack
@@ -84,7 +96,8 @@ _MAX_REQUEST: Final = 1 << 20
 
 _BOOTSTRAP: Final = (
     "import gc, sys; gc.disable(); sys.path.insert(0, sys.argv[1]); "
-    "from tether.supervisor.zygote import main; raise SystemExit(main(int(sys.argv[2])))"
+    "from tether.supervisor.zygote import main; "
+    "raise SystemExit(main(int(sys.argv[2]), int(sys.argv[3])))"
 )
 
 #: Every namespace ``/proc`` shows, those the caller's *children* will be in included
@@ -102,57 +115,128 @@ _NAMESPACES: Final = (
     "uts",
 )
 
+#: How long a running zygote may take to answer a request (a fork: about a millisecond),
+#: and how long a fresh one may take to start and answer its first (an interpreter's start).
+ANSWER_LIMIT: Final = 1.0
+START_LIMIT: Final = 5.0
+
 _LIMITS: Final = tuple(name for name in dir(resource) if name.startswith("RLIMIT_"))
 
 
 class _Zygote:
-    """One running zygote: the socket to it, and what it was started with."""
+    """One running zygote: the socket to it, and what it was started with.
 
-    def __init__(self, package_root: str, identity: tuple[object, ...]) -> None:
+    The zygote is a child of this process, started by a thread of tether's
+    own that does nothing else (:meth:`_keep`): it waits for the zygote's end
+    and reaps it. The zygote asks for SIGKILL when that thread ends
+    (``PR_SET_PDEATHSIG`` follows the thread that forked, not the process),
+    which is when this process ends, however it ends: a zygote that is
+    stopped (``SIGSTOP``, by a command of its own caller's, say) cannot see
+    its socket's end of file, but it still dies of the signal the kernel
+    sends.
+    """
+
+    def __init__(self, package_root: str, identity: tuple[object, ...], limit: float) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            intermediate = subprocess.Popen(
-                [sys.executable, "-P", "-c", _BOOTSTRAP, package_root, str(theirs.fileno())],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(),),
-                start_new_session=True,
-            )
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
         self.socket = ours
         self.identity = identity
         #: The zygote's pid, once it has answered a request.
         self.pid: int | None = None
-        # The intermediate forks the zygote and exits at once.
-        intermediate.wait()
-
-    def exchange(self, request: bytes, fds: list[int]) -> int | None:
-        """Send one request: the pid the zygote forked, ``-1`` if it did not, :data:`UNKNOWN`
-        if it was lost after it had the request, ``None`` if it was lost before,
-        :data:`TOO_BIG` if the request does not fit in one message."""
+        self._pidfd: int | None = None
+        self._error: BaseException | None = None
+        argv = [sys.executable, "-P", "-c", _BOOTSTRAP, package_root, str(theirs.fileno())]
+        argv.append(str(os.getpid()))
+        started = _thread.allocate_lock()
+        started.acquire()
         try:
-            socket.send_fds(self.socket, [request], fds)
+            _thread.start_new_thread(self._keep, (argv, theirs, started))
+        except BaseException:
+            theirs.close()
+            ours.close()
+            raise
+        if not started.acquire(timeout=limit) or self._pidfd is None:
+            ours.close()
+            raise OSError(errno.ETIMEDOUT, f"the zygote did not start: {self._error}")
+
+    def _keep(self, argv: list[str], theirs: socket.socket, started: _thread.LockType) -> None:
+        """In a thread of its own: start the zygote, then wait for its end and reap it."""
+        from tether.caller.start import no_fork_meanwhile
+
+        try:
+            # Under the fork lock: a worker forked meanwhile would hold the
+            # pipe on which subprocess waits for the exec.
+            with no_fork_meanwhile():
+                zygote = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    pass_fds=(theirs.fileno(),),
+                    start_new_session=True,
+                )
+            self._pidfd = os.pidfd_open(zygote.pid)
+        except BaseException as error:  # told to the launching thread
+            self._error = error
+            return
+        finally:
+            theirs.close()
+            started.release()
+        with contextlib.suppress(BaseException):
+            zygote.wait()
+
+    def exchange(self, request: bytes, fds: list[int], limit: float) -> int | None:
+        """Send one request: the pid the zygote forked, ``-1`` if it did not, :data:`UNKNOWN`
+        if it was lost (or abandoned) after it had the request, ``None`` if it was lost
+        before, :data:`TOO_BIG` if the request does not fit in one message.
+
+        Never longer than ``limit`` seconds: a zygote that has not answered by
+        then is SIGKILLed (:meth:`abandon`), and the run's status channel then
+        says whether it had forked.
+        """
+        try:
+            socket.send_fds(self.socket, [request], fds, socket.MSG_DONTWAIT)
         except OSError as error:
             if error.errno in (errno.EMSGSIZE, errno.ENOBUFS):
                 return TOO_BIG  # the zygote is fine; this request takes the plain path
             return None
+        answer = self._answer(limit)
         try:
-            answer = self.socket.recv(64).split()
-            if not answer:
-                return UNKNOWN
             child, self.pid = int(answer[0]), int(answer[1])
-        except (OSError, ValueError, IndexError):
-            return UNKNOWN
+        except (ValueError, IndexError):
+            return UNKNOWN  # none (lost, or abandoned), or not an answer
         return child
+
+    def _answer(self, limit: float) -> list[bytes]:
+        """The zygote's answer, in words; none if it was lost, or did not answer within ``limit``
+        seconds (it is then abandoned)."""
+        end = time.monotonic() + limit
+        poller = select.poll()
+        poller.register(self.socket, select.POLLIN)
+        while True:
+            try:
+                return self.socket.recv(64, socket.MSG_DONTWAIT).split()
+            except BlockingIOError:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    self.abandon()
+                    return []
+                poller.poll(math.ceil(remaining * 1000))
+            except OSError:
+                return []
+
+    def abandon(self) -> None:
+        """SIGKILL the zygote (it did not answer in time), through its pidfd: never a reused pid."""
+        if self._pidfd is not None:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.socket.close()
+        pidfd, self._pidfd = self._pidfd, None
+        if pidfd is not None:
+            with contextlib.suppress(OSError):
+                os.close(pidfd)
 
 
 #: The answer when the zygote was lost with the request: whether it forked, the
@@ -165,18 +249,23 @@ TOO_BIG: Final = -2
 
 _zygote: _Zygote | None = None
 _lock = threading.Lock()
+#: Set on a thread while it is in an exchange with the zygote (or waiting for
+#: one): a launch re-entered on that thread (a signal handler) takes the plain
+#: path rather than wait for the exchange it interrupted.
+_exchanging = threading.local()
 #: How many zygotes this process has started (for tests and the benchmark).
 started = 0
 
 
 def _forget_in_child() -> None:
     """In a forked child: this process's zygote is its parent's, never to be used here."""
-    global _zygote, _lock  # noqa: PLW0603 - the fork-safety reset of the one zygote
+    global _zygote, _lock, _exchanging  # noqa: PLW0603 - the fork-safety reset of the one zygote
     if _zygote is not None:
         with contextlib.suppress(OSError):
             _zygote.socket.close()
     _zygote = None
     _lock = threading.Lock()
+    _exchanging = threading.local()
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
@@ -203,38 +292,80 @@ def forget() -> None:
 
 
 def fork_supervisor(
-    spec_json: bytes, roles: list[str], fds: list[int], package_root: str
+    spec_json: bytes,
+    roles: list[str],
+    fds: list[int],
+    package_root: str,
+    *,
+    within: float | None = None,
 ) -> int | None:
     """Have this caller's zygote fork the supervisor of a run; ``None``: take the plain path.
 
     ``spec_json`` is the completed spec without its descriptors; ``fds`` are
-    the run's descriptors, in the order of ``roles``. Returns the pid of the
+    the run's descriptors, in the order of ``roles``; ``within`` is the time
+    left to the run's deadline (``None``: no deadline). Returns the pid of the
     zygote's child (already reaped by the zygote) once the supervisor is
     forked, ``None`` if it was not and the caller must spawn one, or
-    :data:`UNKNOWN` if the zygote was lost with the request.
+    :data:`UNKNOWN` if the zygote was lost (or abandoned) with the request.
+
+    Bounded: the wait for another thread's exchange, the zygote's start and
+    its answer each take at most :data:`ANSWER_LIMIT` (:data:`START_LIMIT`
+    for a fresh zygote), and never beyond the deadline. A zygote that does
+    not answer in time is SIGKILLed and forgotten. A call re-entered on a
+    thread already in an exchange (from a signal handler) takes the plain
+    path at once.
     """
-    global _zygote, started  # noqa: PLW0603 - the one zygote of this caller
+    if getattr(_exchanging, "now", False):
+        return None
+    if within is not None and within <= 0:
+        return None  # no time for an exchange: the plain path never waits on anyone
     request = _request(spec_json, roles)
     if len(request) > _MAX_REQUEST:
         return None
     identity = _identity()
     if identity is None:
         return None  # cannot tell whether the zygote still fits: this once, the plain path
-    with _lock:
+    _exchanging.now = True
+    try:
+        return _exchange(request, fds, package_root, identity, within)
+    finally:
+        _exchanging.now = False
+
+
+def _exchange(
+    request: bytes,
+    fds: list[int],
+    package_root: str,
+    identity: tuple[object, ...],
+    within: float | None,
+) -> int | None:
+    global _zygote, started  # noqa: PLW0603 - the one zygote of this caller
+    end = time.monotonic() + (START_LIMIT if within is None else min(START_LIMIT, within))
+
+    def left(limit: float) -> float:
+        return max(0.0, min(limit, end - time.monotonic()))
+
+    if not _lock.acquire(timeout=left(ANSWER_LIMIT)):
+        return None  # another thread's exchange is stuck (and will abandon it): not ours
+    try:
         zygote = _zygote
         if zygote is not None and zygote.identity != identity:
             zygote.close()  # it cannot take on what changed; a fresh one can
             zygote = _zygote = None
+        limit = ANSWER_LIMIT
         if zygote is None:
             try:
-                zygote = _zygote = _Zygote(package_root, identity)
-            except OSError:
+                zygote = _zygote = _Zygote(package_root, identity, left(START_LIMIT))
+            except (OSError, RuntimeError):
                 return None
             started += 1
-        answer = zygote.exchange(request, fds)
+            limit = START_LIMIT
+        answer = zygote.exchange(request, fds, left(limit))
         if answer is None or answer == UNKNOWN:
             zygote.close()
             _zygote = None
+    finally:
+        _lock.release()
     if answer is None or answer < 0:
         return None
     return answer

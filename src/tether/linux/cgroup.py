@@ -75,7 +75,9 @@ __all__ = [
     "RunCgroup",
     "cgroup_of",
     "enable_controllers",
+    "is_run_cgroup",
     "kill_cgroup",
+    "kill_run_cgroup",
     "make_cgroup",
     "own_cgroup",
     "read_usage",
@@ -562,3 +564,123 @@ def kill_cgroup(directory: str) -> bool:
 
 def _why(error: OSError) -> str:
     return error.strerror or str(error)
+
+
+def _own_directories() -> list[str]:
+    """This process's own cgroup directory in every mounted hierarchy, v2 and v1.
+
+    From ``/proc/self/cgroup`` (``0::path`` for v2, ``N:controllers:path`` for
+    v1) and the ``cgroup2``/``cgroup`` mounts of ``/proc/self/mountinfo``
+    (a v1 mount is matched by the controllers its options name).
+    """
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8", errors="surrogateescape") as lines:
+            memberships = [line.rstrip("\n").split(":", 2) for line in lines]
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:
+            mounts = info.read().splitlines()
+    except OSError:
+        return []
+    v2: list[tuple[str, str]] = []
+    v1: list[tuple[set[str], str, str]] = []
+    for line in mounts:
+        before, _, after = line.partition(" - ")
+        fields, kind = before.split(), after.split()
+        if len(fields) < 5 or len(kind) < 3:
+            continue
+        root, point = _unescape(fields[3]), _unescape(fields[4])
+        if kind[0] == "cgroup2":
+            v2.append((root, point))
+        elif kind[0] == "cgroup":
+            v1.append((set(kind[2].split(",")), root, point))
+    found: list[str] = []
+    for membership in memberships:
+        if len(membership) != 3:
+            continue
+        _, controllers, path = membership
+        if not controllers:
+            found += _directories_of(path, v2)
+            continue
+        wanted = set(controllers.split(","))
+        found += _directories_of(path, [(r, m) for opts, r, m in v1 if wanted <= opts])
+    return found
+
+
+def is_run_cgroup(directory: str) -> bool:
+    """Whether ``directory`` is a cgroup tether makes for a run, where it makes them.
+
+    Named ``tether-<creator pid>-<8 hex digits>`` and directly below this
+    process's own cgroup in a mounted hierarchy (v2 or v1): where the run's
+    supervisor (or the zygote that forked it, both in their caller's cgroup)
+    made it. The caller's fallback kills nothing else, whatever a status
+    message said: a forged ``started`` cannot make it kill another cgroup.
+    """
+    if not os.path.isabs(directory) or os.path.normpath(directory) != directory:
+        return False
+    if _creator_of(os.path.basename(directory)) is None:
+        return False
+    return os.path.dirname(directory) in _own_directories() and not os.path.islink(directory)
+
+
+#: How many rounds of SIGKILL a cgroup v1 directory gets before it is given up on.
+_V1_ROUNDS: Final = 50
+
+
+def kill_run_cgroup(directory: str) -> bool:
+    """SIGKILL everything in one of tether's run cgroups; whether it is empty (or gone) after.
+
+    ``cgroup.kill`` where there is one (cgroup v2). A cgroup v1 directory has
+    none: every process its ``cgroup.procs`` (and those of the cgroups below
+    it) lists is SIGKILLed through a pidfd, and again, until the lists are
+    empty, at most :data:`_V1_ROUNDS` rounds, each waiting (at most a tenth
+    of a second) for the processes killed to exit. Only call it for a
+    directory :func:`is_run_cgroup` accepts.
+    """
+    if os.path.exists(os.path.join(directory, "cgroup.kill")):
+        return kill_cgroup(directory)
+    for _ in range(_V1_ROUNDS):
+        pidfds = _kill_listed(directory)
+        if not pidfds:
+            return True
+        try:
+            with contextlib.suppress(OSError):
+                poller = select.poll()
+                for pidfd in pidfds:
+                    poller.register(pidfd, select.POLLIN)
+                end = time.monotonic() + 0.1
+                while len(poller.poll(max(0.0, end - time.monotonic()) * 1000)) < len(pidfds):
+                    if time.monotonic() >= end:
+                        break
+        finally:
+            for pidfd in pidfds:
+                os.close(pidfd)
+    return False
+
+
+def _kill_listed(directory: str) -> list[int]:
+    """SIGKILL what the v1 cgroup at ``directory`` and those below it list; their pidfds.
+
+    Each pid is opened (a pidfd) and only then checked to be listed still: a
+    pid that exited between the read and the open may already be someone
+    else's, and that one is not in the list.
+    """
+    import signal
+
+    killed: list[int] = []
+    for below, _subdirectories, _files in os.walk(directory, topdown=False):
+        procs = os.path.join(below, "cgroup.procs")
+        opened: dict[str, int] = {}
+        for word in _words(procs):
+            if word.isdecimal() and word != "0" and word not in opened:
+                with contextlib.suppress(OSError):
+                    opened[word] = os.pidfd_open(int(word))
+        still = set(_words(procs))
+        for word, pidfd in opened.items():
+            try:
+                if word not in still:
+                    raise ProcessLookupError
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            except OSError:
+                os.close(pidfd)
+                continue
+            killed.append(pidfd)
+    return killed

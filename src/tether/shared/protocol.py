@@ -17,7 +17,7 @@ apart from *caller lost* without signalling a pid that may have been reused.
 **The status channel** (supervisor to caller). One JSON object per line, each
 a message class here: :class:`Spawned` (written by the command itself between
 fork and exec: where it is), :class:`Started` (supervisor pid, command pid and
-group, the run's cgroup), :class:`Signalled` for each signal sent to the tree,
+group, the run's cgroups), :class:`Signalled` for each signal sent to the tree,
 then :class:`Finished` (how the run ended). End of file without ``finished``
 means the supervisor itself was lost. A line that cannot be read is decoded
 as :class:`Garbled`, never as an exception: the other end may be a dying
@@ -97,39 +97,49 @@ def _number(value: object) -> float | None:
 
 
 class Placement:
-    """Where a run's command is: its supervisor, its pid and group, its cgroup.
+    """Where a run's command is: its supervisor, its pid and group, its cgroups.
 
     What a caller needs to stop what is left of the tree if the supervisor is
-    lost. ``cgroup`` is the directory of the run's own cgroup when cgroup
-    containment is in use, so that such a caller can still end the whole tree
-    with ``cgroup.kill``.
+    lost. ``cgroups`` are the absolute directories of the run's own cgroup in
+    every hierarchy it was made in (``[]`` without cgroup containment), as
+    :attr:`tether.linux.run_cgroups.RunCgroups.directories` lists them (v2 first),
+    so that such a caller can still end the whole tree; it checks each is one
+    of tether's own before it touches it.
     """
 
-    __slots__ = ("cgroup", "pgid", "pid", "supervisor_pid")
+    __slots__ = ("cgroups", "pgid", "pid", "supervisor_pid")
 
     def __init__(
-        self, *, supervisor_pid: int | None, pid: int | None, pgid: int | None, cgroup: str | None
+        self,
+        *,
+        supervisor_pid: int | None,
+        pid: int | None,
+        pgid: int | None,
+        cgroups: list[str] | None = None,
     ) -> None:
         self.supervisor_pid = supervisor_pid
         self.pid = pid
         self.pgid = pgid
-        self.cgroup = cgroup
+        self.cgroups = [] if cgroups is None else cgroups
 
     def fields(self) -> dict[str, object]:
         return {
             "supervisor_pid": self.supervisor_pid,
             "pid": self.pid,
             "pgid": self.pgid,
-            "cgroup": self.cgroup,
+            "cgroups": self.cgroups,
         }
 
     @classmethod
     def read(cls, data: dict[str, object]) -> Self:
+        listed = data.get("cgroups")
         return cls(
             supervisor_pid=_int(data.get("supervisor_pid")),
             pid=_int(data.get("pid")),
             pgid=_int(data.get("pgid")),
-            cgroup=_str(data.get("cgroup")),
+            cgroups=[item for item in listed if isinstance(item, str)]
+            if isinstance(listed, list)
+            else [],
         )
 
 

@@ -58,8 +58,8 @@ if TYPE_CHECKING:
     from tether.linux.run_cgroups import RunCgroups
 
     _Stdio = int | IO[bytes] | None
-    #: Told, in the child before its exec, the child's pid and its cgroup's directory.
-    Announce = Callable[[int, str | None], None]
+    #: Told, in the child before its exec, the child's pid and its cgroup's directories.
+    Announce = Callable[[int, list[str]], None]
 
 __all__ = [
     "CONTAINMENT_SETTINGS",
@@ -118,7 +118,7 @@ def _prepare_child(
         os.kill(os.getpid(), signal.SIGKILL)
     if announce is not None:
         with contextlib.suppress(BaseException):  # nothing here may stop the launch
-            announce(os.getpid(), None if cgroup is None else cgroup.directory)
+            announce(os.getpid(), [] if cgroup is None else cgroup.directories)
     restore_in_child()
     for number in ignored_signals:  # as the caller had them: exec keeps "ignored"
         with contextlib.suppress(OSError, ValueError):

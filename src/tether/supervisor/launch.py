@@ -200,7 +200,7 @@ def launch(
                 supervisor_pid=os.getpid(),
                 pid=command.pid,
                 pgid=command.pgid,
-                cgroup=None if command.cgroup is None else command.cgroup.directory,
+                cgroups=[] if command.cgroup is None else command.cgroup.directories,
             )
         )
     for fd in close_after_launch:
@@ -271,7 +271,7 @@ def _signal_number(name: str) -> int:
         return signal.SIGTERM
 
 
-def _announcer(status: StatusWriter) -> Callable[[int, str | None], None]:
+def _announcer(status: StatusWriter) -> Callable[[int, list[str]], None]:
     """What the command says to the caller from between its fork and its exec: ``spawned``.
 
     Without it, a supervisor lost after the fork and before ``started`` left
@@ -280,8 +280,8 @@ def _announcer(status: StatusWriter) -> Callable[[int, str | None], None]:
     """
     supervisor = os.getpid()
 
-    def announce(pid: int, cgroup: str | None) -> None:
-        status.send(Spawned(supervisor_pid=supervisor, pid=pid, pgid=pid, cgroup=cgroup))
+    def announce(pid: int, cgroups: list[str]) -> None:
+        status.send(Spawned(supervisor_pid=supervisor, pid=pid, pgid=pid, cgroups=cgroups))
 
     return announce
 

@@ -24,7 +24,9 @@ instead (:mod:`tether.caller.zygote` on the caller's side), which
 
 The zygote's socket is also its lifeline: the caller holds the other end
 (close-on-exec, and closed in any child the caller forks), so its end of
-file means the caller is gone, and the zygote exits. The supervisors it
+file means the caller is gone, and the zygote exits. A zygote stopped
+(SIGSTOP) cannot read that end of file; its parent-death signal (SIGKILL,
+asked for at its start) still ends it with the caller. The supervisors it
 forked never depended on it: each has its own lifeline to the caller.
 
 The zygote never reads what the request carries beyond what it must pass on;
@@ -43,6 +45,7 @@ import sys
 
 from tether.core.reasons import TETHER_FAILED
 from tether.linux.cgroup import warm_attach_lock
+from tether.linux.prctl import set_parent_death_signal
 from tether.supervisor.detach import loaded, loading
 from tether.supervisor.run_cgroup import Containment, prepare_containment
 
@@ -58,12 +61,19 @@ MAX_REQUEST: Final = 1 << 20
 MAX_DESCRIPTORS: Final = 16
 
 
-def main(sock_fd: int) -> int:
-    """Serve the caller on ``sock_fd`` until it is gone."""
+def main(sock_fd: int, caller: int) -> int:
+    """Serve the caller (pid ``caller``) on ``sock_fd`` until it is gone.
+
+    The zygote is the caller's child, in a session of its own, started by a
+    thread of the caller's that lives as long as the caller does and reaps
+    it: its parent-death signal (SIGKILL) then reaches it however the caller
+    ends, even while it is stopped and cannot read its socket's end of file.
+    """
     loading()
-    if os.fork() > 0:  # the caller reaps this one at once; the zygote is nobody's child
-        os._exit(0)
-    os.setsid()
+    with contextlib.suppress(OSError):
+        set_parent_death_signal(signal.SIGKILL)
+    if os.getppid() != caller:
+        os._exit(0)  # the caller is gone already, before the signal was asked for
     os.chdir("/")
     server = socket.socket(fileno=sock_fd)
     warm = False
@@ -231,4 +241,4 @@ def _set_limit(name: str, soft: int, hard: int) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised as a subprocess
-    sys.exit(main(int(sys.argv[1])))
+    sys.exit(main(int(sys.argv[1]), int(sys.argv[2])))
