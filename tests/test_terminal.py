@@ -213,7 +213,7 @@ def test_a_lost_supervisors_fallback_never_kills_the_callers_own_group() -> None
         "import os; from tether.caller.fallback import _stop_what_is_left; "
         "from tether.shared.protocol import Placement; "
         "_stop_what_is_left(Placement(supervisor_pid=1, pid=None, pgid=os.getpgrp(), "
-        "cgroup=None)); print('alive')"
+        "cgroups=[])); print('alive')"
     )
     result = subprocess.run(
         [sys.executable, "-c", probe],

@@ -318,7 +318,14 @@ def test_show_shows_or_refuses_in_one_line(
             assert_one_line(message)
     assert_terminal_safe(rendered, colour=colour)
     document = json.loads(run_as_json(run))
-    assert set(document) == {"record", "events", "record_path", "events_path", "warnings"}
+    assert set(document) == {
+        "record",
+        "events",
+        "record_path",
+        "events_path",
+        "warnings",
+        "progress",
+    }
 
 
 reasons = st.none() | st.frozensets(st.sampled_from([reason.value for reason in Reason]))

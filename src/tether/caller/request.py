@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 
 from tether.core.durations import DurationError, duration_seconds
 from tether.core.limits import LimitError, limit_controllers, limit_files_v1, parse_limits
@@ -181,10 +180,10 @@ def ignored_now() -> tuple[int, ...]:
     python_ignores = (signal.SIGPIPE, signal.SIGXFSZ)
     try:
         with open("/proc/self/status", "rb") as status:
-            found = _SIGIGN.search(status.read())
-        if found is None:
+            found = [line for line in status.read().split(b"\n") if line.startswith(b"SigIgn:")]
+        if not found:
             raise OSError("no SigIgn")
-        mask = int(found[1], 16)
+        mask = int(found[0][len(b"SigIgn:") :].strip(), 16)
         return tuple(
             number
             for number in range(1, mask.bit_length() + 1)
@@ -202,9 +201,6 @@ def ignored_now() -> tuple[int, ...]:
         except (OSError, ValueError):
             continue
     return tuple(ignored)
-
-
-_SIGIGN: Final = re.compile(rb"^SigIgn:\s*([0-9a-fA-F]+)$", re.MULTILINE)
 
 
 def record_choice(record: object) -> tuple[str | None, str | None]:
