@@ -156,7 +156,9 @@ def test_tether_run_refuses_numbers_that_are_not_plainly_numbers(
     assert not (tmp_path / "ran").exists()
 
 
-@pytest.mark.parametrize("value", [MANY_DIGITS, 10**5000, "\u0663"])
+@pytest.mark.parametrize(
+    "value", [MANY_DIGITS, 10**5000, "\u0663"], ids=["digits", "int", "arabic"]
+)
 def test_the_api_names_pids_max(value: object) -> None:
     with pytest.raises(ValueError, match="pids_max") as refused:
         tether.launch(["true"], pids_max=value)  # type: ignore[arg-type]  # read from a file
