@@ -50,6 +50,7 @@ from pathlib import Path
 
 from tether.core.numbers import decimal_text, shown, whole_number
 from tether.core.values import FrozenValue
+from tether.shared.in_progress import in_progress
 from tether.shared.paths import EVENTS_SUFFIX, is_record_name
 from tether.shared.paths import PRUNE_MARKER as MARKER
 
@@ -160,8 +161,8 @@ def prune(
         removed: list[str] = []
         files = 0
         for name in sorted(doomed):
-            if not _is_record(directory / name):
-                continue
+            if in_progress(fd, _log_name(name)) or not _is_record(directory / name):
+                continue  # a run going on under an old record's name, or no record
             if dry_run:
                 removed.append(name)
                 files += 1 + _is_regular(fd, _log_name(name))
