@@ -457,3 +457,32 @@ def test_the_pieces_give_what_one_buffer_would(reads: list[bytes], takes: list[s
                     buffer = buffer[end + 1 :]
         takes = takes[3:]
     assert pieces.everything() == buffer
+
+
+def test_dev_tty_without_a_controlling_terminal_says_so() -> None:
+    code = (
+        "import tether\n"
+        "try:\n"
+        "    tether.run(['true'], stdout='/dev/tty', record=False)\n"
+        "except ValueError as error:\n"
+        "    print(error)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        start_new_session=True,  # no controlling terminal
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "/dev/tty" in done.stdout
+    assert "no controlling terminal" in done.stdout
+    assert "FIFO" not in done.stdout
+
+
+def test_a_fifo_nobody_reads_is_still_called_one(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="a FIFO with nobody reading it"):
+        tether.run(["true"], stdout=str(fifo), record=False)
