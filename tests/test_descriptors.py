@@ -35,6 +35,12 @@ DOORS: dict[str, Callable[[list[str]], list[str]]] = {
 }
 
 
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=BOUND, check=False
+    )
+
+
 def _file(tmp_path: Path, text: str) -> int:
     path = tmp_path / "input.txt"
     path.write_text(text)
@@ -123,9 +129,7 @@ def test_an_api_command_gets_no_descriptor_of_the_caller_above_the_soft_limit(
         "out = tether.run(['ls', '/proc/self/fd'], capture_output=True, record=False).stdout\n"
         "print(sorted(int(n) for n in out.split()))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=BOUND, check=False
-    )
+    done = _python(code)
     assert done.returncode == 0, done.stderr
     listed = [int(word) for word in done.stdout.strip("[]\n").split(",")]
     assert max(listed) < 10  # the three streams, and the listing's own
@@ -143,9 +147,7 @@ def test_closing_is_complete_above_the_soft_limit() -> None:
         "close_all_but([500])\n"
         "print(open_descriptors())\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=BOUND, check=False
-    )
+    done = _python(code)
     assert (done.returncode, done.stdout, done.stderr) == (0, "[500]\n", "")
 
 

@@ -55,20 +55,31 @@ def assert_log_bounded(events: Path) -> list[str]:
     return lines
 
 
+def flooded_then_let_go(
+    start: Callable[..., SeedRun], ready: ReadyPipe, processes: Processes, data: bytes, *flags: str
+) -> list[str]:
+    """A sleeper at the seed door, ``data`` on its pipe, then end of file: the log's lines.
+
+    The command must be gone at once (its pidfd, bounded), the run end
+    ``parent_lost``, and the log stay short.
+    """
+    run = start(fixture("sleeper", str(ready.path)), flags=flags)
+    (pid,) = ready.ready_pids()
+    processes.track(pid)
+    run.write(data)
+    run.close_lifeline()
+    assert gone_within(pid, BOUND)
+    assert run.supervisor.wait(timeout=BOUND) == 130
+    assert read_json(run.record)["reason"] == "parent_lost"
+    return assert_log_bounded(run.events)
+
+
 def test_a_mebibyte_of_any_junk_at_the_seed_door_is_counted_and_end_of_file_acted_on(
     seed: Callable[..., SeedRun],  # noqa: F811
     ready: ReadyPipe,
     processes: Processes,
 ) -> None:
-    run = seed(fixture("sleeper", str(ready.path)))
-    (pid,) = ready.ready_pids()
-    processes.track(pid)
-    run.write(JUNK)
-    run.close_lifeline()
-    assert gone_within(pid, BOUND)
-    assert run.supervisor.wait(timeout=BOUND) == 130
-    assert read_json(run.record)["reason"] == "parent_lost"
-    lines = assert_log_bounded(run.events)
+    lines = flooded_then_let_go(seed, ready, processes, JUNK)
     assert '"lifeline_request"' not in "".join(lines)
     assert any(f'"unknown_bytes": {len(JUNK)}' in line for line in lines)
 
@@ -78,15 +89,7 @@ def test_a_million_job_control_requests_at_a_seed_door_that_asked_for_them(
     ready: ReadyPipe,
     processes: Processes,
 ) -> None:
-    run = seed(fixture("sleeper", str(ready.path)), flags=("--all-lifeline-requests",))
-    (pid,) = ready.ready_pids()
-    processes.track(pid)
-    run.write(PAIRS)
-    run.close_lifeline()
-    assert gone_within(pid, BOUND)
-    assert run.supervisor.wait(timeout=BOUND) == 130
-    assert read_json(run.record)["reason"] == "parent_lost"
-    assert_log_bounded(run.events)
+    flooded_then_let_go(seed, ready, processes, PAIRS, "--all-lifeline-requests")
 
 
 def test_the_seed_door_honours_job_control_only_when_asked(
