@@ -320,7 +320,7 @@ class Supervision:
         if handover is None:
             return
         self.wakeup.pending += handover.signals
-        self.pending_lifeline = (handover.lifeline, handover.lifeline_closed)
+        self.pending_lifeline = (bytes(handover.lifeline), handover.lifeline_closed)
         sources = set()
         if handover.signals:
             sources.add("signal")
