@@ -50,6 +50,7 @@ LATENCY = (
     Target("escalation", "4. escalation: supervisor gone - end of grace", 2.0),
     Target("spawn", "5. spawn → command running", 30.0, reference="bare"),
     Target("true", "5. `true`: whole-run wall time", None, reference="true"),
+    Target("output", "10. 64 MiB through `stdout.read()`", None, reference="subprocess"),
 )
 
 #: `true` may cost this much over a bare `true` (ms).

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import measures
+from benchmarks import measures, output
 from benchmarks.api import api_path
 from benchmarks.doors import Doors
 from benchmarks.measures import Bench, Series
@@ -39,7 +39,17 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 DOC = ROOT / "docs" / "performance.md"
 DOC_PLOT = ROOT / "docs" / "performance" / "latency.svg"
-MEASURES = ("caller_death", "deadline", "escalation", "true", "spawn", "idle", "scale", "api")
+MEASURES = (
+    "caller_death",
+    "deadline",
+    "escalation",
+    "true",
+    "spawn",
+    "idle",
+    "scale",
+    "api",
+    "output",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +67,11 @@ class Plan:
     idle_window: float
     scale_sizes: tuple[int, ...]
     api_launches: int = 100
+    output_trials: int = 10
 
 
 FULL = Plan("full", 20, 5, 2.0, 15, 0.2, 30, 20, 10.0, (100, 300))
-QUICK = Plan("quick", 3, 2, 0.5, 3, 0.2, 4, 3, 2.0, (50,), api_launches=20)
+QUICK = Plan("quick", 3, 2, 0.5, 3, 0.2, 4, 3, 2.0, (50,), api_launches=20, output_trials=3)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -177,6 +188,9 @@ def measure(
                 api_path(bench, plan.api_launches, zygote=True),
                 api_path(bench, plan.api_launches, zygote=False),
             ]
+        if "output" in only:
+            _say(f"10. {output.SIZE >> 20} MiB through stdout.read(), tether and subprocess")
+            latency["output"] = _series(output.output_read(plan.output_trials))
     finally:
         leaked = registry.cleanup()
         channel.close()

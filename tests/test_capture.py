@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import tether
 from conftest import ReadyPipe, alive, fixture
-from tether.caller.capture import HeadTail, decode_output
+from tether.caller.capture import HeadTail, _Pieces, decode_output
 
 PIPE_BUFFER = 65536
 
@@ -358,3 +358,131 @@ def test_decoding_a_cut_never_invents_or_fails(text: str, limit: int) -> None:
             text.startswith(decoded[:cut]) and text.endswith(decoded[cut:])
             for cut in range(len(decoded) + 1)
         )
+
+
+# -- linear time -----------------------------------------------------------------
+#
+# Reading output must cost time in proportion to its size, at any line length.
+# No timing is asserted: each command runs under a deadline that a linear read
+# meets with two orders of magnitude to spare, even on a loaded machine (these
+# sizes read in well under a second when linear), and that a quadratic one
+# misses by as much (the quadratic reader this replaced took 15 s for 50 MB,
+# and four times as long for twice as much): the run then ends
+# ``deadline_exceeded`` with the output cut short. Sizes are chosen for that
+# gap, not for realism: 64 MiB alone would be read quadratically in about 25 s,
+# within a generous bound.
+
+LINEAR_DEADLINE = 45.0
+BIG = 256 << 20
+LONG_LINE = 192 << 20
+
+
+def test_a_quarter_gibibyte_is_read_whole_in_linear_time() -> None:
+    with tether.launch(
+        ["head", "-c", str(BIG), "/dev/zero"], stdout=tether.PIPE, deadline=LINEAR_DEADLINE
+    ) as handle:
+        assert handle.stdout is not None
+        data = handle.stdout.read()
+        outcome = handle.wait()
+    assert outcome.reason == "completed"
+    assert len(data) == BIG
+    assert data.count(0) == BIG
+
+
+def test_one_very_long_line_is_read_by_readline_in_linear_time() -> None:
+    command = ["sh", "-c", f"head -c {LONG_LINE} /dev/zero; echo; echo tail"]
+    with tether.launch(command, stdout=tether.PIPE, deadline=LINEAR_DEADLINE) as handle:
+        assert handle.stdout is not None
+        line = handle.stdout.readline()
+        rest = list(handle.stdout)
+        outcome = handle.wait()
+    assert outcome.reason == "completed"
+    assert len(line) == LONG_LINE + 1
+    assert line.endswith(b"\0\n")
+    assert rest == [b"tail\n"]
+
+
+def test_millions_of_short_lines_iterate_in_linear_time() -> None:
+    lines = 3_000_000
+    with tether.launch(
+        ["seq", str(lines)], stdout=tether.PIPE, text=True, deadline=LINEAR_DEADLINE
+    ) as handle:
+        assert handle.stdout is not None
+        count, last = 0, ""
+        for line in handle.stdout:
+            count, last = count + 1, line
+        outcome = handle.wait()
+    assert outcome.reason == "completed"
+    assert (count, last) == (lines, f"{lines}\n")
+
+
+def test_async_reads_are_whole_and_linear_too() -> None:
+    async def main() -> tuple[bytes, list[bytes], str]:
+        handle = await tether.launch_async(
+            ["sh", "-c", f"head -c {LONG_LINE} /dev/zero; echo; seq 3"],
+            stdout=tether.PIPE,
+            deadline=LINEAR_DEADLINE,
+        )
+        assert handle.stdout is not None
+        line = await handle.stdout.readline_async()
+        rest = [line async for line in handle.stdout]
+        outcome = await handle.wait_async()
+        return line, rest, outcome.reason
+
+    line, rest, reason = asyncio.run(main())
+    assert reason == "completed"
+    assert len(line) == LONG_LINE + 1
+    assert rest == [b"1\n", b"2\n", b"3\n"]
+
+
+@given(
+    st.lists(st.binary(max_size=20), max_size=30),
+    st.lists(st.sampled_from(["line", "all"]), max_size=40),
+)
+def test_the_pieces_give_what_one_buffer_would(reads: list[bytes], takes: list[str]) -> None:
+    pieces = _Pieces(b"")
+    buffer = b""
+    for read in reads:
+        pieces.add(read)
+        buffer += read
+        for take in takes[:3]:
+            if take == "all":
+                assert pieces.everything() == buffer
+                buffer = b""
+            else:
+                end = buffer.find(b"\n")
+                expected = None if end < 0 else buffer[: end + 1]
+                assert pieces.line() == expected
+                if expected is not None:
+                    buffer = buffer[end + 1 :]
+        takes = takes[3:]
+    assert pieces.everything() == buffer
+
+
+def test_dev_tty_without_a_controlling_terminal_says_so() -> None:
+    code = (
+        "import tether\n"
+        "try:\n"
+        "    tether.run(['true'], stdout='/dev/tty', record=False)\n"
+        "except ValueError as error:\n"
+        "    print(error)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        start_new_session=True,  # no controlling terminal
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "/dev/tty" in done.stdout
+    assert "no controlling terminal" in done.stdout
+    assert "FIFO" not in done.stdout
+
+
+def test_a_fifo_nobody_reads_is_still_called_one(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="a FIFO with nobody reading it"):
+        tether.run(["true"], stdout=str(fifo), record=False)

@@ -6,34 +6,46 @@ import signal
 
 import pytest
 
+from tether.shared.lifeline import BASIC, TOLD_REQUESTS, LifelineDecoder
 from tether.shared.protocol import RESUME, SUSPEND, TIME_OUT, pass_on_request
-from tether.supervisor.loop import LifelineBytes
 
 INT = pass_on_request(signal.SIGINT)
 
 
 def test_order_is_kept_and_only_some_requests_count_once() -> None:
-    tally = LifelineBytes()
-    assert tally.fresh_requests(b"z" + INT + b"rtcz") == [
-        SUSPEND,
-        INT,
-        RESUME,
-        TIME_OUT,
-        b"c",
-        SUSPEND,
-    ]
-    assert tally.fresh_requests(b"tcz") == [SUSPEND]
+    tally = LifelineDecoder()
+    assert tally.decode(b"z" + INT + b"rtcz") == [INT, TIME_OUT, b"c", SUSPEND]
+    assert tally.decode(b"tcz") == [SUSPEND]
+    assert tally.decode(b"zr") == [RESUME]
     assert tally.unknown == 0
 
 
-def test_a_run_of_one_request_is_one_request() -> None:
-    tally = LifelineBytes()
-    assert tally.fresh_requests(INT * 1000 + b"z" * 1000) == [INT, SUSPEND]
+def test_a_turn_hears_each_request_once_and_of_job_control_the_last() -> None:
+    tally = LifelineDecoder()
+    assert tally.decode(INT * 1000 + b"z" * 1000) == [INT, SUSPEND]
+    assert tally.decode(b"zr" * 1_000_000) == [RESUME]
+    assert tally.decode(b"rz" * 1_000_000 + INT) == [SUSPEND, INT]
+
+
+def test_requests_past_the_first_few_are_counted_not_told() -> None:
+    tally = LifelineDecoder()
+    told = [tally.tell(SUSPEND) for _ in range(TOLD_REQUESTS + 100)]
+    assert told == [True] * TOLD_REQUESTS + [False] * 100
+    assert tally.tell(b"c")  # a request heard once is always told
+    assert tally.untold == 100
+    assert tally.untold_report_due()
+    assert not tally.untold_report_due()
+
+
+def test_the_basic_vocabulary_is_end_of_file_c_and_k() -> None:
+    tally = LifelineDecoder(BASIC)
+    assert tally.decode(b"tzr" + INT + b"k") == [b"k"]
+    assert tally.unknown == 4
 
 
 def test_bytes_of_unnamed_signals_are_junk() -> None:
-    tally = LifelineBytes()
-    assert tally.fresh_requests(bytes((0x80, 0x80 + 32, 0xFF))) == []
+    tally = LifelineDecoder()
+    assert tally.decode(bytes((0x80, 0x80 + 32, 0xFF))) == []
     assert tally.unknown == 3
 
 

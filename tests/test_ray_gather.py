@@ -192,3 +192,48 @@ def test_a_node_reads_its_records_filtered(tmp_path: Path) -> None:
     assert all(f.hostname == os.uname().nodename for f in found)
     later = datetime.now(UTC) + timedelta(hours=1)
     assert _records_here(str(tmp_path), None, later, False) == []
+
+
+def test_gathered_event_logs_are_redacted_with_the_driver_secrets_as_records_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On the node, the value is no secret (no variable names it there): a
+    # command named by it is kept in the record and the event log as it is.
+    token = "tok-5e7c0ffee-driver-only"
+    monkeypatch.delenv("MY_API_TOKEN", raising=False)
+    run = tether.ray.run(
+        ["sh", "-c", f"echo {token}; exit 3"],
+        record=str(tmp_path / "node" / "leaky.json"),
+        record_argv=True,
+        events=True,
+    )
+    assert run.record is not None
+    assert run.events is not None
+    assert token in json.dumps(run.record)
+    events = run.events + (
+        json.dumps({"event": "note", "detail": {"nested": f"x {token} y"}}).encode()
+        + b"\n{not json "
+        + token.encode()
+        + b"\n"
+    )
+    gathered = NodeRecord("node-a", None, "leaky.json", run.record, events)
+    # On the driver, it is one: every file write_records() writes, and all that
+    # tether show prints of them, must be without it.
+    monkeypatch.setenv("MY_API_TOKEN", token)
+    target = tmp_path / "gathered"
+    (written,) = tether.ray.write_records([gathered], target)
+    files = sorted(target.iterdir())
+    assert {path.name for path in files} == {"leaky.json", "leaky.events.jsonl"}
+    for path in files:
+        assert token not in path.read_text(), path.name
+    log = [
+        json.loads(line) for line in (target / "leaky.events.jsonl").read_text().splitlines()[:-1]
+    ]
+    assert log[-1] == {"event": "note", "detail": {"nested": "x [redacted] y"}}
+    for args in (["show", str(written)], ["show", "--json", str(written)]):
+        shown = subprocess.run(
+            tether_argv(*args), capture_output=True, text=True, timeout=BOUND, check=False
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert token not in shown.stdout + shown.stderr
+        assert "[redacted]" in shown.stdout

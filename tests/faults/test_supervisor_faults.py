@@ -45,8 +45,8 @@ from conftest import (
 )
 from tether.core.machine import DEFAULT_SETTLE_SECONDS
 from tether.linux.cgroup import own_cgroup
+from tether.shared.lifeline import LifelineDecoder
 from tether.supervisor import last_resort
-from tether.supervisor.loop import LifelineBytes
 
 #: A mebibyte of bytes that are no request (see tether.shared.protocol).
 _NOT_REQUESTS = bytes(byte for byte in range(0x80) if byte not in b"ckztr")
@@ -124,12 +124,14 @@ def seed(processes: Processes, tmp_path: Path) -> Iterator[Callable[..., SeedRun
         record: Path | None = None,
         grace: str = "0.2",
         inject_fault: bool = False,
+        flags: tuple[str, ...] = (),
     ) -> SeedRun:
         number = len(runs)
         record = record or tmp_path / f"records-{number}" / "run.json"
         stderr = tmp_path / f"stderr-{number}.txt"
         read_end, write_end = os.pipe()
         options = ["--variant", "faults", "--parent-fd", str(read_end), "--record", str(record)]
+        options += flags
         options += ["--deadline-seconds", "0", "--grace-seconds", grace, "--", *command]
         if inject_fault:
             argv = [sys.executable, "-c", INJECT_FAULT, *options]
@@ -519,17 +521,17 @@ def test_a_disk_full_under_the_event_log_still_stops_the_tree_through_tether_run
 
 
 def test_lifeline_bytes_are_requests_once_and_junk_counted() -> None:
-    tally = LifelineBytes()
-    assert tally.fresh_requests(b"xxkyycqqc") == [b"k", b"c"]
-    assert tally.fresh_requests(b"ckc") == []
+    tally = LifelineDecoder()
+    assert tally.decode(b"xxkyycqqc") == [b"k", b"c"]
+    assert tally.decode(b"ckc") == []
     assert tally.unknown == 6
     assert tally.unknown_report_due()
     assert not tally.unknown_report_due()
-    tally.fresh_requests(b"?" * 6)
+    tally.decode(b"?" * 6)
     assert tally.unknown_report_due()  # 12: past twice 6
-    tally.fresh_requests(b"?" * 11)
+    tally.decode(b"?" * 11)
     assert not tally.unknown_report_due()  # 23: short of twice 12
-    tally.fresh_requests(b"?")
+    tally.decode(b"?")
     assert tally.unknown_report_due()
 
 

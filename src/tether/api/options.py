@@ -338,7 +338,7 @@ def _open_path(path: str | os.PathLike[str], name: str) -> tuple[int, bool]:
         reason = (
             "it is a symbolic link (refused: give the file itself)"
             if error.errno == errno_codes.ELOOP
-            else "it is a FIFO with nobody reading it"
+            else _no_such_device(text)
             if error.errno == errno_codes.ENXIO
             else error.strerror or str(error)
         )
@@ -352,6 +352,23 @@ def _open_path(path: str | os.PathLike[str], name: str) -> tuple[int, bool]:
         )
     os.set_blocking(fd, True)
     return fd, created
+
+
+def _no_such_device(text: str) -> str:
+    """What ``ENXIO`` meant for ``text``: a FIFO nobody reads, a terminal not ours, or no device.
+
+    ``/dev/tty`` (device 5, 0) is this process's controlling terminal, and a
+    process without one (a daemon, a job under ``setsid``) gets ``ENXIO``.
+    """
+    try:
+        mode, device = (found := os.stat(text)).st_mode, found.st_rdev
+    except OSError:
+        mode, device = 0, 0
+    if stat.S_ISFIFO(mode):
+        return "it is a FIFO with nobody reading it"
+    if stat.S_ISCHR(mode) and (os.major(device), os.minor(device)) == (5, 0):
+        return "this process has no controlling terminal"
+    return os.strerror(errno_codes.ENXIO)
 
 
 def _descriptor_of(stream: object, name: str) -> int:

@@ -279,8 +279,7 @@ class OutputStream:
         if encoding is not None:
             inner = codecs.getincrementaldecoder(encoding)(errors or "strict")
             self._decoder = io.IncrementalNewlineDecoder(inner, translate=True)
-        self._buffer: Any = "" if encoding is not None else b""
-        self._newline: Any = "\n" if encoding is not None else b"\n"
+        self._buffer = _Pieces("" if encoding is not None else b"")
 
     def fileno(self) -> int:
         """The pipe's read end (non-blocking); ``ValueError`` once closed."""
@@ -324,21 +323,17 @@ class OutputStream:
         if not chunk:
             self._eof = True
         if self._decoder is not None:
-            self._buffer += self._decoder.decode(chunk, final=not chunk)
+            self._buffer.add(self._decoder.decode(chunk, final=not chunk))
         else:
-            self._buffer += chunk
+            self._buffer.add(chunk)
         return True
 
     def _line(self) -> Any:
         """A whole line from the buffer (or the last, unterminated one at the end), or ``None``."""
-        end = self._buffer.find(self._newline)
-        if end >= 0:
-            line, self._buffer = self._buffer[: end + 1], self._buffer[end + 1 :]
-            return line
-        if self._eof:
-            line, self._buffer = self._buffer, self._buffer[:0]
-            return line
-        return None
+        line = self._buffer.line()
+        if line is None and self._eof:
+            return self._buffer.everything()
+        return line
 
     # -- blocking ---------------------------------------------------------------
 
@@ -354,8 +349,7 @@ class OutputStream:
         while not self._eof:
             if not self._take():
                 _wait_readable(self.fileno())
-        data, self._buffer = self._buffer, self._buffer[:0]
-        return data
+        return self._buffer.everything()
 
     def __iter__(self) -> Iterator[Any]:
         while line := self.readline():
@@ -387,8 +381,7 @@ class OutputStream:
         while not self._eof:
             if not self._take():
                 await self._readable()
-        data, self._buffer = self._buffer, self._buffer[:0]
-        return data
+        return self._buffer.everything()
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._lines_async()
@@ -396,6 +389,71 @@ class OutputStream:
     async def _lines_async(self) -> AsyncIterator[Any]:
         while line := await self.readline_async():
             yield line
+
+
+class _Pieces:
+    """What was read and not yet returned: the reads as they came, each searched once.
+
+    Linear in what passes through, at any line length: a read is appended,
+    never concatenated onto what came before (that copies the whole buffer
+    per read); a line is looked for only in the reads not yet searched; and a
+    line returned takes its own bytes, never a copy of the rest.
+    """
+
+    __slots__ = ("_empty", "_first", "_newline", "_pieces", "_searched", "_start")
+
+    def __init__(self, empty: Any) -> None:
+        self._empty = empty
+        self._newline: Any = empty.__class__("\n" if isinstance(empty, str) else b"\n")
+        self._pieces: list[Any] = []
+        #: The first piece not yet returned whole, and where in it the rest begins.
+        self._first = 0
+        self._start = 0
+        #: Pieces (from ``_first``) known to hold no newline after ``_start``.
+        self._searched = 0
+
+    def add(self, piece: Any) -> None:
+        if piece:
+            self._pieces.append(piece)
+
+    def line(self) -> Any:
+        """The next whole line, newline included; ``None`` while it is not all here."""
+        pieces, first = self._pieces, self._first
+        for index in range(first + self._searched, len(pieces)):
+            start = self._start if index == first else 0
+            end = pieces[index].find(self._newline, start)
+            if end < 0:
+                self._searched += 1
+                continue
+            if index == first:
+                line = pieces[first][start : end + 1]
+            else:
+                parts = [pieces[first][self._start :], *pieces[first + 1 : index]]
+                line = self._empty.join([*parts, pieces[index][: end + 1]])
+            self._drop_to(index, end + 1)
+            return line
+        return None
+
+    def everything(self) -> Any:
+        """All that is left, at once (lines not taken included); the buffer is then empty."""
+        pieces, first = self._pieces, self._first
+        if first >= len(pieces):
+            rest = self._empty
+        elif first == len(pieces) - 1 and not self._start:
+            rest = pieces[first]
+        else:
+            rest = self._empty.join([pieces[first][self._start :], *pieces[first + 1 :]])
+        self._pieces, self._first, self._start, self._searched = [], 0, 0, 0
+        return rest
+
+    def _drop_to(self, index: int, start: int) -> None:
+        """Forget everything before ``start`` in piece ``index``."""
+        if start == len(self._pieces[index]):
+            index, start = index + 1, 0
+        self._first, self._start, self._searched = index, start, 0
+        if index > 64 and 2 * index > len(self._pieces):  # amortised: each piece moves once
+            del self._pieces[:index]
+            self._first = 0
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

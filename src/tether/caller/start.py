@@ -41,6 +41,7 @@ import sys
 from tether.core.reasons import TETHER_FAILED
 from tether.core.spec import RunSpec
 from tether.linux import UnsupportedPlatform, require_linux
+from tether.linux.descriptors import close_all_but
 from tether.shared.protocol import CANCEL, KILL_NOW
 from tether.shared.record_file import RecordError, hold_record_directory
 
@@ -666,9 +667,13 @@ def start(
 
 #: How a forked child becomes the supervisor of a (completed) spec; set by the CLI.
 _become_supervisor: Callable[[RunSpec], NoReturn] | None = None
+#: The descriptors the CLI inherited, which its forked supervisors keep for the command.
+_handed_on: tuple[int, ...] = ()
 
 
-def fork_supervisors(become: Callable[[RunSpec], NoReturn]) -> None:
+def fork_supervisors(
+    become: Callable[[RunSpec], NoReturn], *, hand_on: tuple[int, ...] = ()
+) -> None:
     """Make :func:`start` fork this process into the supervisor instead of spawning one.
 
     Only for tether's own command-line program: it is single-threaded, so a
@@ -677,9 +682,14 @@ def fork_supervisors(become: Callable[[RunSpec], NoReturn]) -> None:
     loaded). ``become`` runs in the forked supervisor, with the spec whose
     descriptors it holds, and never returns. A Python program using the API
     never calls this: it may have threads, and its supervisors are spawned.
+
+    ``hand_on`` are the descriptors the program inherited: the forked
+    supervisor keeps them (with their numbers) only to hand them to the
+    command, as a shell and GNU ``timeout`` do, and closes them once it has.
     """
-    global _become_supervisor  # noqa: PLW0603 - one setting, made once by the program's entry
+    global _become_supervisor, _handed_on  # noqa: PLW0603 - set once by the program's entry
     _become_supervisor = become
+    _handed_on = hand_on
 
 
 class _Reaped:
@@ -787,7 +797,7 @@ def _become_detached(
     The clean slate is what a freshly spawned supervisor would have: no
     handler of this program's (the supervisor installs its own), no wakeup
     descriptor, ``/dev/null`` as its own standard streams, and no descriptor
-    but the run's.
+    but the run's and those the program inherited (for the command).
     """
     try:
         if new_session:
@@ -801,7 +811,7 @@ def _become_detached(
         _reset_signals()
         for fd in (0, 1, 2):
             os.dup2(null, fd)
-        _close_all_but(keep)
+        close_all_but((*keep, *_handed_on))
         become()
     except BaseException:  # noqa: S110 - nobody to tell; the caller sees a lost supervisor
         pass
@@ -829,22 +839,6 @@ def _reset_signals() -> None:
     for number in (signal.SIGPIPE, signal.SIGXFSZ):
         with contextlib.suppress(ValueError, OSError):
             signal.signal(number, signal.SIG_IGN)
-
-
-def _close_all_but(keep: tuple[int, ...]) -> None:
-    """Close every descriptor above the standard streams except ``keep``."""
-    low = 3
-    for fd in sorted(keep):
-        os.closerange(low, fd)
-        low = fd + 1
-    os.closerange(low, _max_descriptors())
-
-
-def _max_descriptors() -> int:
-    try:
-        return os.sysconf("SC_OPEN_MAX")
-    except (OSError, ValueError):
-        return 65536
 
 
 def _absolute(cwd: str | None) -> str | None:

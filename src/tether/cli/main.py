@@ -22,6 +22,9 @@ from tether.core.reasons import TETHER_FAILED
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
+    from typing import NoReturn
+
+    from tether.core.spec import RunSpec
 
 __all__ = ["console_main", "main"]
 
@@ -96,9 +99,17 @@ def _fork_supervisors() -> None:
     a Python program (a test, say), spawns its supervisors like the API.
     """
     from tether.caller.start import fork_supervisors
+    from tether.linux.descriptors import open_descriptors
     from tether.supervisor.detach import become
 
-    fork_supervisors(become)
+    # What this program inherited, read before it opens anything of its own:
+    # the command gets it all, as from a shell or GNU timeout.
+    inherited = tuple(open_descriptors())
+
+    def become_handing_on(spec: RunSpec) -> NoReturn:
+        become(spec, inherited)
+
+    fork_supervisors(become_handing_on, hand_on=inherited)
 
 
 def quiet_interrupts() -> None:

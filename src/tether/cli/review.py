@@ -300,6 +300,8 @@ def _remove_stale_cgroups() -> None:
 def prune(args: argparse.Namespace) -> int:
 
     from tether.core.durations import DurationError, parse_duration
+    from tether.core.numbers import shown as shown_number
+    from tether.core.numbers import whole_number
     from tether.review import printable_path
     from tether.shared.retention import prune as prune_directory
     from tether.shared.retention import retention_from
@@ -308,9 +310,10 @@ def prune(args: argparse.Namespace) -> int:
     for problem in problems:
         warn(f"{problem}; using the default")
     if args.keep is not None:
-        if not (args.keep.isascii() and args.keep.isdigit()):
-            fail(f"--keep: not a whole number >= 0: {args.keep!r}")
-        retention = retention.replace(runs=int(args.keep))
+        keep = whole_number(args.keep)
+        if keep is None:
+            fail(f"--keep: not a whole number >= 0: {shown_number(args.keep)}")
+        retention = retention.replace(runs=keep)
     if args.older_than is not None:
         try:
             retention = retention.replace(

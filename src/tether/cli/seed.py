@@ -176,11 +176,15 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
     from tether.supervisor import last_resort
 
     try:
+        from tether.shared.lifeline import ALL, BASIC
         from tether.supervisor.detach import loaded
         from tether.supervisor.loop import supervise
 
         loaded()
-        return supervise(spec, attempt, lifeline=parsed.parent_fd, status=status)
+        vocabulary = ALL if parsed.all_lifeline_requests else BASIC
+        return supervise(
+            spec, attempt, lifeline=parsed.parent_fd, status=status, vocabulary=vocabulary
+        )
     except BaseException as error:
         # supervise() has a last resort of its own; this one is for loading it.
         return last_resort.abandon(attempt, error, status=status, say=_say)

@@ -40,6 +40,10 @@ _OPTIONS: Final = (
 )
 _DESTINATIONS: Final = {name: destination for name, destination, _help in _OPTIONS}
 
+#: The one flag: the lifeline's whole vocabulary, not only end of file, ``c`` and ``k``.
+#: Rare, so the hand reader leaves it to ``argparse``.
+ALL_REQUESTS_FLAG: Final = "--all-lifeline-requests"
+
 #: A descriptor number is below 2**31: ten digits at most.
 _MAX_DESCRIPTOR_DIGITS: Final = 10
 
@@ -53,9 +57,16 @@ class UsageError(Exception):
 
 
 class SeedOptions:
-    """The five options' values (``parent_fd`` a number, the rest as typed)."""
+    """The five options' values (``parent_fd`` a number, the rest as typed), and the flag."""
 
-    __slots__ = ("deadline_seconds", "grace_seconds", "parent_fd", "record", "variant")
+    __slots__ = (
+        "all_lifeline_requests",
+        "deadline_seconds",
+        "grace_seconds",
+        "parent_fd",
+        "record",
+        "variant",
+    )
 
     def __init__(
         self,
@@ -65,7 +76,9 @@ class SeedOptions:
         record: str,
         deadline_seconds: str,
         grace_seconds: str,
+        all_lifeline_requests: bool = False,
     ) -> None:
+        self.all_lifeline_requests = all_lifeline_requests
         self.variant = variant
         self.parent_fd = parent_fd
         self.record = record
@@ -167,7 +180,8 @@ def _split(words: list[str]) -> tuple[list[tuple[str, str | None]], list[str]] |
 def _read_with_argparse(words: list[str]) -> tuple[SeedOptions, list[str]]:
     parsed, extras = parser().parse_known_args(words)
     options = SeedOptions(
-        **{destination: getattr(parsed, destination) for destination in _DESTINATIONS.values()}
+        **{destination: getattr(parsed, destination) for destination in _DESTINATIONS.values()},
+        all_lifeline_requests=parsed.all_lifeline_requests,
     )
     return options, extras
 
@@ -204,4 +218,10 @@ def parser() -> argparse.ArgumentParser:
             made.add_argument(name, required=True, type=descriptor_number, help=help_text)
         else:
             made.add_argument(name, required=True, help=help_text)
+    made.add_argument(
+        ALL_REQUESTS_FLAG,
+        action="store_true",
+        help="also honour t, z, r and signals to pass on written to the pipe "
+        "(default: only end of file, c and k)",
+    )
     return made

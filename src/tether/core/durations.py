@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 
+from tether.core.numbers import decimal_text
+
 # On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -62,7 +64,7 @@ def parse_duration(text: str, *, flag: str) -> float:
     if raw and raw[-1] in _UNIT_SECONDS:
         number, unit = raw[:-1], raw[-1]
     try:
-        if not _plain_number(number):
+        if not decimal_text(number):
             raise ValueError(number)
         value = float(number)
     except ValueError:
@@ -78,22 +80,6 @@ def parse_duration(text: str, *, flag: str) -> float:
     if math.isinf(seconds):  # a finite number times a unit can still overflow: "1e308d"
         raise DurationError(f"{flag}: invalid duration {_shown(text)} (too large)")
     return seconds
-
-
-def _plain_number(text: str) -> bool:
-    """Whether ``float()`` may read ``text``: ASCII, no hex, no digit-grouping underscores.
-
-    ``float()`` reads more than people write on a command line, and more than
-    ``timeout(1)`` reads: ``0x10``, ``1_0`` (ten) and digits of any script
-    (``٣`` is three to it). Each is refused rather than taken for a number the
-    person may not have meant.
-    """
-    return (
-        bool(text)
-        and text.isascii()
-        and not text.lstrip("+").startswith(("0x", "0X"))
-        and "_" not in text
-    )
 
 
 def duration_seconds(value: object, *, flag: str) -> float:

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import math
 
+from tether.core.numbers import decimal_text, too_long, whole_number
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -89,7 +91,8 @@ def parse_size(value: object, *, flag: str, allow_zero: bool = False) -> int:
     if isinstance(value, str):
         import re
 
-        match = re.fullmatch(_SIZE, value.strip(), re.IGNORECASE)
+        text = value.strip()
+        match = None if too_long(text) else re.fullmatch(_SIZE, text, re.IGNORECASE)
         if match is None:
             raise LimitError(
                 f"{flag}: not a size: {_shown(value)} (write bytes, or a number with "
@@ -121,6 +124,8 @@ def parse_cpus(value: object, *, flag: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise LimitError(f"{flag}: CPUs must be a number like 1.5, not {_shown(value)}")
     try:
+        if isinstance(value, str) and not decimal_text(value.strip()):
+            raise ValueError(value)
         cpus = float(value.strip()) if isinstance(value, str) else float(value)
     except (ValueError, OverflowError):
         raise LimitError(f"{flag}: not a number of CPUs: {_shown(value)}") from None
@@ -138,8 +143,8 @@ def parse_count(value: object, *, flag: str) -> int:
     """A positive whole number of processes (``512``, ``"512"``)."""
     if isinstance(value, bool):
         raise LimitError(f"{flag}: must be a whole number above 0, not {_shown(value)}")
-    if isinstance(value, str) and value.strip().isdecimal():
-        value = int(value.strip())
+    if isinstance(value, str):
+        value = whole_number(value.strip()) or value
     if not isinstance(value, int) or value <= 0:
         raise LimitError(f"{flag}: must be a whole number above 0, not {_shown(value)}")
     if value > _SIZE_MOST:

@@ -7,7 +7,8 @@ outlived it; :func:`collect_records` runs a small task pinned to each live node
 to read them there. :func:`write_records` then writes either kind into a
 directory, each under its own name (a new one where that name is taken by a
 different record), privately and atomically as tether writes every record,
-and re-redacted with the driver's own secrets on the way.
+and re-redacted with the driver's own secrets on the way, the event logs as
+the records.
 
 Records are data from other machines: each is written only if it is a JSON
 object with tether's ``schema_version``, a file name that could climb out of
@@ -16,6 +17,7 @@ the directory is replaced, and nothing gathered is ever executed or followed.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterable
@@ -91,9 +93,30 @@ def write_records(runs: Iterable[Gathered], directory: str | os.PathLike[str]) -
             continue
         write_record(path, record, redactor=redactor)
         if isinstance(run.events, bytes):
-            write_evidence(events_path_for(path), run.events)
+            write_evidence(events_path_for(path), _redacted_events(run.events, redactor))
         written.append(path)
     return written
+
+
+def _redacted_events(data: bytes, redactor: Redactor) -> bytes:
+    """An event log from another node, redacted line by line with the driver's secrets.
+
+    Each line that is a JSON object is redacted as the supervisor's own
+    writer redacts it (its keys are tether's; values, and keys below them,
+    are scrubbed); any other line (cut short, not JSON) is scrubbed as text.
+    Either way every literal secret and credential shape is gone.
+    """
+    lines = []
+    for raw in data.decode("utf-8", "replace").splitlines():
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            event = None
+        if isinstance(event, dict):
+            lines.append(json.dumps(redactor(None, "", event)))
+        else:
+            lines.append(redactor.scrub(raw))
+    return "".join(f"{line}\n" for line in lines).encode()
 
 
 def _free_path(directory: Path, name: str | None, document: object) -> Path | None:

@@ -48,7 +48,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from tether.core.numbers import decimal_text, shown, whole_number
 from tether.core.values import FrozenValue
+from tether.shared.in_progress import in_progress
 from tether.shared.paths import EVENTS_SUFFIX, is_record_name
 from tether.shared.paths import PRUNE_MARKER as MARKER
 
@@ -116,20 +118,21 @@ def retention_from(environ: Mapping[str, str]) -> tuple[Retention, list[str]]:
     days: float | None = DEFAULT_KEEP_DAYS
     raw_runs = environ.get("TETHER_KEEP_RUNS", "").strip()
     if raw_runs:
-        if raw_runs.isascii() and raw_runs.isdigit():
-            runs = int(raw_runs) or None
+        number = whole_number(raw_runs)
+        if number is not None:
+            runs = number or None
         else:
-            problems.append(f"TETHER_KEEP_RUNS={raw_runs!r} is not a whole number >= 0")
+            problems.append(f"TETHER_KEEP_RUNS={shown(raw_runs)} is not a whole number >= 0")
     raw_days = environ.get("TETHER_KEEP_DAYS", "").strip()
     if raw_days:
         try:
-            value = float(raw_days)
+            value = float(raw_days) if decimal_text(raw_days) else -1.0
         except ValueError:
             value = -1.0
         if 0 <= value < 1e6:
             days = value or None
         else:
-            problems.append(f"TETHER_KEEP_DAYS={raw_days!r} is not a number of days >= 0")
+            problems.append(f"TETHER_KEEP_DAYS={shown(raw_days)} is not a number of days >= 0")
     return Retention(runs=runs, seconds=None if days is None else days * 86400), problems
 
 
@@ -158,8 +161,8 @@ def prune(
         removed: list[str] = []
         files = 0
         for name in sorted(doomed):
-            if not _is_record(directory / name):
-                continue
+            if in_progress(fd, _log_name(name)) or not _is_record(directory / name):
+                continue  # a run going on under an old record's name, or no record
             if dry_run:
                 removed.append(name)
                 files += 1 + _is_regular(fd, _log_name(name))

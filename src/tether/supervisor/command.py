@@ -147,6 +147,7 @@ def start_command(
     join_group: int | None = None,
     limits: Mapping[str, object] | None = None,
     containment: Containment | None = None,
+    pass_fds: tuple[int, ...] = (),
 ) -> Command:
     """Start ``argv``; raise :class:`CommandNotStarted` if it cannot be started.
 
@@ -162,11 +163,15 @@ def start_command(
     caller's terminal: it joins that group instead of leading one of its own.
     ``containment`` is what the supervisor prepared early
     (:func:`~tether.supervisor.run_cgroup.prepare_containment`, from the same
-    ``limits``); without it, it is prepared here.
+    ``limits``); without it, it is prepared here. ``pass_fds`` are handed to
+    the command with their numbers (the descriptors ``tether run`` and
+    ``tether timeout`` inherited); the command gets no other.
     """
     if containment is None:
         containment = prepare_containment(limits, warm=False)
     if not argv[0]:
+        for fd in pass_fds:
+            os.close(fd)
         containment.discard()
         # "Not found", as execvp("") says in C (GNU timeout: 127). Python's own
         # PATH search would try each directory name itself as the program, and
@@ -198,6 +203,7 @@ def start_command(
             stdio=(_fd(stdin), _fd(stdout), _fd(stderr)),
             prepare=prepare,
             process_group=0 if join_group is None else join_group,
+            pass_fds=pass_fds,
         )
     except OSError as error:  # the fork itself: EAGAIN under ulimit -u, ENOMEM
         _discard(cgroup)

@@ -115,12 +115,13 @@ def supervise_raw(raw: bytes, containment: Containment | None = None) -> int:
     return _supervise(argv, fds, data, checked_spec, containment)
 
 
-def become(spec: RunSpec) -> NoReturn:
+def become(spec: RunSpec, pass_fds: tuple[int, ...] = ()) -> NoReturn:
     """Become the supervisor of ``spec``, in a process forked from tether's own CLI.
 
     The fork already made this process detached (see
     :func:`tether.caller.start.fork_supervisors`) and left it only the run's
-    descriptors; the spec is the one the caller built and checked, already in
+    descriptors, and ``pass_fds``, those the program inherited, for the
+    command; the spec is the one the caller built and checked, already in
     memory.
     """
     loading()
@@ -135,7 +136,7 @@ def become(spec: RunSpec) -> NoReturn:
         "ignored_signals": list(spec.ignored_signals),
         "join_group": spec.join_group,
     }
-    _supervise(list(spec.argv), dict(spec.fds), data, lambda: spec)
+    _supervise(list(spec.argv), dict(spec.fds), data, lambda: spec, pass_fds=pass_fds)
 
 
 def _supervise(
@@ -144,6 +145,8 @@ def _supervise(
     data: dict[str, object],
     checked_spec: Callable[[], RunSpec],
     containment: Containment | None = None,
+    *,
+    pass_fds: tuple[int, ...] = (),
 ) -> NoReturn:
     """Launch ``argv`` from the spec's raw fields, then load the loop and supervise it."""
     limits = data.get("limits")
@@ -191,6 +194,7 @@ def _supervise(
         stop_signal=str(data.get("stop_signal", "SIGTERM")),
         limits=limits if isinstance(limits, dict) else None,
         containment=containment,
+        pass_fds=pass_fds,
     )
     # Only for a failure to reach the loop, so after the launch (the sentry is watching).
     from tether.supervisor import last_resort

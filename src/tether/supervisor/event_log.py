@@ -59,6 +59,7 @@ import stat
 import time
 from datetime import UTC, datetime
 
+from tether.shared import in_progress
 from tether.shared.record_file import open_record_directory
 from tether.supervisor.deferred import absent, deferred, uncollected
 
@@ -150,6 +151,7 @@ def _create_private(path: Path, directory_fd: int) -> int:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EEXIST, "it is not a regular file")
         os.fchmod(fd, _FILE_MODE)
+        in_progress.hold(fd)  # until this supervisor is gone: prune leaves the run alone
     except BaseException:
         os.close(fd)
         raise

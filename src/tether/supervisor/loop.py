@@ -65,6 +65,7 @@ from tether.core.events import (
 from tether.core.machine import Phase, RunMachine
 from tether.core.reasons import TETHER_FAILED, Reason
 from tether.shared.clock import wall_clock_at
+from tether.shared.lifeline import ALL, LifelineDecoder
 from tether.shared.protocol import (
     CANCEL,
     KILL_NOW,
@@ -97,6 +98,7 @@ if TYPE_CHECKING:
 
     from tether.core.redaction import Redactor
     from tether.core.spec import RunSpec
+    from tether.shared.lifeline import Vocabulary
     from tether.supervisor.containment import Report
     from tether.supervisor.event_log import EventLog
     from tether.supervisor.launch import LaunchAttempt
@@ -143,6 +145,7 @@ class Supervision:
         lifeline: int | None,
         status: StatusWriter,
         on_message: Callable[[str], None],
+        vocabulary: Vocabulary = ALL,
     ) -> None:
         self.spec = spec
         self.lifeline = lifeline
@@ -168,7 +171,9 @@ class Supervision:
                 report=_tree_reporter(self),
                 own_group=command.own_group,
             )
-        self.lifeline_bytes = LifelineBytes()
+        self.lifeline_bytes = LifelineDecoder(vocabulary)
+        #: Requests to act on without telling (past :data:`~tether.shared.lifeline.TOLD_REQUESTS`).
+        self.untold: list[Event] = []
         self.machine = RunMachine(
             deadline_at=spec.deadline_at,
             grace_seconds=spec.grace_seconds,
@@ -316,7 +321,7 @@ class Supervision:
         if handover is None:
             return
         self.wakeup.pending += handover.signals
-        self.pending_lifeline = (handover.lifeline, handover.lifeline_closed)
+        self.pending_lifeline = (bytes(handover.lifeline), handover.lifeline_closed)
         sources = set()
         if handover.signals:
             sources.add("signal")
@@ -352,10 +357,10 @@ class Supervision:
     def _read_lifeline(self, now: float) -> list[Event]:
         """The requests the caller wrote since the last turn, then ``CallerLost`` at end of file.
 
-        Each request is fed to the core once: a second ``c`` or ``k`` would
-        change nothing. Any other byte is counted, not logged one by one
-        (:class:`LifelineBytes`), so a caller writing junk costs the log a
-        few lines and the loop one turn per MiB.
+        A turn decodes what it read in bulk (:class:`LifelineDecoder`): each
+        request once at most, junk and requests past the first few counted,
+        not logged one by one, so a caller writing a mebibyte of anything
+        costs the log a few lines and the loop one turn per MiB.
         """
         assert self.lifeline is not None
         if self.pending_lifeline is not None:
@@ -364,15 +369,22 @@ class Supervision:
             data, closed = _drain(self.lifeline, _LIFELINE_TURN)
         tally = self.lifeline_bytes
         events: list[Event] = []
-        for request in tally.fresh_requests(data):
+        for request in tally.decode(data):
             event = _request_event(request, now)
+            if tally.tell(request):
+                self.log.emit("lifeline_request", request=_describe_request(request))
+            else:
+                self.untold.append(event)
             events.append(event)
-            self.log.emit("lifeline_request", request=_describe_request(request))
         if tally.unknown_report_due():
             self.log.emit("lifeline_unknown_bytes", count=tally.unknown)
+        if tally.untold_report_due():
+            self.log.emit("lifeline_requests_untold", count=tally.untold)
         if closed:
             self.selector.unregister(self.lifeline)
             extra = {"unknown_bytes": tally.unknown} if tally.unknown else {}
+            if tally.untold:
+                extra["untold_requests"] = tally.untold
             self.log.emit("lifeline_closed", **extra)
             events.append(CallerLost(now))
         return events
@@ -408,27 +420,32 @@ class Supervision:
     def _feed(self, event: Event) -> None:
         before = self.machine.phase
         effects = self.machine.feed(event)
-        self.log.emit(
-            "step",
-            input=type(event).__name__,
-            state_before=before.value,
-            state_after=self.machine.phase.value,
-            effects=[_describe(effect) for effect in effects],
-        )
+        told = not any(untold is event for untold in self.untold)
+        if not told:
+            self.untold = [untold for untold in self.untold if untold is not event]
+        if told:
+            self.log.emit(
+                "step",
+                input=type(event).__name__,
+                state_before=before.value,
+                state_after=self.machine.phase.value,
+                effects=[_describe(effect) for effect in effects],
+            )
         for effect in effects:
-            self._carry_out(effect, event.now)
+            self._carry_out(effect, event.now, told=told)
 
     # -- effects --------------------------------------------------------------
 
-    def _carry_out(self, effect: Effect, now: float) -> None:
+    def _carry_out(self, effect: Effect, now: float, *, told: bool = True) -> None:
         if isinstance(effect, SignalTree):
-            self._signal(effect, now)
+            self._signal(effect, now, told=told)
         elif isinstance(effect, WriteRecord):
             self._record(effect.verdict)
         else:
             self._exit(effect)
 
-    def _signal(self, effect: SignalTree, now: float) -> None:
+    def _signal(self, effect: SignalTree, now: float, *, told: bool = True) -> None:
+        """Signal the tree; tell it (record, log, caller) unless it answers an untold request."""
         tree = self.tree
         assert tree is not None
         number = signal_number(effect.signal)
@@ -438,6 +455,8 @@ class Supervision:
         # The sentry sent it to the group already: the rest of the tree still needs it.
         by_sentry = self.sent_by_sentry.pop(number, None) is not None
         reached = tree.signal(number, group=not by_sentry)
+        if not told:
+            return
         self.signals.append(
             SignalSent(signal=effect.signal, at_seconds=round(at, 6), processes=reached)
         )
@@ -647,64 +666,6 @@ class Watch:
             self.unregister(fd)
 
 
-class LifelineBytes:
-    """What came over the lifeline: requests in the order they came, other bytes counted.
-
-    :data:`CANCEL`, :data:`KILL_NOW` and :data:`TIME_OUT` are heard once each
-    (a second one would change nothing). Job control (:data:`SUSPEND`,
-    :data:`RESUME`) and signals to pass on are heard every time, as they come,
-    but a run of the same request counts once: a caller that repeats itself
-    costs one signal, not one per byte.
-
-    Unknown bytes are reported on a doubling scale, when their count first
-    reaches 1, 2, 4, 8... bytes (per turn, at most once): a caller that writes
-    a gigabyte of junk costs the log a few dozen lines, and the first line
-    still says at once that something odd is coming.
-    """
-
-    def __init__(self) -> None:
-        self.heard: set[bytes] = set()
-        #: How many bytes were no request.
-        self.unknown = 0
-        self._report_at = 1
-
-    def fresh_requests(self, data: bytes) -> list[bytes]:
-        """The requests in ``data`` to act on, in the order they came; count the rest."""
-        requests = data.translate(None, _NOT_A_REQUEST)  # in C: junk costs no Python loop
-        self.unknown += len(data) - len(requests)
-        fresh: list[bytes] = []
-        previous = -1
-        for byte in requests:
-            if byte == previous:
-                continue
-            previous = byte
-            request = bytes((byte,))
-            if request in _ONCE:
-                if request in self.heard:
-                    continue
-                self.heard.add(request)
-            fresh.append(request)
-        return fresh
-
-    def unknown_report_due(self) -> bool:
-        """Whether the count of unknown bytes reached the next report since the last one."""
-        if self.unknown < self._report_at:
-            return False
-        self._report_at = 2 * self.unknown
-        return True
-
-
-#: Requests that mean the same however often they come.
-_ONCE: Final = frozenset((CANCEL, KILL_NOW, TIME_OUT))
-_REQUESTS: Final = frozenset(
-    (
-        *(byte[0] for byte in (CANCEL, KILL_NOW, TIME_OUT, SUSPEND, RESUME)),
-        *(PASS_ON_BASE + number for number in range(1, 65) if signal_name(str(number))),
-    )
-)
-_NOT_A_REQUEST: Final = bytes(byte for byte in range(256) if byte not in _REQUESTS)
-
-
 def _request_event(request: bytes, now: float) -> Event:
     """The core's event for one lifeline request (see :mod:`tether.shared.protocol`)."""
     if request == CANCEL:
@@ -722,7 +683,7 @@ def _request_event(request: bytes, now: float) -> Event:
 
 def _pass_on_name(request: bytes) -> str:
     name = signal_name(str(request[0] - PASS_ON_BASE))
-    assert name is not None  # only bytes of named signals are requests (_REQUESTS)
+    assert name is not None  # only bytes of named signals are requests (ALL)
     return name
 
 
@@ -797,8 +758,13 @@ def supervise(
     lifeline: int | None,
     status: StatusWriter,
     on_message: Callable[[str], None] = _print_to_stderr,
+    vocabulary: Vocabulary = ALL,
 ) -> int:
     """Watch the command :func:`tether.supervisor.launch.launch` started until it is recorded.
+
+    ``vocabulary`` is what the lifeline may ask (:mod:`tether.shared.lifeline`):
+    all of it for tether's own callers, only ``c`` and ``k`` at the seed door
+    unless its worker asked for more.
 
     Returns the exit status for the run. Whatever goes wrong inside, the
     tree is stopped: any exception ends in :func:`_last_resort`, never in a
@@ -814,7 +780,12 @@ def supervise(
 
         logging.getLogger("transitions").setLevel(logging.WARNING)
         supervision = Supervision(
-            spec, attempt, lifeline=lifeline, status=tap, on_message=on_message
+            spec,
+            attempt,
+            lifeline=lifeline,
+            status=tap,
+            on_message=on_message,
+            vocabulary=vocabulary,
         )
         return supervision.run(Supervision.first_event(attempt))
     except BaseException as error:

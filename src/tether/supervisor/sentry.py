@@ -85,7 +85,7 @@ class Handover:
     __slots__ = ("acted_at", "lifeline", "lifeline_closed", "sent", "signals", "walked")
 
     def __init__(self) -> None:
-        self.lifeline = b""
+        self.lifeline = bytearray()  # grown in place: a flood costs no copy per read
         self.lifeline_closed = False
         self.signals = b""
         self.sent: list[tuple[int, float]] = []

@@ -21,6 +21,8 @@ import contextlib
 import os
 import signal
 
+from tether.linux.descriptors import close_all_but
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -50,8 +52,16 @@ def spawn(
     stdio: tuple[int | None, int | None, int | None],
     prepare: Callable[[], None],
     process_group: int = 0,
+    pass_fds: tuple[int, ...] = (),
 ) -> int:
     """Start ``argv`` in a new process group; return its pid, or raise :class:`SpawnFailed`.
+
+    ``pass_fds`` are handed to the command with their numbers (inheritable);
+    every other descriptor above 2 is closed in it, whatever the limits. This
+    process lets go of its own copies of ``pass_fds`` on every path, and
+    before the command can run: the child waits for that before its exec,
+    so the command never finds its supervisor holding what it was handed
+    (a pipe's write end someone waits on for end of file).
 
     ``stdio`` are the descriptors that become the command's 0, 1 and 2
     (``None``: the supervisor's own); ``env`` ``None`` means the supervisor's.
@@ -59,15 +69,21 @@ def spawn(
     ``process_group``). A fork that fails raises :class:`OSError`.
     """
     environment = os.environ if env is None else env
-    _check(argv, environment)
-    errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        _check(argv, environment)
+        errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
+    except BaseException:
+        _close_all(pass_fds)
+        raise
+    go_r, go_w = os.pipe2(os.O_CLOEXEC) if pass_fds else (-1, -1)
     try:
         pid = os.fork()
     except OSError:
-        os.close(errors_r)
-        os.close(errors_w)
+        _close_all((errors_r, errors_w, *pass_fds, go_r, go_w))
         raise
     if pid == 0:
+        if go_w >= 0:
+            os.close(go_w)
         _child(
             argv,
             environment,
@@ -77,7 +93,10 @@ def spawn(
             prepare=prepare,
             process_group=process_group,
             errors=errors_w,
+            pass_fds=pass_fds,
+            go=go_r,
         )
+    _close_all((*pass_fds, go_r, go_w))  # the child may exec now
     os.close(errors_w)
     chunks = []
     try:
@@ -116,6 +135,8 @@ def _child(
     prepare: Callable[[], None],
     process_group: int,
     errors: int,
+    pass_fds: tuple[int, ...],
+    go: int,
 ) -> None:
     """In the child: never returns."""
     stage = "dup"
@@ -135,13 +156,24 @@ def _child(
         os.setpgid(0, process_group)
         stage = "prepare"
         prepare()
-        os.closerange(3, errors)
-        os.closerange(errors + 1, _max_descriptors())
+        close_all_but((errors, go, *pass_fds))
+        for fd in pass_fds:
+            os.set_inheritable(fd, True)
+        if go >= 0:
+            os.read(go, 1)  # end of file: the supervisor let go of its copies
+            os.close(go)
         stage = "exec"
         os.execvpe(argv[0], list(argv), environment)  # noqa: S606 - the command, as given
     except BaseException as error:  # every failure is the parent's to report
         _report(errors, stage, error)
     os._exit(255)
+
+
+def _close_all(fds: tuple[int, ...]) -> None:
+    for fd in fds:
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def _report(errors: int, stage: str, error: BaseException) -> None:
@@ -152,10 +184,3 @@ def _report(errors: int, stage: str, error: BaseException) -> None:
     with contextlib.suppress(OSError):
         os.write(errors, said.encode("utf-8", "replace")[:4000])
     os._exit(255)
-
-
-def _max_descriptors() -> int:
-    try:
-        return os.sysconf("SC_OPEN_MAX")
-    except (OSError, ValueError):
-        return 65536

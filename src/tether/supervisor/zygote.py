@@ -45,6 +45,7 @@ import sys
 
 from tether.core.reasons import TETHER_FAILED
 from tether.linux.cgroup import warm_attach_lock
+from tether.linux.descriptors import close_all_but
 from tether.linux.prctl import set_parent_death_signal
 from tether.supervisor.detach import loaded, loading
 from tether.supervisor.run_cgroup import Containment, prepare_containment
@@ -224,12 +225,8 @@ def _ignore_as_the_caller(ignored: set[int]) -> None:
 
 
 def _close_all_but(keep: list[int]) -> None:
-    """Close every descriptor above the standard streams but the run's."""
-    low = 3
-    for fd in sorted(keep):
-        os.closerange(low, fd)
-        low = fd + 1
-    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+    """Close every descriptor above the standard streams but the run's (above any limit)."""
+    close_all_but(keep)
 
 
 def _set_limit(name: str, soft: int, hard: int) -> None:

@@ -1,0 +1,45 @@
+"""How a run says it is in progress, whatever its record's name: a lock on its event log.
+
+A record path may be reused (``--record runs/nightly.json`` every night): while
+tonight's run goes on, last night's record still sits at the name, and
+tonight's event log beside it. ``tether prune`` judging by the old record
+would remove the live log. So the supervisor holds an exclusive ``flock`` on
+its event log for as long as it writes it (the kernel drops it when the
+supervisor is gone, however it goes), and prune leaves alone every run whose
+log is locked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+
+__all__ = ["hold", "in_progress"]
+
+
+def hold(fd: int) -> None:
+    """Mark the event log open on ``fd`` as a run in progress (best effort: never raises)."""
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def in_progress(directory_fd: int, log_name: str) -> bool:
+    """Whether the event log ``log_name`` in ``directory_fd`` is held by a running supervisor."""
+    try:
+        fd = os.open(
+            log_name,
+            os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+            dir_fd=directory_fd,
+        )
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
