@@ -53,6 +53,9 @@ _OWN: dict[str, str] = {
     "prctl.pdeathsig": "the backstop, by design",
 }
 
+#: Bits of ``SigIgn`` for signals 32 and 33, glibc's own (see :func:`_differences`).
+_GLIBC_RESERVED = 1 << 31 | 1 << 32
+
 #: Prefixes of fields that count what the process uses: memory, mostly its own loading.
 _OWN_PREFIXES = ("status.Vm", "status.Rss", "status.HugetlbPages")
 
@@ -99,6 +102,15 @@ def _differences(
     for flat in (ours, theirs):
         if isinstance(flat.get("status.SigQ"), str):
             flat["status.SigQ"] = str(flat["status.SigQ"]).partition("/")[2]
+        # Signals 32 and 33 are glibc's own (NPTL's SIGCANCEL and SIGSETXID): its
+        # sigaction refuses them to every program, and glibc installs its handlers
+        # on them as it needs them (which exec then resets), so their disposition is
+        # glibc's, not the caller's, and Python cannot hand them on. Seen: a caller
+        # started ignoring both (a background job of a tool's shell) passes 33
+        # ignored to subprocess's child, not through a supervisor on 3.12 and 3.13.
+        if isinstance(flat.get("status.SigIgn"), str):
+            mask = int(str(flat["status.SigIgn"]), 16) & ~_GLIBC_RESERVED
+            flat["status.SigIgn"] = f"{mask:016x}"
     return {
         name: (ours.get(name), theirs.get(name))
         for name in sorted(ours.keys() | theirs.keys())

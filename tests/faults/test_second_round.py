@@ -248,9 +248,11 @@ def test_a_supervisor_lost_before_it_said_started_leaves_nothing_running(
     from tether.shared.protocol import Started
 
     monkeypatch.setenv("TETHER_CONTAINMENT", mode)
-    record = tmp_path / "r.json"
     script = f'sleep 60 & a=$!; sleep 60 & echo "ready $a $! $$" > "{ready.path}"; wait'
-    for _attempt in range(5):
+    for attempt in range(5):
+        # A record of its own each try: a try that came too late leaves its own record,
+        # and the fallback never overwrites a record that is there.
+        record = tmp_path / f"r{attempt}.json"
         spec = build_request(["sh", "-c", script], asked_at=time.monotonic(), record=str(record))
         spawn = spawn_supervisor(spec, zygote=False)  # a spawned supervisor, stopped mid-way
         processes.track(spawn.intermediate.pid)
