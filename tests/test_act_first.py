@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from conftest import (
     fixture,
     parent_of,
     read_json,
+    seed_door_true,
     tether_argv,
     wait_gone,
 )
@@ -92,23 +92,7 @@ def test_the_seed_door_signals_before_it_logs_a_signal_it_received(
     record, result = tmp_path / "r.json", tmp_path / "result"
     read_end, write_end = os.pipe()
     command = _command(ready, record, result, "signal_received", "CancelRequested")
-    argv = [
-        sys.executable,
-        "-m",
-        "tether.supervisor",
-        "--variant",
-        "v1",
-        "--parent-fd",
-        str(read_end),
-        "--record",
-        str(record),
-        "--deadline-seconds",
-        "60",
-        "--grace-seconds",
-        "5",
-        "--",
-        *command,
-    ]
+    argv = seed_door_true(read_end, record, tuple(command))
     try:
         supervisor = processes.start(argv, pass_fds=(read_end,))
         os.close(read_end)
