@@ -29,6 +29,7 @@ from typing import Any
 from benchmarks import measures
 from benchmarks.api import api_path
 from benchmarks.doors import Doors
+from benchmarks.loops import loops
 from benchmarks.measures import Bench, Series
 from benchmarks.procs import Channel, Registry
 from benchmarks.report import describe_machine, markdown, plot, update_doc
@@ -39,7 +40,17 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 DOC = ROOT / "docs" / "performance.md"
 DOC_PLOT = ROOT / "docs" / "performance" / "latency.svg"
-MEASURES = ("caller_death", "deadline", "escalation", "true", "spawn", "idle", "scale", "api")
+MEASURES = (
+    "caller_death",
+    "deadline",
+    "escalation",
+    "true",
+    "spawn",
+    "idle",
+    "scale",
+    "api",
+    "loops",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +68,16 @@ class Plan:
     idle_window: float
     scale_sizes: tuple[int, ...]
     api_launches: int = 100
+    #: Measures 10 and 11: ``timeout 5 true`` calls in a shell loop, ``tether.run`` calls.
+    shell_loop: int = 200
+    api_loop: int = 100
+    loop_trials: int = 3
 
 
 FULL = Plan("full", 20, 5, 2.0, 15, 0.2, 30, 20, 10.0, (100, 300))
-QUICK = Plan("quick", 3, 2, 0.5, 3, 0.2, 4, 3, 2.0, (50,), api_launches=20)
+QUICK = Plan(
+    "quick", 3, 2, 0.5, 3, 0.2, 4, 3, 2.0, (50,), api_launches=20, shell_loop=20, loop_trials=1
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -143,7 +160,13 @@ def measure(
     doors = Doors(registry, channel, workdir)
     bench = Bench(registry, channel, doors, random.Random(seed), _say, compare)
     latency: dict[str, object] = {}
-    results: dict[str, Any] = {"latency": latency, "idle": [], "scale": [], "api": []}
+    results: dict[str, Any] = {
+        "latency": latency,
+        "idle": [],
+        "scale": [],
+        "api": [],
+        "loops": [],
+    }
     try:
         if "caller_death" in only:
             _say("1. caller SIGKILLed -> SIGTERM")
@@ -177,6 +200,9 @@ def measure(
                 api_path(bench, plan.api_launches, zygote=True),
                 api_path(bench, plan.api_launches, zygote=False),
             ]
+        if "loops" in only:
+            _say(f"10, 11. loops: {plan.shell_loop} x timeout 5 true, {plan.api_loop} x run(true)")
+            results["loops"] = loops(bench, plan.shell_loop, plan.api_loop, plan.loop_trials)
     finally:
         leaked = registry.cleanup()
         channel.close()
