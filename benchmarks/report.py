@@ -233,6 +233,32 @@ def _api_section(results: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _loops_section(results: Mapping[str, Any]) -> list[str]:
+    """Measures 11 and 12: a loop of short runs, whole-loop wall time, each contender."""
+    items = results.get("loops", [])
+    if not items:
+        return []
+    lines = [
+        "",
+        "**Loops** (10: a shell loop of N `timeout 5 true`; 11: one Python program calling "
+        '`run(["true"])` N times; wall time of the whole loop, median of the trials, seconds)',
+        "",
+        "| loop | contender | N | median (s) | per call (ms) | trials | failures |",
+        "|---|---|--:|--:|--:|--:|--:|",
+    ]
+    for item in items:
+        seconds = item.get("seconds", [])
+        median = sorted(seconds)[len(seconds) // 2] if seconds else None
+        per_call = "n/a" if median is None else f"{1000 * median / item['n']:.1f}"
+        shown = "n/a" if median is None else f"{median:.3f}"
+        loop = "shell" if item.get("measure") == "shell" else "API"
+        lines.append(
+            f"| {loop} | {item['contender']} | {item['n']} | {shown} | {per_call} "
+            f"| {len(seconds)} | {len(item.get('failures', []))} |"
+        )
+    return lines
+
+
 def _scale_rows(results: Mapping[str, Any]) -> list[str]:
     rows = []
     for item in results.get("scale", []):
@@ -412,6 +438,7 @@ def markdown(results: Mapping[str, Any]) -> str:
         "|---|--:|---|--:|--:|--:|--:|---|--:|--:|---|",
         *_scale_rows(results),
         *_api_section(results),
+        *_loops_section(results),
     ]
     failures = [
         f"- {key} / {contender}: {', '.join(series['failures'][:5])}"

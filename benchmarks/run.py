@@ -29,6 +29,7 @@ from typing import Any
 from benchmarks import measures, output
 from benchmarks.api import api_path
 from benchmarks.doors import Doors
+from benchmarks.loops import loops
 from benchmarks.measures import Bench, Series
 from benchmarks.procs import Channel, Registry
 from benchmarks.report import describe_machine, markdown, plot, update_doc
@@ -49,6 +50,7 @@ MEASURES = (
     "scale",
     "api",
     "output",
+    "loops",
 )
 
 
@@ -68,10 +70,29 @@ class Plan:
     scale_sizes: tuple[int, ...]
     api_launches: int = 100
     output_trials: int = 10
+    #: Measures 11 and 12: ``timeout 5 true`` calls in a shell loop, ``tether.run`` calls.
+    shell_loop: int = 200
+    api_loop: int = 100
+    loop_trials: int = 3
 
 
 FULL = Plan("full", 20, 5, 2.0, 15, 0.2, 30, 20, 10.0, (100, 300))
-QUICK = Plan("quick", 3, 2, 0.5, 3, 0.2, 4, 3, 2.0, (50,), api_launches=20, output_trials=3)
+QUICK = Plan(
+    "quick",
+    3,
+    2,
+    0.5,
+    3,
+    0.2,
+    4,
+    3,
+    2.0,
+    (50,),
+    api_launches=20,
+    output_trials=3,
+    shell_loop=20,
+    loop_trials=1,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -154,7 +175,13 @@ def measure(
     doors = Doors(registry, channel, workdir)
     bench = Bench(registry, channel, doors, random.Random(seed), _say, compare)
     latency: dict[str, object] = {}
-    results: dict[str, Any] = {"latency": latency, "idle": [], "scale": [], "api": []}
+    results: dict[str, Any] = {
+        "latency": latency,
+        "idle": [],
+        "scale": [],
+        "api": [],
+        "loops": [],
+    }
     try:
         if "caller_death" in only:
             _say("1. caller SIGKILLed -> SIGTERM")
@@ -191,6 +218,9 @@ def measure(
         if "output" in only:
             _say(f"10. {output.SIZE >> 20} MiB through stdout.read(), tether and subprocess")
             latency["output"] = _series(output.output_read(plan.output_trials))
+        if "loops" in only:
+            _say(f"11, 12. loops: {plan.shell_loop} x timeout 5 true, {plan.api_loop} x run(true)")
+            results["loops"] = loops(bench, plan.shell_loop, plan.api_loop, plan.loop_trials)
     finally:
         leaked = registry.cleanup()
         channel.close()

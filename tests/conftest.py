@@ -94,8 +94,9 @@ def api_caller(
     return result
 
 
-def seed_door_true(lifeline: int, record: Path) -> list[str]:
-    """The seed door running ``true`` with a record and a deadline, on the pipe ``lifeline``."""
+def seed_door_true(lifeline: int, record: Path, command: tuple[str, ...] = ("true",)) -> list[str]:
+    """The seed door running ``true`` (or ``command``) with a record and a deadline, on the
+    pipe ``lifeline``."""
     return [
         sys.executable,
         "-m",
@@ -111,7 +112,7 @@ def seed_door_true(lifeline: int, record: Path) -> list[str]:
         "--grace-seconds",
         "5",
         "--",
-        "true",
+        *command,
     ]
 
 

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import measures
 from benchmarks.doors import Doors
+from benchmarks.loops import loops
 from benchmarks.measures import Bench
 from benchmarks.plot import Panel, Row, render_svg
 from benchmarks.procs import Channel, Registry, memory_kib, status_fields
@@ -258,3 +259,18 @@ def test_proc_readers_read_this_process() -> None:
     assert memory_kib(os.getpid())["Pss"] > 0
     assert QUICK.mode == "quick"
     assert sys.executable
+
+
+def test_one_trial_of_each_loop(bench: Bench) -> None:
+    looped = {item["contender"]: item for item in loops(bench, shell_n=2, api_n=2, trials=1)}
+    assert set(looped) == {
+        "GNU timeout",
+        "tether timeout (launcher)",
+        "subprocess.run",
+        "tether.run",
+    }
+    for item in looped.values():
+        assert item["failures"] == [], item
+        assert len(item["seconds"]) == 1  # type: ignore[arg-type]
+    text = markdown({**_results(), "loops": list(looped.values())})
+    assert "| shell | tether timeout (launcher) | 2 |" in text

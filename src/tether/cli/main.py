@@ -18,6 +18,7 @@ import tether
 from tether._version import __version__
 from tether.cli.messages import say_help
 from tether.core.reasons import TETHER_FAILED
+from tether.shared.process_start import process_started_at
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -54,22 +55,24 @@ def _main_parser() -> argparse.ArgumentParser:
 def console_main() -> int:
     """The ``tether`` program: its deadline counts from when this process started.
 
-    As early as the package could read a clock (``tether._LOADED_AT``): the
+    The kernel's start of the process (:mod:`tether.shared.process_start`),
+    or at the latest the package's import (``tether._LOADED_AT``): the
     person or script asked when they started ``tether``, and the deadline
-    must not grow by the time Python takes to load the command-line parser.
+    must not grow by the time Python takes to start and load its parser.
 
     Invoked as ``timeout`` (a ``timeout`` symlink to ``tether`` early on
     ``PATH``), it is ``tether timeout``, so that scripts use it unchanged.
     """
     quiet_interrupts()
+    asked_at = process_started_at(tether._LOADED_AT)
     _fork_supervisors()
     if os.path.basename(sys.argv[0]) == "timeout":
         # Installed as ``timeout`` (a symlink to tether): GNU timeout's drop-in.
         from tether.cli.timeout import main as timeout_main
 
-        status = timeout_main(sys.argv[1:], asked_at=tether._LOADED_AT, program="timeout")
+        status = timeout_main(sys.argv[1:], asked_at=asked_at, program="timeout")
         return _exit_at_once(status)
-    status = main(asked_at=tether._LOADED_AT)
+    status = main(asked_at=asked_at)
     if sys.argv[1:2] in (["run"], ["timeout"]):
         return _exit_at_once(status)
     return status

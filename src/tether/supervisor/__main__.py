@@ -11,6 +11,7 @@ signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 import tether  # noqa: E402
 from tether.cli.seed import main  # noqa: E402
+from tether.shared.process_start import process_started_at  # noqa: E402
 from tether.supervisor.detach import exit_now  # noqa: E402
 
-exit_now(main(asked_at=tether._LOADED_AT))
+exit_now(main(asked_at=process_started_at(tether._LOADED_AT)))

@@ -41,7 +41,9 @@ load for nothing (:mod:`tether.supervisor.deferred`).
 Each line starts with ``ts`` (UTC, ISO 8601, microseconds), ``mono`` (the
 monotonic clock, which is what deadlines are measured on; an explicit
 ``mono=`` field wins, so a line can carry the time its event was seen) and
-``event``, followed by the fields in the order given. The :class:`Redactor`
+``event``, followed by the fields in the order given; ``ts`` is the wall-clock
+time of ``mono``, so that a line written after the fact (the supervisor acts
+first, then tells) still says when its event happened. The :class:`Redactor`
 runs before the time stamp is added: a clock reading cannot carry a secret, and
 scrubbing a short literal secret out of it could only corrupt it.
 
@@ -57,7 +59,7 @@ import errno
 import os
 import stat
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from tether.shared import in_progress
 from tether.shared.record_file import open_record_directory
@@ -105,9 +107,14 @@ def _stamp(logger: object, method_name: str, event_dict: EventDict) -> EventDict
     mono = event_dict.pop("mono", None)
     event = event_dict.pop("event", None)
     event_dict.pop("ts", None)
+    wall = datetime.now(UTC)
+    if mono is None:
+        mono = time.monotonic()
+    elif isinstance(mono, int | float):  # the wall-clock time of the line's own moment
+        wall -= timedelta(seconds=time.monotonic() - mono)
     return {
-        "ts": datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
-        "mono": time.monotonic() if mono is None else mono,
+        "ts": wall.isoformat(timespec="microseconds").replace("+00:00", "Z"),
+        "mono": mono,
         "event": event,
         **event_dict,
     }

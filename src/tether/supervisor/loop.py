@@ -17,6 +17,14 @@ translated into events stamped with one ``time.monotonic()`` reading, fed to
 :class:`~tether.core.machine.RunMachine`, and the effects it returns are
 carried out in order.
 
+**Act first, then tell.** The core decides; this adapter orders the work so
+that a signal the core asks for reaches the command's group before the event
+log hears a word of why: what the loop has to say in a turn (the lifeline's
+end, the step, the signal sent) is held, stamped with the time of what it
+reports, and written once the turn has acted, and before the record and the
+exit. A caller's death costs its command one ``kill()`` after the wake-up,
+not two structlog lines first.
+
 This module is imported only once the command runs (:mod:`tether.supervisor.launch`
 started it, before ``transitions`` and ``structlog`` were loaded): the command
 starts as early as the interpreter allows, and anything that happens in the
@@ -180,6 +188,8 @@ class Supervision:
             stop_signal=spec.stop_signal,
         )
         self.signals: list[SignalSent] = []
+        #: Lines for the event log, held until the turn has acted (see :meth:`_tell`).
+        self.held: list[tuple[str, float, dict[str, object]]] = []
         self.stragglers = 0
         self.tree_usage: dict[str, int | float | None] | None = None
         #: Each limit and the backend that enforced it (``cgroup2``, ``cgroup1``).
@@ -282,6 +292,7 @@ class Supervision:
         if self.tree is not None:
             self.selector.register(self.tree.pidfd, "exit")
         self._take_over(first)
+        self._told()
         while not self._recorded():
             deadline = self.machine.next_deadline
             timeout = None if deadline is None else _wait_bound(deadline - time.monotonic())
@@ -292,6 +303,7 @@ class Supervision:
                 self._feed(event)
                 if self._recorded():
                     break
+            self._told()
         self.selector.close()
         self.log.close()
         return self.exit_status
@@ -346,7 +358,7 @@ class Supervision:
                 if number == signal.SIGCHLD:
                     tree_changed = True
                 else:
-                    self.log.emit("signal_received", signal=signal.Signals(number).name)
+                    self._tell("signal_received", now, signal=signal.Signals(number).name)
                     events.append(CancelRequested(now))
         if "lifeline" in sources:
             events += self._read_lifeline(now)
@@ -372,20 +384,20 @@ class Supervision:
         for request in tally.decode(data):
             event = _request_event(request, now)
             if tally.tell(request):
-                self.log.emit("lifeline_request", request=_describe_request(request))
+                self._tell("lifeline_request", now, request=_describe_request(request))
             else:
                 self.untold.append(event)
             events.append(event)
         if tally.unknown_report_due():
-            self.log.emit("lifeline_unknown_bytes", count=tally.unknown)
+            self._tell("lifeline_unknown_bytes", now, count=tally.unknown)
         if tally.untold_report_due():
-            self.log.emit("lifeline_requests_untold", count=tally.untold)
+            self._tell("lifeline_requests_untold", now, count=tally.untold)
         if closed:
             self.selector.unregister(self.lifeline)
             extra = {"unknown_bytes": tally.unknown} if tally.unknown else {}
             if tally.untold:
                 extra["untold_requests"] = tally.untold
-            self.log.emit("lifeline_closed", **extra)
+            self._tell("lifeline_closed", now, **extra)
             events.append(CallerLost(now))
         return events
 
@@ -407,25 +419,38 @@ class Supervision:
             self.emptied = not others
             if others and self.machine.phase is Phase.WATCHING:
                 self.stragglers = len(others)
-            self.log.emit(
-                "command_exited", pid=tree.leader, returncode=returncode, others_alive=len(others)
+            self._tell(
+                "command_exited",
+                now,
+                pid=tree.leader,
+                returncode=returncode,
+                others_alive=len(others),
             )
             return [CommandExited(now, returncode, bool(others))]
         if not self.emptied and not tree.others():
             self.emptied = True
-            self.log.emit("tree_emptied")
+            self._tell("tree_emptied", now)
             return [TreeEmptied(now)]
         return []
 
     def _feed(self, event: Event) -> None:
+        """Feed ``event`` to the core and carry out what it decides; act first, then tell.
+
+        The group's signal goes out before the event's lines are written (a
+        line through structlog and the redactor costs a tenth of a
+        millisecond, and the command's tree must not wait on the story); the
+        lines follow at the end of the turn, each stamped with the time of
+        what it reports (:meth:`_tell`).
+        """
         before = self.machine.phase
         effects = self.machine.feed(event)
         told = not any(untold is event for untold in self.untold)
         if not told:
             self.untold = [untold for untold in self.untold if untold is not event]
         if told:
-            self.log.emit(
+            self._tell(
                 "step",
+                event.now,
                 input=type(event).__name__,
                 state_before=before.value,
                 state_after=self.machine.phase.value,
@@ -434,12 +459,34 @@ class Supervision:
         for effect in effects:
             self._carry_out(effect, event.now, told=told)
 
+    # -- the story ------------------------------------------------------------
+
+    def _tell(self, event: str, mono: float | None = None, /, **fields: object) -> None:
+        """Hold one line for the event log, stamped ``mono`` (default: now), until :meth:`_told`.
+
+        Held, not written, so that nothing the loop says stands between an
+        event and the signal it calls for. A turn's lines are written when the
+        turn has acted (or before the record and the exit, which must find
+        the story told); a supervisor SIGKILLed mid-turn loses that turn's
+        lines, no more.
+        """
+        self.held.append((event, time.monotonic() if mono is None else mono, fields))
+
+    def _told(self) -> None:
+        """Write the held lines, in the order they were told."""
+        held, self.held = self.held, []
+        for event, mono, fields in held:
+            self.log.emit(event, mono=mono, **fields)
+
     # -- effects --------------------------------------------------------------
 
     def _carry_out(self, effect: Effect, now: float, *, told: bool = True) -> None:
         if isinstance(effect, SignalTree):
             self._signal(effect, now, told=told)
-        elif isinstance(effect, WriteRecord):
+            return
+        # The record and the exit come once the tree is signalled: the story first.
+        self._told()
+        if isinstance(effect, WriteRecord):
             self._record(effect.verdict)
         else:
             self._exit(effect)
@@ -460,7 +507,7 @@ class Supervision:
         self.signals.append(
             SignalSent(signal=effect.signal, at_seconds=round(at, 6), processes=reached)
         )
-        self.log.emit("signal_sent", signal=effect.signal, processes=reached)
+        self._tell("signal_sent", signal=effect.signal, processes=reached)
         self.status.send(Signalled(signal=effect.signal, processes=reached))
 
     def _record(self, verdict: Verdict) -> None:
@@ -531,6 +578,7 @@ class Supervision:
         returncode, usage = verdict.returncode, None
         if tree is not None:
             returncode, usage = self._reap(tree, returncode)
+        self._told()  # what the reaping said counts in the record's lines dropped
         return RunFacts(
             spec=self.spec,
             started_at=self.started_at,
@@ -572,7 +620,7 @@ class Supervision:
         if not tree.release():
             assert tree.cgroup is not None
             cgroups = tree.cgroup
-            self.log.emit("cgroup_left", path=cgroups.directory, paths=cgroups.directories)
+            self._tell("cgroup_left", path=cgroups.directory, paths=cgroups.directories)
         return returncode, usage
 
     def _exit(self, effect: Exit) -> None:
@@ -619,7 +667,7 @@ def _tree_reporter(supervision: Supervision) -> Report:
 
     def report(event: str, /, **fields: object) -> None:
         with contextlib.suppress(Exception):
-            supervision.log.emit(event, **fields)
+            supervision._tell(event, **fields)
 
     return report
 
@@ -806,6 +854,8 @@ def _last_resort(
     """
     tree = None if supervision is None else supervision.tree
     if supervision is not None:
+        with contextlib.suppress(Exception):
+            supervision._told()
         with contextlib.suppress(Exception):
             supervision.log.emit("internal_error", error=last_resort.describe(error))
         # What the loop held is free for the sweep: the failure may be the lack of it.

@@ -1,0 +1,74 @@
+"""When this process started, on the monotonic clock: where a program's deadline counts from.
+
+A person or a script asks for ``timeout 5 cmd`` when they start it; tether's
+own code first runs 20 ms or more later (the interpreter, ``site``, the
+console script), and a clock read at import would grow every deadline by
+that much. The kernel knows when the process started: field 22 of
+``/proc/self/stat``, in clock ticks of the boot clock (``CLOCK_BOOTTIME``),
+which this module converts to ``CLOCK_MONOTONIC``, the clock deadlines are
+kept on (the two differ only by the time the machine was suspended).
+
+Only the programs count from there (``tether run``, ``tether timeout``, the
+seed door); the Python API counts from the call, which is when its caller
+asked. Loaded before anything else a door needs: ``os`` and ``time`` only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
+
+__all__ = ["LONGEST_START", "process_started_at", "started_from_stat"]
+
+#: How long before tether's import the process may have started for its start to
+#: count (see :func:`process_started_at`); further back, the import's reading counts.
+LONGEST_START: Final = 0.25
+
+
+def started_from_stat(
+    stat: str, *, ticks_per_second: int, boot_now: float, mono_now: float
+) -> float:
+    """The monotonic time at which the process of ``/proc/PID/stat`` text ``stat`` had started.
+
+    Field 22 is the process's start (its fork) in clock ticks since boot,
+    *truncated* by the kernel: the real start lies somewhere in the tick that
+    follows. Rounded up to that tick's end, so that the origin is never
+    before the real start and a deadline counted from it can never pass
+    early; it passes at most one tick late (10 ms at the usual 100 ticks a
+    second) for the rounding. Rounded down, it could pass a tick early.
+    Read ``boot_now`` first, then ``mono_now``: the gap between the two
+    readings moves the origin later, never earlier.
+    """
+    fields = stat[stat.rindex(")") + 2 :].split()  # the name may hold spaces and parentheses
+    ticks = int(fields[19])  # field 22, counting pid and the name as fields 1 and 2
+    return mono_now - (boot_now - (ticks + 1) / ticks_per_second)
+
+
+def process_started_at(loaded_at: float) -> float:
+    """When this process started, on the monotonic clock; never later than ``loaded_at``.
+
+    ``loaded_at`` is the monotonic reading at tether's import
+    (``tether._LOADED_AT``). The start counts only when it was at most
+    :data:`LONGEST_START` before ``loaded_at``: the kernel keeps the time of
+    the fork, not of the exec, and a shell that forks, waits and only then
+    execs ``timeout`` (``sh -c 'sleep 9; exec timeout 5 cmd'``) must not find
+    its deadline passed on arrival. Further back, or without ``/proc``, the
+    import's reading counts, as it did before.
+    """
+    try:
+        with open("/proc/self/stat", "rb") as file:
+            stat = file.read().decode("ascii", "replace")
+        boot_now = time.clock_gettime(time.CLOCK_BOOTTIME)
+        mono_now = time.monotonic()
+        started = started_from_stat(
+            stat, ticks_per_second=os.sysconf("SC_CLK_TCK"), boot_now=boot_now, mono_now=mono_now
+        )
+    except (OSError, ValueError, IndexError):
+        return loaded_at
+    if not loaded_at - LONGEST_START <= started <= loaded_at:
+        return loaded_at
+    return started
