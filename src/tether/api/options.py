@@ -26,7 +26,7 @@ from typing import IO, Any, Final, TypedDict
 
 from tether.caller.capture import default_encoding
 from tether.caller.request import LimitsUnavailable, RequestError, build_request, command_words
-from tether.caller.start import LaunchError
+from tether.caller.start import LaunchError, tethers_own
 from tether.core.limits import LIMIT_NAMES
 from tether.core.reasons import TETHER_FAILED
 from tether.core.spec import RunSpec
@@ -239,7 +239,8 @@ def passed_descriptors(pass_fds: object, close_fds: object) -> tuple[int, ...]:
     """``pass_fds`` checked as :mod:`subprocess` checks it, and against what tether holds.
 
     Integers (not ``bool``), each at least 3 (0 to 2 are the ``stdin``,
-    ``stdout`` and ``stderr`` options'), open now; sorted, without repeats.
+    ``stdout`` and ``stderr`` options'), open now, none of tether's own
+    (:func:`~tether.caller.start.tethers_own`); sorted, without repeats.
     A closed one is an :class:`OSError` (``EBADF``), as ``subprocess`` raises,
     but before anything starts. ``close_fds`` may only be ``True``.
     """
@@ -259,6 +260,8 @@ def passed_descriptors(pass_fds: object, close_fds: object) -> tuple[int, ...]:
             raise ValueError(
                 f"pass_fds: {fd} is a standard stream; give it as stdin, stdout or stderr"
             )
+        if tethers_own(fd):
+            raise ValueError(f"pass_fds: {fd} is tether's own (a run's lifeline or channel)")
         try:
             os.fstat(fd)
         except OSError as error:

@@ -626,6 +626,19 @@ def _cannot_start(error: OSError) -> LaunchError:
     )
 
 
+def tethers_own(fd: int) -> bool:
+    """Whether ``fd`` is a run's lifeline or status channel, or the zygote's socket, here.
+
+    Never handed to a command (``pass_fds``): a command holding another run's
+    lifeline would keep that run alive after its caller died.
+    """
+    with _lifelines_lock:
+        if fd in _open_lifelines:
+            return True
+    zygote = sys.modules.get("tether.caller.zygote")
+    return zygote is not None and fd == zygote.socket_descriptor()
+
+
 def no_fork_meanwhile() -> contextlib.AbstractContextManager[bool]:
     """The lock ``os.fork`` takes first: while it is held, no fork copies what is made."""
     return _lifelines_lock

@@ -294,6 +294,12 @@ def forget() -> None:
         _zygote = None
 
 
+def socket_descriptor() -> int:
+    """The descriptor of this caller's zygote's socket; -1 without a zygote."""
+    zygote = _zygote
+    return -1 if zygote is None else zygote.socket.fileno()
+
+
 def fork_supervisor(
     spec_json: bytes,
     roles: list[str],
