@@ -38,7 +38,9 @@ def _spawn(function: str, argv: Argv, options: LaunchOptions) -> tuple[Tether, S
     spec, plan = request_of(function, argv, options)
     try:
         stdin, stdout, stderr = plan.fds
-        spawn = spawn_supervisor(spec, stdin=stdin, stdout=stdout, stderr=stderr)
+        spawn = spawn_supervisor(
+            spec, stdin=stdin, stdout=stdout, stderr=stderr, pass_fds=plan.passed
+        )
     except BaseException:
         plan.close()
         raise

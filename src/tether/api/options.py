@@ -26,7 +26,7 @@ from typing import IO, Any, Final, TypedDict
 
 from tether.caller.capture import default_encoding
 from tether.caller.request import LimitsUnavailable, RequestError, build_request, command_words
-from tether.caller.start import LaunchError
+from tether.caller.start import LaunchError, tethers_own
 from tether.core.limits import LIMIT_NAMES
 from tether.core.reasons import TETHER_FAILED
 from tether.core.spec import RunSpec
@@ -83,6 +83,11 @@ class LaunchOptions(TypedDict, total=False):
     v2 (refused with :class:`~tether.LaunchError` where there is none):
     ``memory_max`` and ``memory_swap_max`` (bytes, or ``"8G"``), ``cpu_max``
     (CPUs, ``1.5``), ``pids_max`` (processes and threads).
+
+    ``pass_fds``: descriptors (above 2) the command gets at the same numbers,
+    inheritable, as :class:`subprocess.Popen`'s; it gets no other.
+    ``close_fds``: only ``True`` (the default) is taken: tether never hands
+    its caller's descriptors on wholesale.
     """
 
     deadline: Duration | None
@@ -102,6 +107,8 @@ class LaunchOptions(TypedDict, total=False):
     memory_swap_max: int | str | None
     cpu_max: float | str | None
     pids_max: int | None
+    pass_fds: Sequence[int]
+    close_fds: bool
 
 
 class RunOptions(LaunchOptions, total=False):
@@ -126,7 +133,8 @@ _KNOWN: Final = frozenset(LaunchOptions.__annotations__)
 _RUN_ONLY: Final = frozenset(RunOptions.__annotations__) - _KNOWN
 #: The options that make the request; the rest are the command's standard streams.
 _LIMITS: Final = frozenset(LIMIT_NAMES)
-_REQUEST: Final = _KNOWN - {"stdin", "stdout", "stderr", "text", "encoding", "errors"} - _LIMITS
+_STREAMS: Final = frozenset({"stdin", "stdout", "stderr", "text", "encoding", "errors"})
+_REQUEST: Final = _KNOWN - _STREAMS - _LIMITS - {"pass_fds", "close_fds"}
 
 
 @dataclass
@@ -147,6 +155,7 @@ class StdioPlan:
     #: Output files opened here, not truncated yet: by descriptor, the path, and
     #: whether this plan created the file.
     outputs: list[tuple[int, str, bool]] = field(default_factory=list)
+    passed: tuple[int, ...] = ()
 
     def commit(self) -> None:
         """The call goes ahead: truncate the output files, as a shell's ``>`` does."""
@@ -197,6 +206,7 @@ def request_of(
     request = {key: arguments[key] for key in _REQUEST if key in arguments}
     request["limits"] = {key: arguments[key] for key in LIMIT_NAMES if key in arguments}
     command_words(argv)  # a string argv is named before anything is opened
+    passed = passed_descriptors(arguments.get("pass_fds", ()), arguments.get("close_fds", True))
     # The streams first: the request's record check makes the record's
     # directory, which a call refused for its streams must not leave behind.
     plan = stdio_plan(
@@ -207,6 +217,7 @@ def request_of(
         encoding=arguments.get("encoding"),
         errors=arguments.get("errors"),
     )
+    plan.passed = passed
     try:
         spec = build_request(argv, asked_at=asked_at, **request)
         plan.commit()
@@ -222,6 +233,44 @@ def request_of(
             ) from None
         raise
     return spec, plan
+
+
+def passed_descriptors(pass_fds: object, close_fds: object) -> tuple[int, ...]:
+    """``pass_fds`` checked as :mod:`subprocess` checks it, and against what tether holds.
+
+    Integers (not ``bool``), each at least 3 (0 to 2 are the ``stdin``,
+    ``stdout`` and ``stderr`` options'), open now, none of tether's own
+    (:func:`~tether.caller.start.tethers_own`); sorted, without repeats.
+    A closed one is an :class:`OSError` (``EBADF``), as ``subprocess`` raises,
+    but before anything starts. ``close_fds`` may only be ``True``.
+    """
+    if close_fds is not True:
+        raise ValueError(
+            f"close_fds: only True is supported, not {close_fds!r} (tether never hands "
+            "its caller's descriptors on wholesale; name them in pass_fds)"
+        )
+    if isinstance(pass_fds, str | bytes) or not isinstance(pass_fds, Sequence | set | frozenset):
+        raise TypeError(f"pass_fds: a sequence of descriptor numbers, not {pass_fds!r}")
+    for fd in pass_fds:
+        if not isinstance(fd, int) or isinstance(fd, bool):
+            raise TypeError(f"pass_fds: {fd!r} is not a descriptor number (an int)")
+        if fd < 0:
+            raise ValueError(f"pass_fds: {fd} is not a descriptor number (negative)")
+        if fd <= 2:
+            raise ValueError(
+                f"pass_fds: {fd} is a standard stream; give it as stdin, stdout or stderr"
+            )
+        if tethers_own(fd):
+            raise ValueError(f"pass_fds: {fd} is tether's own (a run's lifeline or channel)")
+        try:
+            os.fstat(fd)
+        except OSError as error:
+            raise LaunchError(
+                f"pass_fds: {fd} is not an open file descriptor",
+                errno=error.errno,
+                exit_status=TETHER_FAILED,
+            ) from None
+    return tuple(sorted(set(pass_fds)))
 
 
 def text_encoding(text: object, encoding: object, errors: object) -> tuple[str | None, str | None]:

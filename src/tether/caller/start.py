@@ -42,7 +42,7 @@ from tether.core.reasons import TETHER_FAILED
 from tether.core.spec import RunSpec
 from tether.linux import UnsupportedPlatform, require_linux
 from tether.linux.descriptors import close_all_but
-from tether.shared.protocol import CANCEL, KILL_NOW
+from tether.shared.protocol import CANCEL, KILL_NOW, PASSED_ROLE
 from tether.shared.record_file import RecordError, hold_record_directory
 
 # On the path to the command's launch (``tether run`` forks its supervisor
@@ -365,6 +365,7 @@ def spawn_supervisor(
     stdout: Stream = None,
     stderr: Stream = None,
     zygote: bool = True,
+    pass_fds: tuple[int, ...] = (),
 ) -> Spawn:
     """Start ``spec``'s supervisor, through this caller's zygote or a fresh interpreter.
 
@@ -375,12 +376,20 @@ def spawn_supervisor(
     itself (a ``vfork`` and an ``exec``), about a millisecond either way, as
     :func:`asyncio.create_subprocess_exec` does. Raises :class:`LaunchError`
     (and leaves no descriptor behind) if it cannot.
+
+    ``pass_fds`` (checked open, above 2) are the caller's descriptors the
+    command gets at the same numbers: they travel with the run's by role
+    (``pass:N``), and stay open here (they are the caller's own).
     """
     cwd, record_dir, opened = _open_run(spec, stdin, stdout, stderr, spec_pipe=True)
     *ours, lifeline_r, lifeline_w, status_r, status_w, spec_r, spec_w = opened
     complete, passed = _completed(
         spec, cwd, ours=ours, record_dir=record_dir, lifeline_r=lifeline_r, status_w=status_w
     )
+    if pass_fds:
+        complete = complete.replace(
+            fds={**complete.fds, **{f"{PASSED_ROLE}{fd}": fd for fd in pass_fds}}
+        )
     # Loaded here, not with the module: tether's own CLI forks, and needs neither.
     from tether.caller import zygote as _zygote
 
@@ -401,7 +410,12 @@ def spawn_supervisor(
             if _nobody_writes(status_r, _time_left(spec, _zygote.START_LIMIT)):
                 _close_all([fd for fd in opened if fd != status_w])
                 return spawn_supervisor(
-                    spec, stdin=stdin, stdout=stdout, stderr=stderr, zygote=False
+                    spec,
+                    stdin=stdin,
+                    stdout=stdout,
+                    stderr=stderr,
+                    zygote=False,
+                    pass_fds=pass_fds,
                 )
         if forked is not None:
             _close_all([spec_r, spec_w])
@@ -413,7 +427,7 @@ def spawn_supervisor(
                 spec_w=-1,
                 intermediate=_Reaped(forked),
             )
-    passed = (*passed, spec_r)
+    passed = (*passed, spec_r, *pass_fds)
     try:
         # Under the fork lock: ``subprocess`` waits for its exec on a pipe of its
         # own, which a worker forked meanwhile by another thread would hold open.
@@ -529,7 +543,8 @@ def _handed_over(
     from tether.caller.status import HoldingStatusClient, StatusClient
 
     record_dir = complete.fds.get("record_dir")
-    _close_all([fd for fd in passed if fd != record_dir])
+    callers = {fd for role, fd in complete.fds.items() if role.startswith(PASSED_ROLE)}
+    _close_all([fd for fd in passed if fd != record_dir and fd not in callers])
     status = (
         StatusClient(complete, status_r)
         if record_dir is None
@@ -609,6 +624,19 @@ def _cannot_start(error: OSError) -> LaunchError:
         errno=error.errno,
         exit_status=TETHER_FAILED,
     )
+
+
+def tethers_own(fd: int) -> bool:
+    """Whether ``fd`` is a run's lifeline or status channel, or the zygote's socket, here.
+
+    Never handed to a command (``pass_fds``): a command holding another run's
+    lifeline would keep that run alive after its caller died.
+    """
+    with _lifelines_lock:
+        if fd in _open_lifelines:
+            return True
+    zygote = sys.modules.get("tether.caller.zygote")
+    return zygote is not None and fd == zygote.socket_descriptor()
 
 
 def no_fork_meanwhile() -> contextlib.AbstractContextManager[bool]:

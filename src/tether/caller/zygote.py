@@ -93,6 +93,9 @@ ZYGOTE_VARIABLE: Final = "TETHER_ZYGOTE"
 #: A request larger than this takes the plain path (the zygote's own limit; the
 #: socket's send buffer, about 208 KiB by default, may refuse a smaller one).
 _MAX_REQUEST: Final = 1 << 20
+#: The most descriptors one request carries (the zygote's ``MAX_DESCRIPTORS``):
+#: a run with more (many ``pass_fds``) takes the plain path.
+_MAX_DESCRIPTORS: Final = 16
 
 _BOOTSTRAP: Final = (
     "import gc, sys; gc.disable(); sys.path.insert(0, sys.argv[1]); "
@@ -291,6 +294,12 @@ def forget() -> None:
         _zygote = None
 
 
+def socket_descriptor() -> int:
+    """The descriptor of this caller's zygote's socket; -1 without a zygote."""
+    zygote = _zygote
+    return -1 if zygote is None else zygote.socket.fileno()
+
+
 def fork_supervisor(
     spec_json: bytes,
     roles: list[str],
@@ -320,7 +329,7 @@ def fork_supervisor(
     if within is not None and within <= 0:
         return None  # no time for an exchange: the plain path never waits on anyone
     request = _request(spec_json, roles)
-    if len(request) > _MAX_REQUEST:
+    if len(request) > _MAX_REQUEST or len(fds) > _MAX_DESCRIPTORS:
         return None
     identity = _identity()
     if identity is None:

@@ -179,6 +179,11 @@ def _with_limits(options: RunOptions, policy: LimitPolicy) -> tuple[RunOptions, 
     """``options`` with the task's resources added as limits, per ``policy``; and why not."""
     if policy not in ("auto", "require", "off"):
         raise ValueError(f"limits must be 'auto', 'require' or 'off', not {policy!r}")
+    if "pass_fds" in options:
+        raise ValueError(
+            "pass_fds: not taken by tether.ray (a Ray task cannot receive the driver's "
+            "descriptors, and the worker's own are Ray's)"
+        )
     given: dict[str, Any] = dict(options)
     if not {"stdout", "stderr", "capture_output"} & given.keys():
         given["capture_output"] = True

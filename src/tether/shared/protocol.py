@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CANCEL",
     "KILL_NOW",
+    "PASSED_ROLE",
     "PASS_ON_BASE",
     "RESUME",
     "SUSPEND",
@@ -61,6 +62,9 @@ __all__ = [
     "pass_on_request",
 ]
 
+#: The spec's role of a descriptor the API's ``pass_fds`` hands on: ``pass:N``,
+#: N its number in the command (in the supervisor it may arrive at another).
+PASSED_ROLE: Final = "pass:"
 CANCEL: Final = b"c"
 KILL_NOW: Final = b"k"
 #: Time is up now (``timeout`` got SIGALRM, its own timer): the deadline, at once.

@@ -147,7 +147,7 @@ def start_command(
     join_group: int | None = None,
     limits: Mapping[str, object] | None = None,
     containment: Containment | None = None,
-    pass_fds: tuple[int, ...] = (),
+    pass_fds: tuple[tuple[int, int], ...] = (),
 ) -> Command:
     """Start ``argv``; raise :class:`CommandNotStarted` if it cannot be started.
 
@@ -164,13 +164,14 @@ def start_command(
     ``containment`` is what the supervisor prepared early
     (:func:`~tether.supervisor.run_cgroup.prepare_containment`, from the same
     ``limits``); without it, it is prepared here. ``pass_fds`` are handed to
-    the command with their numbers (the descriptors ``tether run`` and
-    ``tether timeout`` inherited); the command gets no other.
+    the command, as pairs (its number there, the descriptor here): the
+    descriptors ``tether run`` and ``tether timeout`` inherited, the API's
+    ``pass_fds``; the command gets no other.
     """
     if containment is None:
         containment = prepare_containment(limits, warm=False)
     if not argv[0]:
-        for fd in pass_fds:
+        for _number, fd in pass_fds:
             os.close(fd)
         containment.discard()
         # "Not found", as execvp("") says in C (GNU timeout: 127). Python's own

@@ -162,13 +162,19 @@ def _supervise(
 
     # The launcher built and checked the spec before sending it; the command
     # starts from its raw fields, before the spec's own class is even loaded.
-    from tether.shared.protocol import StatusWriter
+    from tether.shared.protocol import PASSED_ROLE, StatusWriter
     from tether.supervisor.launch import launch
 
     if "record_dir" in fds:
         with contextlib.suppress(OSError):
             os.set_inheritable(fds["record_dir"], False)
     status = StatusWriter(fds["status"])
+    # The API's pass_fds arrive by role (``pass:N``, N their number in the command).
+    handed = tuple((fd, fd) for fd in pass_fds) + tuple(
+        (int(role.removeprefix(PASSED_ROLE)), fd)
+        for role, fd in fds.items()
+        if role.startswith(PASSED_ROLE)
+    )
     # Only the command needs these: the caller's stdio, and its working directory.
     for_the_command = tuple(
         fds[role] for role in ("stdin", "stdout", "stderr", "cwd") if role in fds
@@ -194,7 +200,7 @@ def _supervise(
         stop_signal=str(data.get("stop_signal", "SIGTERM")),
         limits=limits if isinstance(limits, dict) else None,
         containment=containment,
-        pass_fds=pass_fds,
+        pass_fds=handed,
     )
     # Only for a failure to reach the loop, so after the launch (the sentry is watching).
     from tether.supervisor import last_resort

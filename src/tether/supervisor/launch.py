@@ -144,7 +144,7 @@ def launch(
     deadline_at: float | None = None,
     stop_signal: str = "SIGTERM",
     containment: Containment | None = None,
-    pass_fds: tuple[int, ...] = (),
+    pass_fds: tuple[tuple[int, int], ...] = (),
 ) -> LaunchAttempt:
     """Start the command under a supervisor that is ready to watch it.
 
@@ -155,8 +155,8 @@ def launch(
     (monotonic) and ``stop_signal`` are what the sentry watches and sends
     until the loop runs. ``containment`` is the run's cgroup as the supervisor
     prepared it early (:mod:`tether.supervisor.run_cgroup`), from ``limits``.
-    ``pass_fds`` go to the command with their numbers; the launch lets go of
-    them, on every path, before the command runs.
+    ``pass_fds`` (number in the command, descriptor here) go to the command;
+    the launch lets go of them, on every path, before the command runs.
     """
     become_a_supervisor()
     wakeup = SignalWakeup()

@@ -18,6 +18,7 @@ failed on a close-on-exec pipe: end of file means the ``exec`` succeeded.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 
@@ -52,12 +53,13 @@ def spawn(
     stdio: tuple[int | None, int | None, int | None],
     prepare: Callable[[], None],
     process_group: int = 0,
-    pass_fds: tuple[int, ...] = (),
+    pass_fds: tuple[tuple[int, int], ...] = (),
 ) -> int:
     """Start ``argv`` in a new process group; return its pid, or raise :class:`SpawnFailed`.
 
-    ``pass_fds`` are handed to the command with their numbers (inheritable);
-    every other descriptor above 2 is closed in it, whatever the limits. This
+    ``pass_fds`` are pairs (number in the command, descriptor here): each is
+    handed to the command at that number (inheritable); every other
+    descriptor above 2 is closed in it, whatever the limits. This
     process lets go of its own copies of ``pass_fds`` on every path, and
     before the command can run: the child waits for that before its exec,
     so the command never finds its supervisor holding what it was handed
@@ -69,17 +71,18 @@ def spawn(
     ``process_group``). A fork that fails raises :class:`OSError`.
     """
     environment = os.environ if env is None else env
+    held = tuple(source for _number, source in pass_fds)
     try:
         _check(argv, environment)
         errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
     except BaseException:
-        _close_all(pass_fds)
+        _close_all(held)
         raise
     go_r, go_w = os.pipe2(os.O_CLOEXEC) if pass_fds else (-1, -1)
     try:
         pid = os.fork()
     except OSError:
-        _close_all((errors_r, errors_w, *pass_fds, go_r, go_w))
+        _close_all((errors_r, errors_w, *held, go_r, go_w))
         raise
     if pid == 0:
         if go_w >= 0:
@@ -96,7 +99,7 @@ def spawn(
             pass_fds=pass_fds,
             go=go_r,
         )
-    _close_all((*pass_fds, go_r, go_w))  # the child may exec now
+    _close_all((*held, go_r, go_w))  # the child may exec now
     os.close(errors_w)
     chunks = []
     try:
@@ -135,7 +138,7 @@ def _child(
     prepare: Callable[[], None],
     process_group: int,
     errors: int,
-    pass_fds: tuple[int, ...],
+    pass_fds: tuple[tuple[int, int], ...],
     go: int,
 ) -> None:
     """In the child: never returns."""
@@ -156,9 +159,8 @@ def _child(
         os.setpgid(0, process_group)
         stage = "prepare"
         prepare()
-        close_all_but((errors, go, *pass_fds))
-        for fd in pass_fds:
-            os.set_inheritable(fd, True)
+        errors, go = _hand_on(pass_fds, errors, go)
+        close_all_but((errors, go, *(number for number, _source in pass_fds)))
         if go >= 0:
             os.read(go, 1)  # end of file: the supervisor let go of its copies
             os.close(go)
@@ -167,6 +169,28 @@ def _child(
     except BaseException as error:  # every failure is the parent's to report
         _report(errors, stage, error)
     os._exit(255)
+
+
+def _hand_on(pass_fds: tuple[tuple[int, int], ...], errors: int, go: int) -> tuple[int, int]:
+    """In the child: each pair's descriptor at its number, inheritable; the pipes, moved.
+
+    Correct for any set of numbers, as ``_posixsubprocess`` is: a number may be
+    another pair's source, or the error or go pipe's. Every source and both
+    pipes are first copied above all of them (close-on-exec), then each copy
+    goes to its number; the pipes' new numbers are returned.
+    """
+    if all(number == source for number, source in pass_fds):
+        for number, _source in pass_fds:
+            os.set_inheritable(number, True)
+        return errors, go
+    above = max(errors, go, *(max(pair) for pair in pass_fds)) + 1
+    copies = [fcntl.fcntl(source, fcntl.F_DUPFD_CLOEXEC, above) for _number, source in pass_fds]
+    errors = fcntl.fcntl(errors, fcntl.F_DUPFD_CLOEXEC, above)
+    if go >= 0:
+        go = fcntl.fcntl(go, fcntl.F_DUPFD_CLOEXEC, above)
+    for (number, _source), copy in zip(pass_fds, copies, strict=True):
+        os.dup2(copy, number)  # inheritable, as dup2 leaves it
+    return errors, go
 
 
 def _close_all(fds: tuple[int, ...]) -> None:
