@@ -84,6 +84,11 @@ def test_a_running_run_is_listed_then_a_lost_one_is_told_apart(
     supervisor = launched["supervisor_pid"]
     assert isinstance(supervisor, int)
     processes.track(supervisor)
+    # The supervisor names itself for good: its pid with its start time, and the command.
+    with open(f"/proc/{supervisor}/stat", "rb") as stat:
+        ticks = int(stat.read().rpartition(b")")[2].split()[19])
+    assert launched["supervisor_start_ticks"] == ticks
+    assert launched["command"] == Path(fixture("sleeper")[0]).name
 
     (run,) = listed(runs)
     assert (run["state"], run["reason"], run["variant"]) == ("running", "running", "live")
@@ -118,6 +123,7 @@ def test_a_running_run_is_listed_then_a_lost_one_is_told_apart(
     (run,) = listed(runs)
     assert (run["state"], run["supervisor_alive"], run["command_alive"]) == ("lost", False, False)
     assert run["deadline_left_seconds"] is None
+    assert run["command"] == Path(fixture("sleeper")[0]).name  # from the launch line
     table = tether("ls", str(runs)).stdout.splitlines()
     assert table[1].startswith("lost")
     assert f"{supervisor} (gone)" in table[1]

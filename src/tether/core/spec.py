@@ -38,7 +38,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["DEFAULT_GRACE_SECONDS", "DEFAULT_STOP_SIGNAL", "RunSpec", "SpecError"]
+__all__ = ["DEFAULT_GRACE_SECONDS", "DEFAULT_STOP_SIGNAL", "RunSpec", "SpecError", "command_name"]
+
+#: The most characters of the command's name a record or a launch line keeps.
+MAX_NAME_CHARACTERS: Final = 4096
 
 #: How long the stop signal gets before SIGKILL, unless the caller says otherwise.
 DEFAULT_GRACE_SECONDS: Final = 10.0
@@ -217,6 +220,17 @@ class RunSpec(FrozenValue):
                 parse_limits(self.limits)
             except LimitError as error:
                 raise SpecError(str(error)) from None
+
+
+def command_name(argv: tuple[str, ...] | list[str]) -> str:
+    """The name a run goes by: ``argv[0]``'s last component (``/usr/bin/python3`` -> ``python3``).
+
+    Enough to tell runs apart in ``tether ls``, and no more of the command
+    line than a process list shows anyone: the record and the launch line
+    both say it, so a run whose record is missing still has a name.
+    """
+    name = argv[0].rstrip("/").rsplit("/", 1)[-1] if argv else ""
+    return name[:MAX_NAME_CHARACTERS]
 
 
 def _looks_like_a_signal(name: str) -> bool:

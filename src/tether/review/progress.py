@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Final
 
 from tether.review._text import _number, _parse_time
+from tether.shared.process_start import start_ticks
 
 __all__ = ["LOST", "RUNNING", "in_progress"]
 
@@ -46,23 +47,6 @@ _TICKS: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _SLACK_SECONDS: Final = 0.001
 
 
-def _start_ticks(pid: int) -> int | None:
-    """When ``pid`` started (clock ticks since boot), or ``None`` if it is gone or a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            raw = stat.read()
-    except (OSError, ValueError):
-        return None
-    # The name (field 2) may hold spaces and parentheses: fields are counted after the last ")".
-    fields = raw[raw.rfind(b")") + 2 :].split()
-    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
-        return None
-    try:
-        return int(fields[19])
-    except ValueError:
-        return None
-
-
 def _boot_lead() -> float:
     """How far the boot clock is ahead of the monotonic one now (time spent suspended)."""
     try:
@@ -75,7 +59,7 @@ def alive_since(pid: object, launched_mono: float, exact_ticks: object = None) -
     """Whether ``pid`` is alive and is the process that existed when the launch line was written."""
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return False
-    ticks = _start_ticks(pid)
+    ticks = start_ticks(pid)
     if ticks is None:
         return False
     if isinstance(exact_ticks, int) and not isinstance(exact_ticks, bool):

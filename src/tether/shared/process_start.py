@@ -22,7 +22,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["LONGEST_START", "process_started_at", "started_from_stat"]
+__all__ = ["LONGEST_START", "process_started_at", "start_ticks", "started_from_stat"]
 
 #: How long before tether's import the process may have started for its start to
 #: count (see :func:`process_started_at`); further back, the import's reading counts.
@@ -46,6 +46,28 @@ def started_from_stat(
     fields = stat[stat.rindex(")") + 2 :].split()  # the name may hold spaces and parentheses
     ticks = int(fields[19])  # field 22, counting pid and the name as fields 1 and 2
     return mono_now - (boot_now - (ticks + 1) / ticks_per_second)
+
+
+def start_ticks(pid: int | str = "self") -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (field 22 of its ``stat``).
+
+    ``None`` if it is gone, a zombie or unreadable. With its pid, it names a
+    process for good: a pid may be reused, a pid with its start time is not.
+    The supervisor writes its own into the launch line; ``tether ls`` checks
+    a live run's supervisor against it.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            raw = stat.read()
+    except (OSError, ValueError):
+        return None
+    fields = raw[raw.rfind(b")") + 2 :].split()  # the name may hold spaces and parentheses
+    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
+        return None
+    try:
+        return int(fields[19])
+    except ValueError:
+        return None
 
 
 def process_started_at(loaded_at: float) -> float:

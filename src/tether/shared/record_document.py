@@ -29,6 +29,7 @@ from tether.core.durations import seconds_for_json
 from tether.core.limits import LIMIT_NAMES
 from tether.core.reasons import TETHER_FAILED, Reason
 from tether.core.redaction import redact_argv
+from tether.core.spec import command_name
 from tether.core.values import FrozenValue
 from tether.shared.record_file import RECORD_SCHEMA_VERSION, record_schema
 
@@ -260,9 +261,6 @@ def _rusage(usage: ResourceUsage | None) -> dict[str, object] | None:
 #: records accepts; an argv can be 2 MiB (``ARG_MAX``) and more.
 MAX_ARGV_CHARACTERS: Final = 32_768
 
-#: The most characters of the command's name a record keeps.
-MAX_NAME_CHARACTERS: Final = 4096
-
 
 def _what_ran(spec: RunSpec) -> dict[str, object]:
     """The command's name, its working directory and, when asked for, its argv (redacted).
@@ -273,9 +271,8 @@ def _what_ran(spec: RunSpec) -> dict[str, object]:
     when the caller asked (``record_argv``); cut at
     :data:`MAX_ARGV_CHARACTERS`, with a last word that says how much is missing.
     """
-    name = spec.argv[0].rstrip("/").rsplit("/", 1)[-1] if spec.argv else ""
     return {
-        "command": name[:MAX_NAME_CHARACTERS],
+        "command": command_name(spec.argv),
         "cwd": spec.cwd,
         "argv": _bounded_argv(redact_argv(spec.argv)) if spec.record_argv else None,
     }

@@ -72,8 +72,10 @@ from tether.core.events import (
 )
 from tether.core.machine import Phase, RunMachine
 from tether.core.reasons import TETHER_FAILED, Reason
+from tether.core.spec import command_name
 from tether.shared.clock import wall_clock_at
 from tether.shared.lifeline import ALL, LifelineDecoder
+from tether.shared.process_start import start_ticks
 from tether.shared.protocol import (
     CANCEL,
     KILL_NOW,
@@ -262,6 +264,9 @@ class Supervision:
             "grace_seconds": seconds_for_json(self.spec.grace_seconds),
             "started_mono": self.started_monotonic,
             "supervisor_pid": os.getpid(),
+            # The pid with its start time names this supervisor for good (tether ls).
+            "supervisor_start_ticks": start_ticks(),
+            "command": command_name(self.spec.argv),
         }
         tree = self.tree
         if isinstance(launched, Launched) and tree is not None:
