@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import tether
@@ -101,6 +101,7 @@ def test_timeout_durations_read_as_gnu_does_never_raise(text: str) -> None:
 
 
 @given(NUMBERISH)
+@example("0" * 16 + "\x1f" * 6 + "\U0001089f" * 8)  # escapes longer than the text (found)
 def test_the_reader_itself(text: str) -> None:
     number = whole_number(text)
     if number is not None:

@@ -56,7 +56,15 @@ def decimal_text(text: str) -> bool:
 
 
 def shown(text: str) -> str:
-    """``text`` for a message: quoted, and cut after :data:`MAX_CHARACTERS` characters."""
-    if too_long(text):
-        return repr(text[:MAX_CHARACTERS]) + f"... ({len(text)} characters)"
+    """``text`` for a message: quoted, and cut after :data:`MAX_CHARACTERS` characters.
+
+    Cut further where its escapes would make it long (a control character
+    or an unprintable one is shown as up to ten), so that a message stays
+    about two lines' worth whatever the input.
+    """
+    kept = text[:MAX_CHARACTERS]
+    while len(repr(kept)) > 2 * MAX_CHARACTERS:
+        kept = kept[:-1]
+    if kept != text:
+        return repr(kept) + f"... ({len(text)} characters)"
     return repr(text)
