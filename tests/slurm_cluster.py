@@ -70,12 +70,13 @@ def _config(directory: Path, proctrack: str) -> str:
     hostname = os.uname().nodename
     return f"""\
 ClusterName=tether
-SlurmctldHost={hostname}(127.0.0.1)
+SlurmctldHost=localhost
 SlurmUser=root
 SlurmdUser=root
 SlurmctldPort=16817
 SlurmdPort=16818
 SlurmctldParameters=enable_configless
+CommunicationParameters=NoInAddrAny
 AuthType=auth/munge
 AuthInfo=socket={directory}/munge/munge.socket
 CredType=cred/munge
