@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BOUND, FIXTURES, ROOT, alive, read_json, wait_gone
+from conftest import BOUND, FIXTURES, ROOT, alive, read_json, tether_argv, wait_gone
 from slurm_cluster import KILL_WAIT, Slurm, start_or_skip
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
@@ -123,3 +124,29 @@ def test_without_tether_escapees_survive_scancel(slurm: Slurm, tmp_path: Path) -
     finally:
         survivors = kill_survivors(pids)
     assert survivors == ESCAPES[slurm.proctrack]
+
+
+def test_scancel_of_an_srun_step_stops_the_whole_tree(slurm: Slurm, tmp_path: Path) -> None:
+    os.chmod(tmp_path, 0o755)
+    pids, record, name = tmp_path / "pids", tmp_path / "run.json", f"tether-{os.getpid()}"
+    argv = [
+        "srun", f"--job-name={name}", f"--chdir={tmp_path}", "--export=ALL",
+        *tether_argv("run", "--grace", "2s", "--record", str(record), "--"),
+        "sh", str(TREE), str(pids),
+    ]  # fmt: skip
+    step = subprocess.Popen(argv, env=slurm.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    tree: dict[int, str] = {}
+    try:
+        wait_until(lambda: len(announced(pids)) >= TREE_SIZE, "the tree's pids")
+        tree = announced(pids)
+        job = slurm.run("squeue", "-h", "-n", name, "-o", "%i").strip()
+        slurm.run("scancel", job)
+        survivors = [pid for pid in tree if not wait_gone(pid, BOUND + KILL_WAIT)]
+        assert survivors == [], f"survived scancel under {slurm.proctrack}: {survivors}"
+        wait_until(record.exists, "the record")
+        assert read_json(record)["reason"] in ("cancelled", "parent_lost")
+    finally:
+        if step.poll() is None:
+            step.kill()
+        step.communicate(timeout=BOUND)
+        kill_survivors(tree)
