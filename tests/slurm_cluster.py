@@ -1,0 +1,189 @@
+"""A real single-node Slurm (``munged``, ``slurmctld``, ``slurmd``) in a temporary directory.
+
+A pytest fixture rather than a ``scripts/slurm-up``: the daemons are started by pid from the
+test process, stopped by pid in a ``finally`` however the tests end, and the decision "skip
+here, fail under ``CI=true``" lives in one place. Everything (munge key and socket, state and
+spool directories, logs) is under one temporary directory; the ports listen on loopback only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+#: Starting the three daemons takes a few seconds; the node must be idle within this.
+START_BOUND = 60.0
+#: Slurm's grace between its SIGTERM and its SIGKILL (``KillWait``), in seconds.
+KILL_WAIT = 5
+DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scancel", "squeue", "sinfo")
+
+
+@dataclass(frozen=True)
+class Slurm:
+    """A running cluster: where its configuration is, and the environment its clients need."""
+
+    directory: Path
+    proctrack: str
+    env: dict[str, str]
+
+    def run(self, *argv: str) -> str:
+        result = subprocess.run(
+            argv, env=self.env, capture_output=True, text=True, timeout=30, check=False
+        )
+        if result.returncode != 0:
+            raise AssertionError(f"{argv}: {result.returncode}: {result.stderr.strip()}")
+        return result.stdout
+
+
+def unavailable() -> str | None:
+    """Why Slurm cannot run here, ``None`` if it can be tried."""
+    missing = [name for name in DAEMONS if shutil.which(name, path=_path()) is None]
+    if missing:
+        return f"Slurm is not installed (apt-get install slurm-wlm munge): no {', '.join(missing)}"
+    if os.geteuid() != 0:
+        return "the single-node Slurm of the tests runs as root (SlurmUser=root)"
+    return None
+
+
+def _path() -> str:
+    return os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+
+
+def _memory_mb() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) // 1024 - 512
+    raise AssertionError("no MemTotal in /proc/meminfo")
+
+
+def _config(directory: Path, proctrack: str) -> str:
+    hostname = os.uname().nodename
+    return f"""\
+ClusterName=tether
+SlurmctldHost=localhost
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort=16817
+SlurmdPort=16818
+SlurmctldParameters=enable_configless
+CommunicationParameters=NoInAddrAny
+AuthType=auth/munge
+AuthInfo=socket={directory}/munge/munge.socket
+CredType=cred/munge
+ProctrackType={proctrack}
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+KillWait={KILL_WAIT}
+MinJobAge=2
+StateSaveLocation={directory}/state
+SlurmdSpoolDir={directory}/spool
+SlurmctldPidFile={directory}/slurmctld.pid
+SlurmdPidFile={directory}/slurmd.pid
+SlurmctldLogFile={directory}/slurmctld.log
+SlurmdLogFile={directory}/slurmd.log
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+MpiDefault=none
+ReturnToService=2
+NodeName={hostname} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory={_memory_mb()} State=UNKNOWN
+PartitionName=debug Nodes={hostname} Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=15)
+
+
+@contextlib.contextmanager
+def cluster(proctrack: str) -> Iterator[Slurm]:
+    """Start munged, slurmctld and slurmd with ``proctrack``; stop them by pid at the end."""
+    directory = Path(tempfile.mkdtemp(prefix="tether-slurm-"))
+    for sub in ("munge", "state", "spool"):
+        (directory / sub).mkdir()
+    os.chmod(directory / "munge", 0o700)
+    key = directory / "munge" / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    os.chmod(key, 0o400)
+    conf = directory / "slurm.conf"
+    conf.write_text(_config(directory, proctrack))
+    env = {**os.environ, "SLURM_CONF": str(conf), "PATH": _path()}
+    for name in list(env):
+        if name.startswith(("SLURM_", "SBATCH_", "SRUN_")) and name != "SLURM_CONF":
+            del env[name]
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(*argv: str) -> None:
+        with open(directory / f"{Path(argv[0]).name}.out", "wb") as out:
+            started.append(subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT))
+
+    try:
+        munge = directory / "munge"
+        start(
+            "munged", "--foreground", "--force", f"--key-file={key}",
+            f"--socket={munge}/munge.socket", f"--pid-file={munge}/munged.pid",
+            f"--seed-file={munge}/munged.seed", f"--log-file={munge}/munged.log",
+        )  # fmt: skip
+        _wait_for((munge / "munge.socket").exists, "munged's socket", started)
+        start("slurmctld", "-D", "-i", "-f", str(conf))
+        start("slurmd", "-D", "-f", str(conf))
+        slurm = Slurm(directory, proctrack, env)
+        _wait_for(lambda: _idle(slurm), "the node idle in sinfo", started)
+        yield slurm
+    finally:
+        for process in reversed(started):
+            _stop(process)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _idle(slurm: Slurm) -> bool:
+    try:
+        result = subprocess.run(
+            ["sinfo", "-h", "-o", "%t"], env=slurm.env, capture_output=True, text=True,
+            timeout=10, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:  # slurmctld not answering (yet): the bound decides
+        return False
+    return result.returncode == 0 and result.stdout.strip() == "idle"
+
+
+def _wait_for(ready: Callable[[], bool], what: str, started: list[subprocess.Popen[bytes]]) -> None:
+    end = time.monotonic() + START_BOUND
+    while not ready():
+        dead = [p.args for p in started if p.poll() is not None]
+        if dead or time.monotonic() > end:
+            cannot(f"Slurm did not start ({what}): {dead or 'timed out'}")
+        time.sleep(0.2)
+
+
+def cannot(reason: str) -> NoReturn:
+    """Skip with ``reason``; under ``CI=true`` (where Slurm must run) fail instead."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and {reason}")
+    pytest.skip(reason)
+
+
+def start_or_skip(proctrack: str) -> contextlib.AbstractContextManager[Slurm]:
+    """The cluster; a skip (a failure under ``CI=true``) where it is missing or cannot start."""
+    reason = unavailable()
+    if reason is not None:
+        cannot(reason)
+    return cluster(proctrack)
