@@ -71,6 +71,7 @@ def _caller(
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env=_env(tmp_path),
+        bufsize=0,  # unbuffered: communicate() later reads the pipe itself, past any read-ahead
     )
     assert caller.stdout is not None
     processes.track(int(caller.stdout.readline()))

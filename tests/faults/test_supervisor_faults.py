@@ -388,6 +388,9 @@ def test_a_full_table_borrows_from_the_reserve_and_never_reads_as_an_empty_tree(
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        # Unbuffered: communicate() reads the pipe itself, so a buffered readline() that
+        # read ahead (the answers already written, on a loaded machine) would lose them.
+        bufsize=0,
     )
     assert script.stdout is not None
     pids = json.loads(script.stdout.readline())
