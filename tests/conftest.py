@@ -56,6 +56,18 @@ SEED_FIELDS = (
 )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Give the suite a person's terminal: SIGINT and SIGQUIT at their defaults.
+
+    A suite started as a background job of a non-interactive shell (``cmd &``,
+    as a CI harness may) inherits both ignored (POSIX), and every process it
+    starts would too, as ``subprocess`` and tether hand ignored signals on:
+    the tests of Ctrl-C and of a signal passed on mean a terminal's.
+    """
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def fixture(name: str, *args: str) -> list[str]:
     """The argv that runs ``fixtures/<name>.py`` with this interpreter."""
     return [sys.executable, str(FIXTURES / f"{name}.py"), *args]

@@ -26,6 +26,7 @@ import pytest
 import tether
 from conftest import (
     BOUND,
+    ROOT,
     Processes,
     ReadyPipe,
     alive,
@@ -330,33 +331,34 @@ def test_a_non_root_caller_on_cgroup_v1_is_refused_before_anything_starts(
         pytest.skip("the memory controller is not bound to cgroup v1 here")
     tmp_path.chmod(0o777)
     as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    # The checkout's own source first: tox keeps its environments in a 0700 directory,
+    # whose site-packages nobody cannot read.
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "XDG_STATE_HOME": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), *sys.path]),
+    }
     probe = subprocess.run(
-        [*as_nobody, sys.executable, "-c", "pass"],
+        [*as_nobody, sys.executable, "-c", "import tether.cli.main"],
         capture_output=True,
         text=True,
+        env=env,
         check=False,
         timeout=BOUND,
     )
     if probe.returncode != 0:
         # e.g. a pyenv build whose libpython lies under root's 0700 home
-        pytest.skip(f"this interpreter cannot run as nobody: {probe.stderr.strip()[:200]}")
+        pytest.skip(f"tether cannot run as nobody here: {probe.stderr.strip()[-200:]}")
     marker = tmp_path / "started"
     result = subprocess.run(
         [
-            "setpriv",
-            "--reuid=nobody",
-            "--regid=nogroup",
-            "--clear-groups",
+            *as_nobody,
             *tether_argv("run", "--no-record", "--memory-max", "64M", "--", "touch", str(marker)),
         ],
         capture_output=True,
         text=True,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "HOME": str(tmp_path),
-            "XDG_STATE_HOME": str(tmp_path),
-            "PYTHONPATH": os.pathsep.join(sys.path),
-        },
+        env=env,
         check=False,
         timeout=BOUND,
     )
