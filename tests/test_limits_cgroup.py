@@ -330,7 +330,6 @@ def test_a_non_root_caller_on_cgroup_v1_is_refused_before_anything_starts(
     if backend("memory") != "cgroup1":
         pytest.skip("the memory controller is not bound to cgroup v1 here")
     tmp_path.chmod(0o777)
-    as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
     # The checkout's own source first: tox keeps its environments in a 0700 directory,
     # whose site-packages nobody cannot read.
     env = {
@@ -339,28 +338,20 @@ def test_a_non_root_caller_on_cgroup_v1_is_refused_before_anything_starts(
         "XDG_STATE_HOME": str(tmp_path),
         "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), *sys.path]),
     }
-    probe = subprocess.run(
-        [*as_nobody, sys.executable, "-c", "import tether.cli.main"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=BOUND,
-    )
+
+    def as_nobody(*argv: str) -> subprocess.CompletedProcess[str]:
+        setpriv = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+        return subprocess.run(
+            [*setpriv, *argv], capture_output=True, text=True, env=env, check=False, timeout=BOUND
+        )
+
+    probe = as_nobody(sys.executable, "-c", "import tether.cli.main")
     if probe.returncode != 0:
         # e.g. a pyenv build whose libpython lies under root's 0700 home
         pytest.skip(f"tether cannot run as nobody here: {probe.stderr.strip()[-200:]}")
     marker = tmp_path / "started"
-    result = subprocess.run(
-        [
-            *as_nobody,
-            *tether_argv("run", "--no-record", "--memory-max", "64M", "--", "touch", str(marker)),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=BOUND,
+    result = as_nobody(
+        *tether_argv("run", "--no-record", "--memory-max", "64M", "--", "touch", str(marker))
     )
     assert result.returncode == 125, result.stderr
     assert result.stderr.count("\n") == 1, result.stderr

@@ -25,6 +25,7 @@ from conftest import (
     Processes,
     ReadyPipe,
     fixture,
+    start_ticks,
     tether_argv,
     wait_gone,
 )
@@ -85,9 +86,7 @@ def test_a_running_run_is_listed_then_a_lost_one_is_told_apart(
     assert isinstance(supervisor, int)
     processes.track(supervisor)
     # The supervisor names itself for good: its pid with its start time, and the command.
-    with open(f"/proc/{supervisor}/stat", "rb") as stat:
-        ticks = int(stat.read().rpartition(b")")[2].split()[19])
-    assert launched["supervisor_start_ticks"] == ticks
+    assert launched["supervisor_start_ticks"] == start_ticks(supervisor)
     assert launched["command"] == Path(fixture("sleeper")[0]).name
 
     (run,) = listed(runs)
