@@ -467,6 +467,13 @@ def _signal_by_pid(f: _Fields) -> str:
     return f"{f.text('signal')} to pid {f.text('pid')} by its pid: no pidfd could be had"
 
 
+def _signals_caught_up(f: _Fields) -> str:
+    names = f.take("signals")
+    sent = ", ".join(map(_safe, names)) if isinstance(names, list) else _safe(names)
+    found = _plural(f.take("processes"), "process", "processes")
+    return f"{sent} to {found} a walk had missed (found late, while the tree stopped)"
+
+
 def _walk_failed(f: _Fields) -> str:
     return f"the tree could not be read from /proc ({f.text('error')})"
 
@@ -503,6 +510,7 @@ _DESCRIBE: Final[Mapping[str, Callable[[_Fields], str]]] = {
     "event_log_incomplete": _event_log_incomplete,
     "signal_by_pid": _signal_by_pid,
     "walk_failed": _walk_failed,
+    "signals_caught_up": _signals_caught_up,
     "internal_error": _internal_error,
     "lifeline_unknown_bytes": _lifeline_unknown_bytes,
 }

@@ -87,7 +87,7 @@ from tether.supervisor.reserve import DescriptorReserve
 # Loaded by a supervisor once its command runs: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
     from typing import Final, Protocol, TypeVar
 
     _T = TypeVar("_T")
@@ -141,6 +141,9 @@ class ProcessTree:
         self._me = os.getpid()
         #: Every other process this tree has signalled, to count in the record.
         self.stopped: set[int] = set()
+        #: Those of them a signal of this tree's own walk reached (itself, or through
+        #: the group): what :meth:`catch_up` leaves alone.
+        self._reached: set[int] = set()
         #: Those of them that had left the command's process group (setsid, setpgid),
         #: which a group signal alone would have missed: for the caller's verdict line.
         self.outside_group: set[int] = set()
@@ -247,6 +250,7 @@ class ProcessTree:
             if pid == self.leader:
                 continue
             self.stopped.add(pid)
+            self._reached.add(pid)
             if stat.pgid != self.pgid:
                 self.outside_group.add(pid)
             if stat.pgid != self.pgid or not self.own_group:
@@ -254,6 +258,41 @@ class ProcessTree:
         outside_walk = [pid for pid in members if pid not in walked and pid != self.leader]
         self._signal_members(outside_walk, signum, already=killed_by_cgroup)
         return len(walked) + len(outside_walk)
+
+    def catch_up(self, signums: Sequence[int]) -> int:
+        """Send ``signums``, in order, to each process outside the group no walk has reached.
+
+        The tree is stopping, and a walk can miss a process: one whose parent
+        died while the walk was between them (it moves to the supervisor, which
+        the walk had already read), as when the group's signal went out before
+        the walk (the sentry acts first), or one born outside the group after
+        the walk. Found now, it gets what the rest of the tree got, instead of
+        living on until the grace runs out and SIGKILL finds it. A process in
+        the command's group was reached by the group's signal and is left
+        alone (it must not see a second SIGTERM tether did not mean to send).
+        Returns how many processes were caught up with.
+        """
+        snapshot = self._read(self._snapshot) or []
+        if any(signum not in _WHOLE_TREE_SIGNALS for signum in signums):
+            snapshot = _without_nested_runs(snapshot)
+        known = {pid for pid, _stat in snapshot} | {self._me}
+        missed = [
+            pid
+            for pid, stat in snapshot
+            if pid != self.leader
+            and pid not in self._reached
+            and (stat.pgid != self.pgid or not self.own_group)
+        ]
+        for pid in missed:
+            self.stopped.add(pid)
+            self._reached.add(pid)
+            self.outside_group.add(pid)
+            for signum in signums:
+                self._signal_one(pid, signum, lambda p: proctree.parent_of(p) in known)
+        if missed:
+            names = [signal_name(str(signum)) or str(signum) for signum in signums]
+            self._report("signals_caught_up", processes=len(missed), signals=names)
+        return len(missed)
 
     def _snapshot(self) -> list[tuple[int, proctree.ProcStat]]:
         return [
@@ -291,6 +330,7 @@ class ProcessTree:
                 if not _maybe_alive(pid):
                     continue
                 self.stopped.add(pid)
+                self._reached.add(pid)
                 self.outside_group.add(pid)
                 if not already:
                     self._signal_one(pid, signum, cgroup.holds)

@@ -190,6 +190,9 @@ class Supervision:
             stop_signal=spec.stop_signal,
         )
         self.signals: list[SignalSent] = []
+        #: The signals sent to the tree since it began to stop, in order: what a
+        #: process found late gets (:meth:`ProcessTree.catch_up`).
+        self.stopping_with: list[int] = []
         #: Lines for the event log, held until the turn has acted (see :meth:`_tell`).
         self.held: list[tuple[str, float, dict[str, object]]] = []
         self.stragglers = 0
@@ -414,6 +417,9 @@ class Supervision:
         if self.machine.phase is Phase.KILLING:
             # Anything born since the last sweep gets the same SIGKILL.
             tree.signal(signal.SIGKILL)
+        elif self.machine.phase is Phase.TERMINATING and self.stopping_with:
+            # Anything a walk missed gets what the rest of the tree got.
+            tree.catch_up(self.stopping_with)
         if not self.exited:
             returncode = tree.leader_returncode()
             if returncode is None:
@@ -507,6 +513,8 @@ class Supervision:
         # The sentry sent it to the group already: the rest of the tree still needs it.
         by_sentry = self.sent_by_sentry.pop(number, None) is not None
         reached = tree.signal(number, group=not by_sentry)
+        if self.machine.phase is Phase.TERMINATING:
+            self.stopping_with.append(number)
         if not told:
             return
         self.signals.append(
