@@ -234,18 +234,26 @@ class ProcessTree:
         ``group=False`` the command's group (or its leader, when the group is
         not its own) is not signalled, because it already got ``signum`` (from
         the sentry, before the loop ran); the rest of the tree still is.
+        Between the walk and the group's signal nothing else is done (the
+        cgroup's list of a gentle signal waits until after): the command's
+        group is what a caller's death or a deadline must reach first.
         """
         snapshot = self._read(self._snapshot) or []
         walked = {pid for pid, _stat in snapshot}
         if signum not in _WHOLE_TREE_SIGNALS:
             snapshot = _without_nested_runs(snapshot)
-        members = self._members()
+        # Read before cgroup.kill empties it (to count who it reached); for a
+        # gentle signal, once the group has it: the group must not wait on a
+        # list that only adds what the walk cannot find.
+        members = self._members() if signum == signal.SIGKILL else None
         killed_by_cgroup = signum == signal.SIGKILL and self._kill_cgroup()
         if group:
             self._signal_group(signum)
-        known = walked | {self._me}
         if not self.own_group and group:
             self._signal_leader(signum)
+        if members is None:
+            members = self._members()
+        known = walked | {self._me}
         for pid, stat in snapshot:
             if pid == self.leader:
                 continue
