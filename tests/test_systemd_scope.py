@@ -26,7 +26,8 @@ from typing import Any
 
 import pytest
 
-from conftest import BOUND, FIXTURES, hooked_env, tether_argv
+import tether
+from conftest import BOUND, FIXTURES, hooked_env, read_json, tether_argv, validate_record
 from tether.linux import run_cgroups, systemd_scope
 from tether.linux.cgroup import CgroupUnavailable
 from tether.linux.systemd_scope import run_cgroup_in_scope, start_scope, user_bus_address
@@ -493,3 +494,23 @@ def test_the_caller_checks_for_a_scope_without_loading_jeepney(bus: str, tmp_pat
         check=True,
     )
     assert result.stdout.split() == ["None", "False"]
+
+
+def test_the_record_schema_takes_systemd_scope(tmp_path: Path) -> None:
+    """A record of a run whose limits a scope enforced validates; a made-up backend does not."""
+    import jsonschema
+
+    record = tmp_path / "r.json"
+    tether.run(["true"], record=record)
+    data: dict[str, Any] = read_json(record)
+    data["limits"] = {"memory_max": 67108864, "memory_swap_max": None, "cpu_max": None}
+    data["limits"]["pids_max"] = 50
+    enforced_by: dict[str, str | None] = {
+        "memory_max": "systemd-scope",
+        "pids_max": "systemd-scope",
+    }
+    data["limits_enforced_by"] = {"memory_swap_max": None, "cpu_max": None, **enforced_by}
+    validate_record(data)
+    data["limits_enforced_by"] = {**data["limits_enforced_by"], "pids_max": "systemd"}
+    with pytest.raises(jsonschema.ValidationError):
+        validate_record(data)
