@@ -161,6 +161,14 @@ def test_a_job_that_fails_is_a_refusal(bus: str, manager: StartManager) -> None:
         start_scope(bus, "tether-1-00000000.scope", 4321, description="d")
 
 
+def test_a_job_that_never_ends_is_a_refusal_in_bounded_time(
+    bus: str, manager: StartManager
+) -> None:
+    manager(result="never")
+    with pytest.raises(CgroupUnavailable, match=r"did not start tether-1-00000000.scope within"):
+        start_scope(bus, "tether-1-00000000.scope", 4321, description="d", timeout=0.5)
+
+
 def test_a_bus_without_a_manager_is_a_refusal(bus: str) -> None:
     with pytest.raises(CgroupUnavailable, match=r"refused the scope: .*ServiceUnknown"):
         start_scope(bus, "tether-1-00000000.scope", 4321, description="d", timeout=BOUND)
