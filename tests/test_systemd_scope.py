@@ -174,6 +174,14 @@ def test_a_bus_without_a_manager_is_a_refusal(bus: str) -> None:
         start_scope(bus, "tether-1-00000000.scope", 4321, description="d", timeout=BOUND)
 
 
+def test_a_scope_that_cannot_be_had_is_refused_with_what_would_work(bus: str) -> None:
+    with pytest.raises(CgroupUnavailable) as refused:
+        run_cgroup_in_scope("tether-1-00000000", ("pids",), {}, {"pids_max": "pids"}, address=bus)
+    message = str(refused.value)
+    assert "ServiceUnknown" in message
+    assert message.endswith("systemd-run --user --scope -p Delegate=yes tether ...")
+
+
 def test_an_unreachable_bus_is_a_refusal(tmp_path: Path) -> None:
     address = f"unix:path={tmp_path / 'nothing'}"
     with pytest.raises(CgroupUnavailable, match=r"cannot reach the user bus"):

@@ -354,7 +354,12 @@ def run_cgroup_in_scope(
     and the run's cgroup are gone.
     """
     unit = f"{name}.scope"
-    start_scope(address, unit, os.getpid(), description=f"tether run {name}")
+    try:
+        start_scope(address, unit, os.getpid(), description=f"tether run {name}")
+    except CgroupUnavailable as why:
+        raise CgroupUnavailable(
+            f"{why}; run tether as root, or in a cgroup delegated to you: {SCOPE_REMEDY}"
+        ) from None
     path, scope = enter_scope(unit)
     offered = _words(os.path.join(scope, "cgroup.controllers"))
     missing = {
