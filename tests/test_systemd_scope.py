@@ -382,6 +382,18 @@ def test_a_controller_the_v2_hierarchy_lacks_is_no_scope_s_either(
     assert run_cgroups.plan_backends(("memory",), environ=environ)[0] == {"memory": "systemd-scope"}
 
 
+@pytest.mark.usefixtures("session_scope")
+def test_the_zygote_leaves_the_scope_to_its_supervisor(bus: str) -> None:
+    """A process that is not the supervisor asks for no scope, and its containment runs nothing."""
+    from tether.supervisor.run_cgroup import CommandNotStarted, prepare_containment
+
+    environ = {"DBUS_SESSION_BUS_ADDRESS": bus}
+    containment = prepare_containment({"pids_max": 10}, environ=environ, supervisor=False)
+    assert containment.deferred
+    with pytest.raises(CommandNotStarted, match="never made"):
+        containment.take()
+
+
 # -- end to end: tether run and the API, refused before anything starts ----------------------
 
 

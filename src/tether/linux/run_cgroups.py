@@ -43,7 +43,11 @@ from tether.linux.cgroup import (
     run_cgroup_name,
 )
 from tether.linux.cgroup1 import Hierarchy, V1Cgroup, find_hierarchies, read_usage_v1
-from tether.linux.systemd_scope import hierarchy_controllers, user_bus_address
+from tether.linux.systemd_scope import (
+    hierarchy_controllers,
+    run_cgroup_in_scope,
+    user_bus_address,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -362,8 +366,6 @@ def _make_in_scope(
     environ: Mapping[str, str] | None,
 ) -> RunCgroup:
     """The v2 cgroup with its limits, in a scope of the user's systemd made for this process."""
-    from tether.linux.systemd_scope import run_cgroup_in_scope
-
     address = user_bus_address(os.environ if environ is None else environ)
     if address is None:
         raise CgroupUnavailable(f"the user bus is gone; {_DELEGATE}")

@@ -118,12 +118,17 @@ class Containment:
         """The cgroup for the command to join (``None``: the sweep alone), once the lock is warm.
 
         Raise the :class:`CommandNotStarted` kept by :func:`prepare_containment`
-        instead, if there is one. Reaps the warming child first: a
+        instead, if there is one, and for a :attr:`deferred` containment (its
+        cgroup was never made here). Reaps the warming child first: a
         supervisor's children are its command's tree, and nothing else.
         """
         self._reap()
         if self._failure is not None:
             raise self._failure
+        if self.deferred:  # never a command without the cgroup its limits need
+            raise CommandNotStarted(
+                None, "the run's cgroup was left to its supervisor, which never made it", "setup"
+            )
         return self._cgroup
 
     def descriptors(self) -> list[int]:
