@@ -18,7 +18,10 @@ and under ``TYPE_CHECKING`` do. Two more rules: the core imports nothing that
 touches the operating system or a clock (and only ``core/machine.py`` uses
 ``transitions``), and nothing a caller runs (``caller/``, ``api/``, ``shared/``,
 ``review/``, ``linux/``) imports ``transitions`` or ``structlog``, directly or
-through another tether module.
+through another tether module. And jeepney (D-Bus, for the user's systemd
+scope) is imported by one module only, ``tether.linux.systemd_scope``, and
+only where a supervisor asks for a scope: inside a function, never when a
+module loads.
 """
 
 from __future__ import annotations
@@ -213,6 +216,59 @@ def test_the_callers_side_never_reaches_transitions_or_structlog(module: str) ->
         if name.split(".")[0] in HEAVY
     ]
     assert heavy == []
+
+
+def import_time_imports(path: Path) -> Iterator[tuple[str, int]]:
+    """The top-level module names ``path`` imports as it loads: not in a function's body,
+    nor under ``if TYPE_CHECKING:`` (class bodies run as the module loads: they count)."""
+    todo: list[ast.AST] = [ast.parse(path.read_text(encoding="utf-8"), filename=str(path))]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            todo += node.orelse
+            continue
+        if isinstance(node, ast.Import):
+            yield from ((alias.name.split(".")[0], node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield node.module.split(".")[0], node.lineno
+        todo += ast.iter_child_nodes(node)
+
+
+def test_only_the_scope_module_uses_jeepney_and_only_when_asked() -> None:
+    users = sorted(
+        module
+        for module in modules()
+        if (path := path_of(module)) is not None
+        and any(name.split(".")[0] == "jeepney" for name, _ in imports_in(path))
+    )
+    assert users == ["tether.linux.systemd_scope"]
+    at_load = [
+        f"{module}:{line}"
+        for module in modules()
+        if (path := path_of(module)) is not None
+        for name, line in import_time_imports(path)
+        if name == "jeepney"
+    ]
+    assert at_load == []
+
+
+def test_the_load_time_checker_skips_only_functions_and_type_checking(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import jeepney.io\n"
+        "if TYPE_CHECKING:\n"
+        "    import signal\n"
+        "else:\n"
+        "    import socket\n"
+        "class C:\n"
+        "    import time\n"
+        "def f() -> None:\n"
+        "    import subprocess\n",
+        encoding="utf-8",
+    )
+    assert {name for name, _ in import_time_imports(sample)} == {"jeepney", "socket", "time"}
 
 
 def test_the_checker_sees_every_kind_of_import(tmp_path: Path) -> None:

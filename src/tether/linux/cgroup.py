@@ -61,6 +61,7 @@ import contextlib
 import errno
 import os
 import select
+import stat
 import time
 
 # On the path to the command's launch: no ``typing`` at run time.
@@ -611,14 +612,33 @@ def is_run_cgroup(directory: str) -> bool:
     Named ``tether-<creator pid>-<8 hex digits>`` and directly below this
     process's own cgroup in a mounted hierarchy (v2 or v1): where the run's
     supervisor (or the zygote that forked it, both in their caller's cgroup)
-    made it. The caller's fallback kills nothing else, whatever a status
-    message said: a forged ``started`` cannot make it kill another cgroup.
+    made it; or directly in the user's systemd scope the supervisor asked
+    for (:mod:`tether.linux.systemd_scope`): a scope named after it
+    (``<name>.scope``), in a cgroup v2 mount, delegated to this user (a
+    non-root one: it owns the scope's directory). The caller's fallback
+    kills nothing else, whatever a status message said: a forged ``started``
+    cannot make it kill another cgroup.
     """
     if not os.path.isabs(directory) or os.path.normpath(directory) != directory:
         return False
-    if _creator_of(os.path.basename(directory)) is None:
+    name = os.path.basename(directory)
+    if _creator_of(name) is None or os.path.islink(directory):
         return False
-    return os.path.dirname(directory) in _own_directories() and not os.path.islink(directory)
+    parent = os.path.dirname(directory)
+    return parent in _own_directories() or _in_own_scope(parent, name)
+
+
+def _in_own_scope(scope: str, name: str) -> bool:
+    """Whether ``scope`` is the systemd scope made for run cgroup ``name``, and this user's."""
+    if os.path.basename(scope) != f"{name}.scope" or os.geteuid() == 0:
+        return False
+    if not any(scope.startswith(point.rstrip("/") + "/") for _root, point in _cgroup2_mounts()):
+        return False
+    try:
+        status = os.lstat(scope)
+    except OSError:
+        return False
+    return stat.S_ISDIR(status.st_mode) and status.st_uid == os.geteuid()
 
 
 #: How many rounds of SIGKILL a cgroup v1 directory gets before it is given up on.

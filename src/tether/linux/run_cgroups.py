@@ -9,7 +9,14 @@ Which backend enforces a limit is chosen per host *and per controller*
 - ``cgroup1`` where it cannot and a v1 hierarchy holds it (a hybrid or a
   legacy host) whose cgroup this process may divide (root: systemd
   delegates no v1 hierarchy to a user);
-- neither: :class:`~tether.linux.cgroup.CgroupUnavailable`, with a message
+- ``systemd-scope`` where it cannot, no v1 hierarchy holds it, the v2
+  hierarchy does, this process is not root and a user bus is there: the
+  supervisor asks the user's service manager for a scope with
+  ``Delegate=yes`` and makes the run's cgroup in it
+  (:mod:`tether.linux.systemd_scope`), as ``systemd-run --user --scope -p
+  Delegate=yes`` would; whatever the scope turns out not to have been
+  delegated is refused then, before the command starts;
+- none: :class:`~tether.linux.cgroup.CgroupUnavailable`, with a message
   that says what would work.
 
 :class:`RunCgroups` is what the supervisor holds for the run: the v2 cgroup
@@ -36,6 +43,11 @@ from tether.linux.cgroup import (
     run_cgroup_name,
 )
 from tether.linux.cgroup1 import Hierarchy, V1Cgroup, find_hierarchies, read_usage_v1
+from tether.linux.systemd_scope import (
+    hierarchy_controllers,
+    run_cgroup_in_scope,
+    user_bus_address,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -67,24 +79,53 @@ def _v1_by_controller(hierarchies: list[Hierarchy]) -> dict[str, Hierarchy]:
     return {name: hierarchy for hierarchy in hierarchies for name in hierarchy.controllers}
 
 
+def _privileged() -> bool:
+    """Whether this process is root, for whom tether divides the system's cgroups itself."""
+    return os.geteuid() == 0
+
+
+def _user_scope(path: str, directory: str, environ: Mapping[str, str]) -> tuple[set[str], str]:
+    """What a user's systemd scope could hold here, and why not if nothing.
+
+    The controllers of the v2 hierarchy (a scope gets at most those), for a
+    non-root process with a user bus to ask; none, with the reason, otherwise.
+    """
+    if _privileged():
+        return set(), ""
+    if user_bus_address(environ) is None:
+        return set(), (
+            "no user bus to ask systemd for a delegated scope "
+            "(neither $DBUS_SESSION_BUS_ADDRESS nor $XDG_RUNTIME_DIR/bus is a socket)"
+        )
+    return hierarchy_controllers(path, directory), ""
+
+
 def plan_backends(
-    controllers: tuple[str, ...], *, check: bool = True
+    controllers: tuple[str, ...],
+    *,
+    check: bool = True,
+    environ: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, str], dict[str, Hierarchy]]:
     """Which backend takes each of ``controllers``, and the v1 hierarchies it uses.
 
     Enabling a controller in cgroup v2 is the one change made (the run's
     cgroup needs it anyway). ``check``: believe a v1 directory only if its
     ``cgroup.procs`` lists this process (the supervisor); the caller's quick
-    look skips that read. Raise :class:`CgroupUnavailable` for the first
-    controller nothing can take, saying what would work.
+    look skips that read. ``environ``: where the user bus is looked for
+    (default: this process's). A ``systemd-scope`` answer is a promise to
+    ask: nothing talks to the bus here. When one controller needs the scope,
+    every controller v2 could take goes there too (the run has one v2
+    cgroup). Raise :class:`CgroupUnavailable` for the first controller
+    nothing can take, saying what would work.
     """
     backends: dict[str, str] = {}
     v2_why = ""
     try:
-        _path, v2_directory = own_cgroup()
+        v2_path, v2_directory = own_cgroup()
     except CgroupUnavailable as why:
-        v2_directory, v2_why = None, str(why)
+        v2_path, v2_directory, v2_why = "", None, str(why)
     v1 = _v1_by_controller(find_hierarchies(check=check)) if controllers else {}
+    scope: tuple[set[str], str] | None = None
     for name in controllers:
         if v2_directory is not None:
             try:
@@ -97,6 +138,16 @@ def plan_backends(
                 backends[name] = "cgroup2"
                 continue
         hierarchy = v1.get(name)
+        if hierarchy is None and v2_directory is not None:
+            if scope is None:
+                scope = _user_scope(
+                    v2_path, v2_directory, os.environ if environ is None else environ
+                )
+            offered, no_scope = scope
+            if name in offered:
+                backends[name] = "systemd-scope"
+                continue
+            v2_why = f"{v2_why}; {no_scope}" if no_scope else v2_why
         if hierarchy is None:
             raise CgroupUnavailable(f"{v2_why}; {_DELEGATE}")
         if not os.access(hierarchy.directory, os.W_OK):
@@ -106,6 +157,11 @@ def plan_backends(
                 "run tether as root"
             )
         backends[name] = "cgroup1"
+    if "systemd-scope" in backends.values():
+        backends = {
+            name: "systemd-scope" if backend == "cgroup2" else backend
+            for name, backend in backends.items()
+        }
     return backends, v1
 
 
@@ -158,6 +214,8 @@ class RunCgroups:
         v2_files: Mapping[str, str] | None = None,
         v1_files: Mapping[str, list[tuple[str, str]]] | None = None,
         enforced_by: dict[str, str] | None = None,
+        limit_controllers: Mapping[str, str] | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> RunCgroups:
         """Make the run's cgroups; :class:`CgroupUnavailable` if one cannot be made.
 
@@ -165,7 +223,12 @@ class RunCgroups:
         ``v2_files`` what to write in the v2 cgroup (by file), ``v1_files`` in
         each v1 one (by controller, in order). Without ``backends``, only a
         v2 cgroup is made (membership). Every limit is written before this
-        returns, and nothing is left made if one cannot be.
+        returns, and nothing is left made if one cannot be. Where the
+        backend is ``systemd-scope``, this process is moved into a new scope
+        first (:func:`~tether.linux.systemd_scope.run_cgroup_in_scope`: only
+        a supervisor may call it so), asked for on the user bus found in
+        ``environ``; ``limit_controllers`` (each limit's controller, by API
+        name) lets it name every limit the scope cannot take.
         """
         name = run_cgroup_name()
         if not backends:
@@ -174,7 +237,12 @@ class RunCgroups:
             remove_stale(hierarchy.directory)  # a SIGKILLed supervisor's, in any hierarchy
         made = cls(None, [], dict(enforced_by or {}))
         try:
-            made.v2 = _make_v2(name, backends, v2_files or {})
+            if "systemd-scope" in backends.values():
+                made.v2 = _make_in_scope(
+                    name, backends, v2_files or {}, limit_controllers or {}, environ
+                )
+            else:
+                made.v2 = _make_v2(name, backends, v2_files or {})
             made.v1 = _make_v1(
                 name, backends, hierarchies or {}, v1_files or {}, v2=made.v2 is not None
             )
@@ -288,6 +356,27 @@ def _make_v2(name: str, backends: Mapping[str, str], files: Mapping[str, str]) -
         if controllers:
             raise
         return None
+
+
+def _make_in_scope(
+    name: str,
+    backends: Mapping[str, str],
+    files: Mapping[str, str],
+    limit_controllers: Mapping[str, str],
+    environ: Mapping[str, str] | None,
+) -> RunCgroup:
+    """The v2 cgroup with its limits, in a scope of the user's systemd made for this process."""
+    address = user_bus_address(os.environ if environ is None else environ)
+    if address is None:
+        raise CgroupUnavailable(f"the user bus is gone; {_DELEGATE}")
+    controllers = tuple(each for each, backend in backends.items() if backend == "systemd-scope")
+    written = {file: text for file, text in files.items() if file.split(".", 1)[0] in controllers}
+    limits = {
+        limit: controller
+        for limit, controller in limit_controllers.items()
+        if controller in controllers
+    }
+    return run_cgroup_in_scope(name, controllers, written, limits, address=address)
 
 
 def _make_v1(

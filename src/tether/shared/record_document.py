@@ -149,7 +149,7 @@ class RunFacts(FrozenValue):
     #: ``memory.events``, ``pids.events``), by the record's names; ``None``
     #: without a cgroup of the run's own.
     tree_usage: dict[str, int | float | None] | None
-    #: Each limit asked for and what enforced it (``cgroup2``, ``cgroup1``);
+    #: Each limit asked for and what enforced it (``cgroup2``, ``cgroup1``, ``systemd-scope``);
     #: ``None`` without limits.
     limits_enforced_by: dict[str, str] | None
 

@@ -197,7 +197,7 @@ class Supervision:
         self.held: list[tuple[str, float, dict[str, object]]] = []
         self.stragglers = 0
         self.tree_usage: dict[str, int | float | None] | None = None
-        #: Each limit and the backend that enforced it (``cgroup2``, ``cgroup1``).
+        #: Each limit and what enforced it (``cgroup2``, ``cgroup1``, ``systemd-scope``).
         self.limits_enforced_by: dict[str, str] | None = None
         self.exited = False
         self.emptied = False

@@ -22,6 +22,12 @@ kernel holds its cgroup mutex through that wait, so a ``mkdir`` in the
 cgroup tree waits with it; the cgroup is made before the child starts, never
 after.
 
+Where the limits need a scope of the user's systemd
+(:mod:`tether.linux.systemd_scope`), the process that makes the cgroup is
+the one moved into the scope, so it must be the supervisor: the API's
+zygote, which prepares the cgroup of each supervisor it forks, leaves that
+one to the supervisor itself (:attr:`Containment.deferred`).
+
 Nothing here raises: a setting or limits that stop the launch, or a cgroup
 that is required and cannot be made, are kept and raised by
 :meth:`Containment.take`, in the launch, where every failure to start is
@@ -84,10 +90,12 @@ class Containment:
     """The run's containment as prepared: its cgroup (or none), or why the command cannot start.
 
     ``required``: the command must join the cgroup or not start
-    (``TETHER_CONTAINMENT=cgroup``, or limits); ``limited``: there are limits.
+    (``TETHER_CONTAINMENT=cgroup``, or limits); ``limited``: there are limits;
+    ``deferred``: nothing was made, because the cgroup needs a systemd scope
+    that only the supervisor itself may be moved into.
     """
 
-    __slots__ = ("_cgroup", "_failure", "_warming", "limited", "required")
+    __slots__ = ("_cgroup", "_failure", "_warming", "deferred", "limited", "required")
 
     def __init__(
         self,
@@ -97,23 +105,30 @@ class Containment:
         required: bool = False,
         limited: bool = False,
         warming: int | None = None,
+        deferred: bool = False,
     ) -> None:
         self._cgroup = cgroup
         self._failure = failure
         self._warming = warming
         self.required = required
         self.limited = limited
+        self.deferred = deferred
 
     def take(self) -> RunCgroups | None:
         """The cgroup for the command to join (``None``: the sweep alone), once the lock is warm.
 
         Raise the :class:`CommandNotStarted` kept by :func:`prepare_containment`
-        instead, if there is one. Reaps the warming child first: a
+        instead, if there is one, and for a :attr:`deferred` containment (its
+        cgroup was never made here). Reaps the warming child first: a
         supervisor's children are its command's tree, and nothing else.
         """
         self._reap()
         if self._failure is not None:
             raise self._failure
+        if self.deferred:  # never a command without the cgroup its limits need
+            raise CommandNotStarted(
+                None, "the run's cgroup was left to its supervisor, which never made it", "setup"
+            )
         return self._cgroup
 
     def descriptors(self) -> list[int]:
@@ -144,17 +159,24 @@ def prepare_containment(
     *,
     warm: bool = True,
     environ: Mapping[str, str] | None = None,
+    supervisor: bool = True,
 ) -> Containment:
     """Choose the run's containment and make its cgroup now; start warming the join's lock.
 
     ``warm``: fork the child that takes the lock for nothing (only worth it
     when the supervisor has work left before the command's fork).
-    ``environ``: where ``TETHER_CONTAINMENT`` is read (default: this process's).
+    ``environ``: where ``TETHER_CONTAINMENT`` and the user bus are read
+    (default: this process's). ``supervisor``: this process is the run's
+    supervisor, which may be moved into a systemd scope; the zygote is not,
+    and gets a :attr:`~Containment.deferred` containment where one is needed.
     """
+    environ = os.environ if environ is None else environ
     try:
-        setting = containment_setting(os.environ if environ is None else environ)
+        setting = containment_setting(environ)
         checked = _checked_limits(limits)
-        cgroup = _make_cgroup(setting, checked)
+        cgroup = _make_cgroup(setting, checked, environ, supervisor=supervisor)
+    except _Deferred:
+        return Containment(deferred=True)
     except CommandNotStarted as failure:
         return Containment(failure=failure)
     except OSError as error:  # none expected: RunCgroups says what it cannot do
@@ -199,9 +221,19 @@ def containment_setting(environ: Mapping[str, str]) -> str:
     return value
 
 
-def _make_cgroup(setting: str, limits: Mapping[str, int | float]) -> RunCgroups | None:
+class _Deferred(Exception):
+    """The cgroup needs a systemd scope, and this process is not the one to move into it."""
+
+
+def _make_cgroup(
+    setting: str,
+    limits: Mapping[str, int | float],
+    environ: Mapping[str, str],
+    *,
+    supervisor: bool,
+) -> RunCgroups | None:
     if limits:
-        return _limited_cgroup(setting, limits)
+        return _limited_cgroup(setting, limits, environ, supervisor=supervisor)
     if setting == "sweep":
         return None
     try:
@@ -214,7 +246,13 @@ def _make_cgroup(setting: str, limits: Mapping[str, int | float]) -> RunCgroups 
         return None
 
 
-def _limited_cgroup(setting: str, limits: Mapping[str, int | float]) -> RunCgroups:
+def _limited_cgroup(
+    setting: str,
+    limits: Mapping[str, int | float],
+    environ: Mapping[str, str],
+    *,
+    supervisor: bool,
+) -> RunCgroups:
     """The run's cgroup with its limits written, or why there can be none (never: no limits).
 
     A limit asked for and not applied would be a promise silently broken, and
@@ -228,7 +266,9 @@ def _limited_cgroup(setting: str, limits: Mapping[str, int | float]) -> RunCgrou
             "setup",
         )
     try:
-        backends, hierarchies = plan_backends(limit_controllers(limits))
+        backends, hierarchies = plan_backends(limit_controllers(limits), environ=environ)
+        if "systemd-scope" in backends.values() and not supervisor:
+            raise _Deferred
         v1_limits = {
             name: value
             for name, value in limits.items()
@@ -244,6 +284,8 @@ def _limited_cgroup(setting: str, limits: Mapping[str, int | float]) -> RunCgrou
             v2_files=limit_files(limits),
             v1_files=v1_files,
             enforced_by={name: backends[LIMIT_CONTROLLERS[name]] for name in limits},
+            limit_controllers={name: LIMIT_CONTROLLERS[name] for name in limits},
+            environ=environ,
         )
     except CgroupUnavailable as why:
         raise CommandNotStarted(None, f"cannot set resource limits: {why}", "setup") from None

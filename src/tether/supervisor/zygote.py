@@ -174,7 +174,8 @@ def _prepare(header: bytes) -> Containment | None:
     """The request's containment, from its limits and its ``TETHER_CONTAINMENT``.
 
     ``None`` for a request this cannot read: the supervisor reads it again,
-    and says what is wrong with it.
+    and says what is wrong with it; ``None`` too where the limits need a
+    scope of the user's systemd, which the supervisor asks for itself.
     """
     try:
         request = json.loads(header)
@@ -184,7 +185,9 @@ def _prepare(header: bytes) -> Containment | None:
         return None
     if not isinstance(environ, dict) or not isinstance(limits, dict | None):
         return None
-    return prepare_containment(limits, warm=False, environ=environ)
+    containment = prepare_containment(limits, warm=False, environ=environ, supervisor=False)
+    # A systemd scope takes the process that asks for it: the supervisor asks, once forked.
+    return None if containment.deferred else containment
 
 
 def _become(header: bytes, fds: list[int], containment: Containment | None) -> NoReturn:

@@ -1,0 +1,384 @@
+"""The user's own systemd scope: a cgroup a non-root caller may divide, asked for over the user bus.
+
+A non-root caller under systemd on cgroup v2 (a workstation, an ssh login)
+lives in a session or app scope that holds processes of its own, so the
+kernel enables no controller below it (the "no internal processes" rule),
+and the user may write nowhere else in the hierarchy. Only the user's own
+service manager can hand out a cgroup the user may divide: a transient scope
+with ``Delegate=yes``, which is what ``systemd-run --user --scope -p
+Delegate=yes`` asks for. tether asks for the same thing, in the same words
+(systemd's ``src/run/run.c``, ``transient_scope_set_properties``):
+``StartTransientUnit(name, "fail", [Description, Delegate=true, PIDs=[pid]],
+[])`` on ``org.freedesktop.systemd1.Manager``, then it waits for the job's
+``JobRemoved`` signal and believes the scope only once its result is
+``done``. The name is ``tether-<supervisor pid>-<8 hex digits>.scope``, the
+run's cgroup name with ``.scope`` after it.
+
+**Which process joins the scope: the supervisor.** Moving a process from one
+cgroup to another needs write access to the ``cgroup.procs`` of the two
+cgroups' common ancestor; the command, forked by a supervisor still in the
+caller's session scope, could not move into a cgroup below the new scope
+(their common ancestor is the user's slice, which root owns). The user's
+manager moves the supervisor (it may, asking the system manager if it must),
+and from then on everything the supervisor forks is born inside the
+delegated subtree. The supervisor then steps into a leaf of its own,
+``supervisor``, so that the scope itself holds no process and its
+controllers can be enabled for the run's cgroup, ``tether-...`` beside that
+leaf, which the command joins as it would any run cgroup. The API's zygote
+is never moved: it outlives the run; the supervisor it forks asks for the
+scope itself.
+
+**How the scope goes away.** A scope ends when its cgroup is empty. The
+run's cgroup is removed like any other once the tree is gone; the supervisor
+then writes the record and exits, the scope empties, and systemd stops it
+and removes its cgroup, the supervisor's leaf included. A supervisor that
+was SIGKILLed leaves whatever of the tree survived in the scope, which lives
+until they end (nothing tether names is left once they have).
+
+**Only what was delegated.** A user's manager delegates the controllers it
+has itself (``Delegate=`` of ``user@.service``: upstream ``pids memory cpu``,
+Debian 11 without ``cpu``), and ``systemd-run --user`` silently drops a
+limit whose controller is missing (systemd#9641). tether reads the scope's
+``cgroup.controllers`` and refuses every limit whose controller is not
+there, before the command starts.
+
+jeepney (pure Python D-Bus) is imported only when a scope is asked for,
+inside the supervisor: never on the caller's side, which only looks for a
+bus with :func:`user_bus_address`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import time
+
+from tether.linux.cgroup import (
+    CgroupUnavailable,
+    RunCgroup,
+    enable_controllers,
+    make_cgroup,
+    own_cgroup,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from typing import Final
+
+    from jeepney import Message
+    from jeepney.io.blocking import DBusConnection
+
+__all__ = [
+    "JOB_MODE",
+    "MANAGER_INTERFACE",
+    "SCOPE_REMEDY",
+    "SUPERVISOR_LEAF",
+    "SYSTEMD_BUS_NAME",
+    "SYSTEMD_PATH",
+    "enter_scope",
+    "hierarchy_controllers",
+    "run_cgroup_in_scope",
+    "scope_properties",
+    "start_scope",
+    "user_bus_address",
+]
+
+SYSTEMD_BUS_NAME: Final = "org.freedesktop.systemd1"
+SYSTEMD_PATH: Final = "/org/freedesktop/systemd1"
+MANAGER_INTERFACE: Final = "org.freedesktop.systemd1.Manager"
+#: ``systemd-run``'s default job mode: fail rather than replace a conflicting job.
+JOB_MODE: Final = "fail"
+#: The leaf of the scope the supervisor moves itself into, leaving the scope free of processes.
+SUPERVISOR_LEAF: Final = "supervisor"
+#: How long the whole exchange may take, connection to job done (systemd-run allows 25 s a call).
+SCOPE_TIMEOUT: Final = 10.0
+#: What a user can do where tether cannot ask for a scope itself.
+SCOPE_REMEDY: Final = "systemd-run --user --scope -p Delegate=yes tether ..."
+
+
+# -- finding the bus (the caller's side too: no jeepney) -------------------------------------
+
+
+def _unescape(value: str) -> str:
+    """Undo a D-Bus address value's ``%xx`` escapes."""
+    pieces = value.split("%")
+    out = [pieces[0]]
+    for piece in pieces[1:]:
+        code = piece[:2]
+        if len(code) == 2 and all(c in "0123456789abcdefABCDEF" for c in code):
+            out.append(chr(int(code, 16)) + piece[2:])
+        else:
+            out.append("%" + piece)
+    return "".join(out)
+
+
+def _is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _reachable(address: str) -> bool:
+    """Whether ``address`` names a Unix socket that exists (or an abstract one, which may)."""
+    for entry in address.split(";"):
+        transport, _, options = entry.partition(":")
+        if transport != "unix":
+            continue
+        pairs = dict(option.partition("=")[::2] for option in options.split(","))
+        if "abstract" in pairs:
+            return True
+        if "path" in pairs and _is_socket(_unescape(pairs["path"])):
+            return True
+    return False
+
+
+def user_bus_address(environ: Mapping[str, str]) -> str | None:
+    """The user bus's address, if one is there to reach; ``None`` otherwise.
+
+    ``$DBUS_SESSION_BUS_ADDRESS`` first (what the session says), then the
+    socket systemd's user instance puts at ``$XDG_RUNTIME_DIR/bus``. Only
+    Unix sockets count (all jeepney speaks), and a path only if the socket
+    exists: a stale variable from another login is no bus.
+    """
+    address = environ.get("DBUS_SESSION_BUS_ADDRESS", "")
+    if address and _reachable(address):
+        return address
+    runtime = environ.get("XDG_RUNTIME_DIR", "")
+    if runtime and os.path.isabs(runtime) and _is_socket(os.path.join(runtime, "bus")):
+        return "unix:path=" + os.path.join(runtime, "bus")
+    return None
+
+
+def _words(path: str) -> set[str]:
+    try:
+        with open(path, encoding="ascii", errors="replace") as file:
+            return set(file.read().split())
+    except OSError:
+        return set()
+
+
+def hierarchy_controllers(path: str, directory: str) -> set[str]:
+    """The controllers the cgroup v2 hierarchy holds, from its root's ``cgroup.controllers``.
+
+    ``path`` and ``directory`` are a cgroup's, as
+    :func:`~tether.linux.cgroup.own_cgroup` gives them; the root is the
+    directory with the path taken off its end. A session scope's own
+    ``cgroup.controllers`` may lack one its user's manager can delegate
+    (``cpu``, enabled only where a unit needs it), so the root is asked.
+    """
+    root = directory
+    trimmed = path.rstrip("/")
+    if trimmed and directory.endswith(trimmed):
+        root = directory[: len(directory) - len(trimmed)] or "/"
+    return _words(os.path.join(root, "cgroup.controllers"))
+
+
+# -- the exchange (the supervisor's side) ---------------------------------------------------
+
+
+def scope_properties(pid: int, description: str) -> list[tuple[str, tuple[str, object]]]:
+    """The scope's properties, as ``systemd-run --user --scope -p Delegate=yes`` sends them.
+
+    ``Description`` first, then the ``-p`` property, then the process to
+    move. systemd-run sends ``PIDFDs`` where the manager takes them and
+    falls back to ``PIDs``; tether sends ``PIDs`` (every systemd with
+    transient scopes takes them), for the supervisor, which cannot exit and
+    hand its pid on before the scope is made.
+    """
+    return [
+        ("Description", ("s", description)),
+        ("Delegate", ("b", True)),
+        ("PIDs", ("au", [pid])),
+    ]
+
+
+def _connect(address: str, timeout: float) -> DBusConnection:
+    """A connection to the bus at ``address`` whose ``Hello`` waits at most ``timeout`` seconds.
+
+    jeepney's own connection waits for ``Hello``'s answer forever; the
+    supervisor, which nothing watches yet, must not.
+    """
+    from jeepney.bus import get_connectable_addresses
+    from jeepney.bus_messages import message_bus
+    from jeepney.io.blocking import DBusConnection, DBusConnectionBase, Proxy, prep_socket
+    from jeepney.io.common import MessageFilters
+
+    class Connection(DBusConnection):  # type: ignore[misc]
+        def __init__(self, sock: object) -> None:
+            DBusConnectionBase.__init__(self, sock)
+            self._filters = MessageFilters()
+            self.bus_proxy = Proxy(message_bus, self, timeout=timeout)
+            self.unique_name = self.bus_proxy.Hello()[0]
+
+    errors: list[str] = []
+    for socket_address in get_connectable_addresses(address):
+        try:
+            sock = prep_socket(socket_address, timeout=timeout)
+        except (OSError, TimeoutError) as error:
+            errors.append(str(error))
+            continue
+        try:
+            return Connection(sock)
+        except BaseException:
+            sock.close()
+            raise
+    raise OSError("; ".join(errors) or "no Unix socket in the address")
+
+
+def _answer(connection: DBusConnection, message: Message, deadline: float) -> tuple[object, ...]:
+    """The body of the reply to ``message``; :class:`CgroupUnavailable` for an error reply."""
+    from jeepney import HeaderFields, MessageType
+
+    reply = connection.send_and_get_reply(message, timeout=max(0.0, deadline - time.monotonic()))
+    if reply.header.message_type == MessageType.error:
+        name = reply.header.fields.get(HeaderFields.error_name, "an error")
+        text = reply.body[0] if reply.body and isinstance(reply.body[0], str) else ""
+        raise CgroupUnavailable(
+            f"the user's service manager refused the scope: {name}{': ' if text else ''}{text}"
+        )
+    return tuple(reply.body)
+
+
+def start_scope(
+    address: str, unit: str, pid: int, *, description: str, timeout: float = SCOPE_TIMEOUT
+) -> None:
+    """Ask the user's service manager for scope ``unit`` holding ``pid``; return once it runs.
+
+    Waits for the start job's ``JobRemoved`` signal (subscribed to before
+    the call, so it cannot be missed), at most ``timeout`` seconds for the
+    whole exchange. Raise :class:`CgroupUnavailable` if the bus cannot be
+    reached, the manager refuses, or the job ends other than ``done``.
+    """
+    try:
+        from jeepney import DBusAddress, MatchRule, new_method_call
+        from jeepney.bus_messages import message_bus
+    except ImportError:
+        raise CgroupUnavailable(
+            "a systemd scope needs the jeepney package, which is not installed"
+        ) from None
+    from collections import deque
+
+    deadline = time.monotonic() + timeout
+    signal = {"type": "signal", "interface": MANAGER_INTERFACE, "member": "JobRemoved"}
+    try:
+        connection = _connect(address, timeout)
+    except (OSError, TimeoutError, RuntimeError, ValueError) as error:
+        raise CgroupUnavailable(f"cannot reach the user bus at {address}: {error}") from None
+    try:
+        with connection.filter(MatchRule(path=SYSTEMD_PATH, **signal), queue=deque()) as removed:
+            bus_rule = MatchRule(sender=SYSTEMD_BUS_NAME, path=SYSTEMD_PATH, **signal)
+            _answer(connection, message_bus.AddMatch(bus_rule), deadline)
+            manager = DBusAddress(
+                SYSTEMD_PATH, bus_name=SYSTEMD_BUS_NAME, interface=MANAGER_INTERFACE
+            )
+            call = new_method_call(
+                manager,
+                "StartTransientUnit",
+                "ssa(sv)a(sa(sv))",
+                (unit, JOB_MODE, scope_properties(pid, description), []),
+            )
+            (job,) = _answer(connection, call, deadline)
+            result = _job_result(connection, removed, job, deadline)
+    except TimeoutError:
+        raise CgroupUnavailable(
+            f"the user's service manager did not start {unit} within {timeout:g} s"
+        ) from None
+    except (OSError, ValueError) as error:
+        raise CgroupUnavailable(f"the user bus failed while starting {unit}: {error}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            connection.close()
+    if result != "done":
+        raise CgroupUnavailable(
+            f"the user's service manager could not start {unit} (its job ended {result!r})"
+        )
+
+
+def _job_result(connection: DBusConnection, removed: object, job: object, deadline: float) -> str:
+    """The result of job ``job`` from its ``JobRemoved`` signal (id, job, unit, result)."""
+    while True:
+        remaining = max(0.0, deadline - time.monotonic())
+        message = connection.recv_until_filtered(removed, timeout=remaining)
+        body = message.body
+        if len(body) == 4 and body[1] == job and isinstance(body[3], str):
+            return body[3]
+
+
+# -- inside the scope -----------------------------------------------------------------------
+
+
+def enter_scope(unit: str) -> tuple[str, str]:
+    """This process's cgroup, checked to be scope ``unit``: its path and its directory.
+
+    Believed from ``/proc/self/cgroup``, never from the manager's word: the
+    job may be ``done`` and the move still not have happened (another
+    manager, a process that moved on). :class:`CgroupUnavailable` otherwise.
+    """
+    path, directory = own_cgroup()
+    if os.path.basename(path) != unit:
+        raise CgroupUnavailable(
+            f"the user's service manager started {unit}, but this process is in {path}, not in it"
+        )
+    return path, directory
+
+
+def _refusal(unit: str, missing: Mapping[str, str], offered: Iterable[str]) -> str:
+    controllers = sorted(set(missing.values()))
+    listed = " ".join(sorted(offered)) or "none"
+    return (
+        f"the user's service manager delegates no {' or '.join(controllers)} controller "
+        f"(the scope {unit} got: {listed}), so {', '.join(missing)} cannot be enforced: "
+        "an administrator can add it to Delegate= of user@.service "
+        "(systemctl edit user@.service), or run tether as root"
+    )
+
+
+def run_cgroup_in_scope(
+    name: str,
+    controllers: tuple[str, ...],
+    files: Mapping[str, str],
+    limits: Mapping[str, str],
+    *,
+    address: str,
+) -> RunCgroup:
+    """Move this process (the supervisor) into a new scope; make the run's cgroup ``name`` in it.
+
+    ``controllers`` are enabled for it and ``files`` (the limits) written
+    before anything can join it. ``limits`` maps each limit asked for (by
+    API name) to its controller; every one whose controller the scope did not
+    get is refused first: :class:`CgroupUnavailable`, whose message names
+    them all. The scope ends by itself once this process
+    and the run's cgroup are gone.
+    """
+    unit = f"{name}.scope"
+    try:
+        start_scope(address, unit, os.getpid(), description=f"tether run {name}")
+    except CgroupUnavailable as why:
+        raise CgroupUnavailable(
+            f"{why}; run tether as root, or in a cgroup delegated to you: {SCOPE_REMEDY}"
+        ) from None
+    path, scope = enter_scope(unit)
+    offered = _words(os.path.join(scope, "cgroup.controllers"))
+    missing = {
+        limit: controller for limit, controller in limits.items() if controller not in offered
+    }
+    if missing:
+        raise CgroupUnavailable(_refusal(unit, missing, offered))
+    leaf = os.path.join(scope, SUPERVISOR_LEAF)
+    try:
+        os.mkdir(leaf, 0o755)
+        fd = os.open(os.path.join(leaf, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+    except OSError as error:
+        raise CgroupUnavailable(
+            f"cannot move the supervisor into {leaf}: {error.strerror or error}"
+        ) from None
+    enable_controllers(scope, controllers)
+    directory, fd = make_cgroup(scope, name, files.items(), "cgroup.kill")
+    return RunCgroup(os.path.join(path, name), directory, fd)
