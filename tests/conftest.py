@@ -256,6 +256,21 @@ class Processes:
         self.track(popen.pid)
         return popen
 
+    def script(self, source: str, *, stdin: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+        """Start ``python -c source`` with its stdout and stderr on pipes, unbuffered.
+
+        Unbuffered: ``communicate()`` reads the pipes itself, so a buffered
+        ``readline()`` that read ahead (answers already written, on a loaded
+        machine) would lose them.
+        """
+        return self.start(
+            [sys.executable, "-c", source],
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            bufsize=0,
+        )
+
     def cleanup(self) -> list[int]:
         """Kill what is left; return the pids that were still alive (a leak)."""
         leaked = [pid for pid in self.pids if alive(pid)]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 from conftest import BOUND, Processes, alive, wait_gone
 
@@ -81,13 +80,7 @@ os.waitpid(leader, 0)
 def test_a_process_outside_the_group_that_no_walk_reached_gets_the_signals(
     processes: Processes,
 ) -> None:
-    script = processes.start(
-        [sys.executable, "-c", SCRIPT],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        bufsize=0,
-    )
+    script = processes.script(SCRIPT, stdin=subprocess.PIPE)
     assert script.stdin is not None
     assert script.stdout is not None
     pids = json.loads(script.stdout.readline())

@@ -383,15 +383,7 @@ print(json.dumps(answers), flush=True)
 def test_a_full_table_borrows_from_the_reserve_and_never_reads_as_an_empty_tree(
     processes: Processes,
 ) -> None:
-    script = processes.start(
-        [sys.executable, "-c", FULL_TABLE],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        # Unbuffered: communicate() reads the pipe itself, so a buffered readline() that
-        # read ahead (the answers already written, on a loaded machine) would lose them.
-        bufsize=0,
-    )
+    script = processes.script(FULL_TABLE)
     assert script.stdout is not None
     pids = json.loads(script.stdout.readline())
     processes.track(*pids)
