@@ -712,3 +712,25 @@ def test_show_says_when_the_evidence_or_the_pidfds_fell_short(tmp_path: Path) ->
     plain = tether("show", str(craft(tmp_path, "plain.json")))
     assert "incomplete" not in plain.stdout
     assert "pidfd" not in plain.stdout
+
+
+def test_the_launch_lines_name_the_command_and_keep_their_bookkeeping_out(tmp_path: Path) -> None:
+    record = craft(tmp_path, "r.json")
+    launch = {"supervisor_pid": 100, "supervisor_start_ticks": 4242, "command": "make"}
+    log_of(record).write_text(
+        _line("launched", 100.25, started_mono=100.0, pid=101, pgid=101, label="eval", **launch)
+        + "\n"
+        + _line("launch_failed", 100.5, started_mono=100.0, errno=2, error="not found",
+                stage="exec", label=None, deadline_seconds=0, grace_seconds=10.0, **launch)
+        + "\n"
+        + _line("signals_caught_up", 100.75, processes=2,
+                signals=["SIGTERM", "SIGCONT"])
+        + "\n"
+    )  # fmt: skip
+    result = tether("show", str(record))
+    assert "command make pid 101 (group 101) under supervisor pid 100" in result.stdout
+    assert "label 'eval'" in result.stdout
+    assert "command make: not found (errno 2, at exec; supervisor pid 100)" in result.stdout
+    assert "SIGTERM, SIGCONT to 2 processes a walk had missed" in result.stdout
+    for bookkeeping in ("supervisor_start_ticks", "deadline_seconds", "grace_seconds", "label="):
+        assert bookkeeping not in result.stdout

@@ -400,13 +400,24 @@ class _Fields:
         return " ".join(f"{_safe(k)}={_safe(json.dumps(v))}" for k, v in self.rest.items())
 
 
+def _command_named(f: _Fields) -> str:
+    """``command NAME`` from a launch line's ``command`` (``command`` alone without one).
+
+    The line's ``supervisor_start_ticks`` is taken too: with the pid it names
+    the supervisor for ``tether ls``, and is no news in a timeline.
+    """
+    f.take("supervisor_start_ticks")
+    name = f.take("command")
+    return f"command {_safe(name)}" if isinstance(name, str) else "command"
+
+
 def _launched(f: _Fields) -> str:
     f.take("started_mono")  # time zero of the timeline, not news
     deadline = _policy_text(f.take("deadline_seconds"), none_for_zero=True)
     grace = _policy_text(f.take("grace_seconds"), none_for_zero=False)
     label = f.take("label")
     text = (
-        f"command pid {f.text('pid')} (group {f.text('pgid')}) under supervisor "
+        f"{_command_named(f)} pid {f.text('pid')} (group {f.text('pgid')}) under supervisor "
         f"pid {f.text('supervisor_pid')}; containment {f.text('containment')}; "
         f"deadline {deadline}, grace {grace}"
     )
@@ -415,10 +426,16 @@ def _launched(f: _Fields) -> str:
 
 def _launch_failed(f: _Fields) -> str:
     f.take("started_mono")
-    return (
-        f"{f.text('error')} (errno {f.text('errno')}, at {f.text('stage')}; "
+    # The policy a run that never started would have had: in the record, no news here.
+    f.take("deadline_seconds")
+    f.take("grace_seconds")
+    label = f.take("label")
+    named = _command_named(f)
+    text = (
+        f"{named}: {f.text('error')} (errno {f.text('errno')}, at {f.text('stage')}; "
         f"supervisor pid {f.text('supervisor_pid')})"
     )
+    return text + (f"; label {_safe(label)!r}" if isinstance(label, str) else "")
 
 
 def _step(f: _Fields) -> str:
