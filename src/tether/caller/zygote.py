@@ -163,7 +163,7 @@ class _Zygote:
 
     def _keep(self, argv: list[str], theirs: socket.socket, started: _thread.LockType) -> None:
         """In a thread of its own: start the zygote, then wait for its end and reap it."""
-        from tether.caller.start import no_fork_meanwhile
+        from tether.caller.lifeline import no_fork_meanwhile
 
         try:
             # Under the fork lock: a worker forked meanwhile would hold the
