@@ -11,7 +11,7 @@ Caller side: standard library only, and nothing imported until it is used.
 
 from __future__ import annotations
 
-import signal
+from tether.shared.signals import described
 
 __all__ = ["verdict_line"]
 
@@ -55,7 +55,7 @@ def _what_ended(
 ) -> str:
     if reason == "completed":
         if returncode is not None and returncode < 0:
-            return f"the command was killed by {_signal_name(-returncode)} (status {exit_status})"
+            return f"the command was killed by {described(-returncode)} (status {exit_status})"
         return f"the command exited with status {returncode if returncode is not None else '?'}"
     if reason == "deadline_exceeded":
         from tether.core.durations import format_duration
@@ -95,10 +95,3 @@ def _short_time(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1000:.1f} ms"
     return f"{seconds:.2f} s"
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final, TextIO
 
 from tether.core.durations import format_duration
+from tether.shared.signals import described
 
 _REASON_WORDS: Final[Mapping[str, str]] = {
     "completed": "the command exited on its own",
@@ -255,16 +255,9 @@ def _local(value: object, *, precise: bool = False) -> str:
     return local.replace(tzinfo=None).isoformat(sep=" ", timespec="seconds")
 
 
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
 def _returncode_text(code: int) -> str:
     if code < 0:
-        return f"killed by {_signal_name(-code)} ({code})"
+        return f"killed by {described(-code)} ({code})"
     return f"exited with status {code}"
 
 

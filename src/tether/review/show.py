@@ -26,12 +26,12 @@ from tether.review._text import (
     _returncode_text,
     _safe,
     _seconds_text,
-    _signal_name,
 )
 from tether.review.files import (
     RunFiles,
 )
 from tether.review.progress import RUNNING
+from tether.shared.signals import described
 
 # -- one run, for people ---------------------------------------------------------------
 
@@ -59,7 +59,7 @@ def _exit_status_text(record: Mapping[str, object]) -> str:
     if record.get("reason") == "completed":
         code = _int(record.get("eval_exit_code"))
         if code is not None and code < 0:
-            return f"{status} (128+{-code}: the command was killed by {_signal_name(-code)})"
+            return f"{status} (128+{-code}: the command was killed by {described(-code)})"
         return f"{status} (the command's own)"
     words = _STATUS_WORDS.get(status)
     return f"{status} ({words})" if words else str(status)
