@@ -29,7 +29,7 @@ import sys
 from tether.caller.descriptors import completed, open_run
 from tether.caller.launch_errors import cannot_start
 from tether.caller.lifeline import close_all, kept_by_the_next_fork
-from tether.caller.start import Reaped, handed_over, send_spec, spawn_supervisor
+from tether.caller.start import handed_over_forked, send_spec, spawn_supervisor
 from tether.core.reasons import TETHER_FAILED
 from tether.linux.descriptors import above_stdio, close_all_but
 
@@ -135,14 +135,7 @@ def _fork(
         )
     os.close(null)
     os.waitpid(child, 0)
-    return handed_over(
-        complete,
-        passed,
-        lifeline_w=lifeline_w,
-        status_r=status_r,
-        spec_w=-1,
-        intermediate=Reaped(child),
-    )
+    return handed_over_forked(complete, passed, lifeline_w=lifeline_w, status_r=status_r, pid=child)
 
 
 #: Descriptors a forked supervisor opens to start its command, beyond the three

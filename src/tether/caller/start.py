@@ -55,10 +55,9 @@ if TYPE_CHECKING:
 
 
 __all__ = [
-    "Reaped",
     "Spawn",
     "close_spec_pipe",
-    "handed_over",
+    "handed_over_forked",
     "send_spec",
     "spawn_supervisor",
 ]
@@ -171,13 +170,8 @@ def spawn_supervisor(
                 )
         if forked is not None:
             close_all([spec_r, spec_w])
-            return handed_over(
-                complete,
-                passed,
-                lifeline_w=lifeline_w,
-                status_r=status_r,
-                spec_w=-1,
-                intermediate=Reaped(forked),
+            return handed_over_forked(
+                complete, passed, lifeline_w=lifeline_w, status_r=status_r, pid=forked
             )
     passed = (*passed, spec_r, *pass_fds)
     try:
@@ -188,7 +182,7 @@ def spawn_supervisor(
     except OSError as error:
         close_all(opened)
         raise cannot_start(error) from None
-    return handed_over(
+    return _handed_over(
         complete,
         passed,
         lifeline_w=lifeline_w,
@@ -253,7 +247,7 @@ def _nobody_writes(status_r: int, within: float | None) -> bool:
         borrowed.detach()
 
 
-def handed_over(
+def _handed_over(
     complete: RunSpec,
     passed: tuple[int, ...],
     *,
@@ -289,6 +283,23 @@ def handed_over(
     )
 
 
+def handed_over_forked(
+    complete: RunSpec, passed: tuple[int, ...], *, lifeline_w: int, status_r: int, pid: int
+) -> Spawn:
+    """:func:`_handed_over` for a supervisor forked with its spec (by the zygote or the CLI).
+
+    ``pid`` is the intermediate, already reaped by whoever forked it.
+    """
+    return _handed_over(
+        complete,
+        passed,
+        lifeline_w=lifeline_w,
+        status_r=status_r,
+        spec_w=-1,
+        intermediate=_Reaped(pid),
+    )
+
+
 def send_spec(spawn: Spawn) -> None:
     """Write the spec and close its pipe, blocking if the pipe is full.
 
@@ -312,7 +323,7 @@ def close_spec_pipe(fd: int) -> None:
     close_all([fd])
 
 
-class Reaped:
+class _Reaped:
     """The intermediate of a forked supervisor: already reaped when the caller sees it."""
 
     def __init__(self, pid: int) -> None:
