@@ -20,11 +20,11 @@ from structlog.typing import EventDict
 from tether.core.redaction import REDACTED, Redactor, secret_values_from
 from tether.shared.paths import events_path_for
 from tether.supervisor.event_log import INCOMPLETE_EVENT, EventLog
-from tether.supervisor.loop import NullEventLog
+from tether.supervisor.evidence import NullEventLog
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from tether.supervisor.loop import EventSink
+    from tether.supervisor.evidence import EventSink
 
 SECRET_ENV = {"SERVICE_TOKEN": "env-secret-0451"}
 SECRET_ARGV = ["deploy", "--password", "argv-secret-1138"]

@@ -97,17 +97,18 @@ def test_a_closed_descriptor_is_an_oserror_as_subprocess_raises(tmp_path: Path) 
 
 
 def test_another_runs_lifeline_is_never_handed_on(tmp_path: Path) -> None:
-    from tether.caller import start, zygote
+    from tether.caller import lifeline as lifelines
+    from tether.caller import zygote
 
     running = tether.launch([sys.executable, "-c", "input()"], stdin=tether.PIPE, record=False)
     try:
         lifeline = running._lifeline._fd
         assert lifeline is not None
-        assert start.tethers_own(lifeline)
+        assert lifelines.tethers_own(lifeline)
         with pytest.raises(ValueError, match=f"^pass_fds: {lifeline} is tether's own"):
             tether.run(["true"], pass_fds=(lifeline,), record=False)
         socket = zygote.socket_descriptor()
-        assert socket == -1 or start.tethers_own(socket)
+        assert socket == -1 or lifelines.tethers_own(socket)
     finally:
         running.kill()
         running.wait()

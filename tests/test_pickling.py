@@ -27,9 +27,13 @@ from hypothesis import given
 
 import tether
 from tether.api.outcome import CommandFailed, Outcome, TimeoutExpired
-from tether.caller.launch_errors import CommandNotExecutable, CommandNotFound, _NamedLaunchError
+from tether.caller.launch_errors import (
+    CommandNotExecutable,
+    CommandNotFound,
+    LaunchError,
+    _NamedLaunchError,
+)
 from tether.caller.request import LimitsUnavailable, RequestError
-from tether.caller.start import LaunchError
 from tether.cli.seed_options import UsageError
 from tether.core.durations import DurationError
 from tether.core.limits import LimitError

@@ -286,7 +286,7 @@ def test_command_not_executable_is_126(tmp_path: Path) -> None:
 
 def test_the_caller_side_never_loads_the_heavy_modules() -> None:
     probe = (
-        "import sys, tether, tether.cli, tether.caller.start; "
+        "import sys, tether, tether.cli, tether.caller.start, tether.caller.fork; "
         "print(sorted(m for m in ('transitions', 'structlog') if m in sys.modules))"
     )
     result = subprocess.run(

@@ -36,6 +36,12 @@ BASE: dict[str, object] = {
             "the command was killed by SIGKILL (status 137); no record",
         ),
         (
+            # A real-time signal is named as everywhere else (tether.shared.signals).
+            {"exit_status": 128 + signal.SIGRTMIN + 1, "returncode": -(signal.SIGRTMIN + 1)},
+            f"the command was killed by SIGRTMIN+1 (status {128 + signal.SIGRTMIN + 1}); "
+            "record /r.json",
+        ),
+        (
             {
                 "reason": "deadline_exceeded", "exit_status": 124, "returncode": -15,
                 "deadline_seconds": 2.0, "processes_stopped": 3, "outside_group": 1,

@@ -47,8 +47,7 @@ if TYPE_CHECKING:
     from tether.api.options import DEVNULL, PIPE, STDOUT
     from tether.api.outcome import CommandFailed, Outcome, TimeoutExpired
     from tether.caller.capture import OutputStream
-    from tether.caller.launch_errors import CommandNotExecutable, CommandNotFound
-    from tether.caller.start import LaunchError
+    from tether.caller.launch_errors import CommandNotExecutable, CommandNotFound, LaunchError
 
 __all__ = [
     "DEVNULL",
@@ -79,7 +78,7 @@ _LAZY = {
     "CommandFailed": "tether.api.outcome",
     "CommandNotExecutable": "tether.caller.launch_errors",
     "CommandNotFound": "tether.caller.launch_errors",
-    "LaunchError": "tether.caller.start",
+    "LaunchError": "tether.caller.launch_errors",
     "Outcome": "tether.api.outcome",
     "Tether": "tether.api.handle",
     "TimeoutExpired": "tether.api.outcome",

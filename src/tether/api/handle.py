@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING
 
 from tether.api.outcome import Outcome, TimeoutExpired
 from tether.caller.capture import Exchange, OutputStream, decode_output
-from tether.caller.launch_errors import launch_error
-from tether.caller.start import LaunchError, Spawn
+from tether.caller.launch_errors import LaunchError, launch_error
+from tether.caller.start import Spawn
 from tether.core.durations import DurationError, duration_seconds
 from tether.core.reasons import Reason
 from tether.shared.protocol import Finished, Started

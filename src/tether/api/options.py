@@ -25,8 +25,9 @@ from datetime import timedelta
 from typing import IO, Any, Final, TypedDict
 
 from tether.caller.capture import default_encoding
+from tether.caller.launch_errors import LaunchError
+from tether.caller.lifeline import tethers_own
 from tether.caller.request import LimitsUnavailable, RequestError, build_request, command_words
-from tether.caller.start import LaunchError, tethers_own
 from tether.core.limits import LIMIT_NAMES
 from tether.core.reasons import TETHER_FAILED
 from tether.core.spec import RunSpec
@@ -240,7 +241,7 @@ def passed_descriptors(pass_fds: object, close_fds: object) -> tuple[int, ...]:
 
     Integers (not ``bool``), each at least 3 (0 to 2 are the ``stdin``,
     ``stdout`` and ``stderr`` options'), open now, none of tether's own
-    (:func:`~tether.caller.start.tethers_own`); sorted, without repeats.
+    (:func:`~tether.caller.lifeline.tethers_own`); sorted, without repeats.
     A closed one is an :class:`OSError` (``EBADF``), as ``subprocess`` raises,
     but before anything starts. ``close_fds`` may only be ``True``.
     """

@@ -17,8 +17,10 @@ from __future__ import annotations
 import signal
 from types import FrameType
 
+from tether.caller.fork import start
+from tether.caller.lifeline import Lifeline
 from tether.caller.relay import relay_job_control
-from tether.caller.start import Lifeline, Spawn, start
+from tether.caller.start import Spawn
 from tether.core.spec import RunSpec
 from tether.shared.protocol import CANCEL, KILL_NOW
 
@@ -62,7 +64,7 @@ def start_interruptible(spec: RunSpec, *, second_interrupt_kills: bool) -> Spawn
     """Start ``spec``'s supervisor with this program's signals turned into requests to it.
 
     The handlers go in before the start, so that a Ctrl-C during the launch
-    is not lost. Raises :class:`~tether.caller.start.LaunchError`.
+    is not lost. Raises :class:`~tether.caller.launch_errors.LaunchError`.
     """
     requests = LifelineRequests(second_interrupt_kills=second_interrupt_kills)
     spawn = start(spec)

@@ -1,23 +1,85 @@
-"""A command that could not be started, as the ``OSError`` subclass :mod:`subprocess` raises.
+"""A run that could not be started, as the ``OSError`` subclasses :mod:`subprocess` raises.
+
+One exception, :class:`LaunchError`, for every way a launch fails before the
+command runs (the supervisor could not be started, or said the command could
+not be), so that every door (the CLI, the API, Ray) catches one class and
+reads one set of fields, and ``except OSError`` around a launch keeps working
+as it does around :mod:`subprocess`.
 
 ``subprocess.run(["no-such-program"])`` raises :class:`FileNotFoundError`, and
 a file that is not executable :class:`PermissionError`; programs catch those
-by name. tether's :class:`~tether.caller.start.LaunchError` is an
-:class:`OSError` too, but only its two subclasses here are also those
-built-in subclasses, so an ``except FileNotFoundError`` written for
-``subprocess.run`` keeps catching the same thing. :func:`launch_error` picks
-the class from the errno the supervisor reported.
+by name. Only the two subclasses here are also those built-in subclasses, so
+an ``except FileNotFoundError`` written for ``subprocess.run`` keeps catching
+the same thing. :func:`launch_error` picks the class from the errno the
+supervisor reported.
+
+Imported on the path to ``tether run``'s launch: no ``typing`` or ``pathlib``
+at run time.
 """
 
 from __future__ import annotations
 
 import errno as errno_codes
-from pathlib import Path
-from typing import Any
+import os
 
-from tether.caller.start import LaunchError
+from tether.core.reasons import TETHER_FAILED
 
-__all__ = ["CommandNotExecutable", "CommandNotFound", "launch_error"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
+__all__ = ["CommandNotExecutable", "CommandNotFound", "LaunchError", "cannot_start", "launch_error"]
+
+
+class LaunchError(OSError):
+    """The supervisor could not be started, or said the command could not be.
+
+    An :class:`OSError`, as :mod:`subprocess` raises when a program cannot be
+    started, so ``except OSError`` around a launch keeps working. ``errno`` is
+    the reason where one is known (``ENOENT``: not found, ``EACCES``: not
+    executable); ``exit_status`` is the status the CLI would exit with (127,
+    126, 125); ``record_path`` is the ``launch_failed`` record written for the
+    attempt, if any.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        errno: int | None = None,
+        exit_status: int | None = None,
+        record_path: Path | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.errno = errno
+        self.strerror = None if errno is None else os.strerror(errno)
+        self.exit_status = exit_status
+        self.record_path = record_path
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (
+            _rebuild_launch_error,
+            (self.args[0], self.errno, self.exit_status, self.record_path),
+        )
+
+
+def _rebuild_launch_error(
+    message: str, errno: int | None, exit_status: int | None, record_path: Path | None
+) -> LaunchError:
+    return LaunchError(message, errno=errno, exit_status=exit_status, record_path=record_path)
+
+
+def cannot_start(error: OSError) -> LaunchError:
+    """The :class:`LaunchError` for a supervisor the system would not start (status 125)."""
+    return LaunchError(
+        f"cannot start the supervisor: {error.strerror or error}",
+        errno=error.errno,
+        exit_status=TETHER_FAILED,
+    )
 
 
 class _NamedLaunchError(LaunchError):

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     class _Sender(Protocol):
         def send(self, byte: bytes) -> None: ...
 
-    from tether.caller.start import Lifeline
+    from tether.caller.lifeline import Lifeline
 
 __all__ = [
     "JOB_STOP_SIGNALS",

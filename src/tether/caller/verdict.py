@@ -11,7 +11,8 @@ Caller side: standard library only, and nothing imported until it is used.
 
 from __future__ import annotations
 
-import signal
+from tether.core.reasons import Reason
+from tether.shared.signals import described
 
 __all__ = ["verdict_line"]
 
@@ -53,25 +54,25 @@ def _what_ended(
     deadline_seconds: float | None,
     message: str | None,
 ) -> str:
-    if reason == "completed":
+    if reason == Reason.COMPLETED:
         if returncode is not None and returncode < 0:
-            return f"the command was killed by {_signal_name(-returncode)} (status {exit_status})"
+            return f"the command was killed by {described(-returncode)} (status {exit_status})"
         return f"the command exited with status {returncode if returncode is not None else '?'}"
-    if reason == "deadline_exceeded":
+    if reason == Reason.DEADLINE_EXCEEDED:
         from tether.core.durations import format_duration
 
         limit = "" if deadline_seconds is None else f" {format_duration(deadline_seconds)}"
         return f"deadline{limit} passed (status {exit_status})"
-    if reason == "launch_failed":
+    if reason == Reason.LAUNCH_FAILED:
         return f"the command could not be started: {message or '?'} (status {exit_status})"
     words = _ENDINGS.get(reason, reason)
     return f"{words} (status {exit_status})"
 
 
-_ENDINGS = {
-    "cancelled": "cancelled",
-    "parent_lost": "the caller was lost",
-    "supervisor_lost": "the supervisor was lost",
+_ENDINGS: dict[str, str] = {
+    Reason.CANCELLED: "cancelled",
+    Reason.PARENT_LOST: "the caller was lost",
+    Reason.SUPERVISOR_LOST: "the supervisor was lost",
 }
 
 
@@ -95,10 +96,3 @@ def _short_time(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1000:.1f} ms"
     return f"{seconds:.2f} s"
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"

@@ -14,12 +14,13 @@ request: the environment, the umask and the ignored signals (in the spec),
 the soft resource limits and the signal mask; the working directory and the
 stdio go as descriptors. Everything else a process inherits is compared,
 at every request, with what it was when the zygote started (a fingerprint,
-:func:`_identity`, some 75 microseconds): the credentials and groups, every
-capability set, ``NoNewPrivs``, seccomp, the namespaces, the root directory,
-the cgroup, the LSM label, the personality, the CPUs and memory nodes, the
-nice value and scheduling policy, ``oom_score_adj``, the timer slack, the
-I/O priority, memory-deny-write-execute, the hard resource limits. Where anything differs, a fresh
-zygote is started at once (a spawned process inherits all of it by
+:func:`~tether.caller.fingerprint.fingerprint`, some 75 microseconds): the
+credentials and groups, every capability set, ``NoNewPrivs``, seccomp, the
+namespaces, the root directory, the cgroup, the LSM label, the personality,
+the CPUs and memory nodes, the nice value and scheduling policy,
+``oom_score_adj``, the timer slack, the I/O priority,
+memory-deny-write-execute, the hard resource limits. Where anything differs,
+a fresh zygote is started at once (a spawned process inherits all of it by
 construction) and the old one is let go of and exits. None of it is set
 again in a forked child: some of it only a privilege the caller gave up
 could set, and a child that failed to take one on would be a command that
@@ -60,7 +61,6 @@ import errno
 import json
 import math
 import os
-import re
 import resource
 import select
 import signal
@@ -70,8 +70,8 @@ import sys
 import threading
 import time
 
+from tether.caller.fingerprint import RLIMITS, fingerprint
 from tether.caller.request import ignored_now
-from tether.linux.prctl import io_priority, memory_deny_write_execute, timer_slack
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -103,27 +103,10 @@ _BOOTSTRAP: Final = (
     "raise SystemExit(main(int(sys.argv[2]), int(sys.argv[3])))"
 )
 
-#: Every namespace ``/proc`` shows, those the caller's *children* will be in included
-#: (``unshare(CLONE_NEWPID)`` moves only them).
-_NAMESPACES: Final = (
-    "cgroup",
-    "ipc",
-    "mnt",
-    "net",
-    "pid",
-    "pid_for_children",
-    "time",
-    "time_for_children",
-    "user",
-    "uts",
-)
-
 #: How long a running zygote may take to answer a request (a fork: about a millisecond),
 #: and how long a fresh one may take to start and answer its first (an interpreter's start).
 ANSWER_LIMIT: Final = 1.0
 START_LIMIT: Final = 5.0
-
-_LIMITS: Final = tuple(name for name in dir(resource) if name.startswith("RLIMIT_"))
 
 
 class _Zygote:
@@ -163,7 +146,7 @@ class _Zygote:
 
     def _keep(self, argv: list[str], theirs: socket.socket, started: _thread.LockType) -> None:
         """In a thread of its own: start the zygote, then wait for its end and reap it."""
-        from tether.caller.start import no_fork_meanwhile
+        from tether.caller.lifeline import no_fork_meanwhile
 
         try:
             # Under the fork lock: a worker forked meanwhile would hold the
@@ -331,7 +314,7 @@ def fork_supervisor(
     request = _request(spec_json, roles)
     if len(request) > _MAX_REQUEST or len(fds) > _MAX_DESCRIPTORS:
         return None
-    identity = _identity()
+    identity = fingerprint()
     if identity is None:
         return None  # cannot tell whether the zygote still fits: this once, the plain path
     _exchanging.now = True
@@ -383,7 +366,7 @@ def _exchange(
 def _request(spec_json: bytes, roles: list[str]) -> bytes:
     """The request's header: the spec and what the supervisor must inherit, as of now."""
     limits = {}
-    for name in _LIMITS:
+    for name in RLIMITS:
         with contextlib.suppress(OSError, ValueError):
             limits[name] = resource.getrlimit(getattr(resource, name))
     return json.dumps(
@@ -396,101 +379,3 @@ def _request(spec_json: bytes, roles: list[str]) -> bytes:
             "sigmask": sorted(int(n) for n in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
         }
     ).encode()
-
-
-def _identity() -> tuple[object, ...] | None:
-    """What a zygote must share with its caller to fork the caller's supervisors.
-
-    Whatever a forked process cannot be handed in a request, read from the
-    calling thread (several of these are a thread's own, and a spawned
-    supervisor would have had the launching thread's): every line of its
-    ``/proc`` status but those that are a process's own or travel with the
-    request (:data:`_NOT_IDENTITY`), which covers the credentials (real,
-    effective, saved and file system ids, the groups), every capability set,
-    ``NoNewPrivs``, seccomp, the CPUs and memory nodes it may use, the
-    speculation controls and any attribute a later kernel adds there; then
-    the namespaces, the root directory, the cgroup, the LSM label, the
-    personality, the nice value and scheduling policy, ``oom_score_adj``, the
-    timer slack, the I/O priority, memory-deny-write-execute and the hard
-    resource limits. Some could be
-    set again in the forked child, and some only with a privilege the caller
-    gave up; a fresh zygote inherits them all, by construction, and costs
-    once per change what a spawned supervisor costs every time. ``None`` if
-    they cannot be read now (no descriptor left).
-    """
-    namespaces = []
-    for name in _NAMESPACES:
-        try:
-            namespaces.append(os.readlink(f"/proc/thread-self/ns/{name}"))  # "mnt:[4026531841]"
-        except FileNotFoundError:
-            namespaces.append("")  # a namespace this kernel does not have
-        except OSError:
-            return None
-    try:
-        status = _read("/proc/thread-self/status")
-        personality = _read("/proc/thread-self/personality")
-        oom_score_adj = _read("/proc/self/oom_score_adj")
-        with open("/proc/self/cgroup", "rb") as cgroup:
-            where = cgroup.read()
-        root = os.stat("/")  # a chroot changes no namespace
-        scheduling = (
-            os.getpriority(os.PRIO_PROCESS, 0),  # this thread's
-            os.sched_getscheduler(0),
-            os.sched_getparam(0).sched_priority,
-            timer_slack(),
-            io_priority(),
-            memory_deny_write_execute(),
-        )
-    except OSError:
-        return None
-    hard = []
-    for name in _LIMITS:
-        try:
-            hard.append(resource.getrlimit(getattr(resource, name))[1])
-        except (OSError, ValueError):
-            return None
-    return (
-        _NOT_IDENTITY.sub(b"", status),
-        tuple(namespaces),
-        (root.st_dev, root.st_ino),
-        where,
-        _lsm_label(),
-        personality,
-        oom_score_adj,
-        scheduling,
-        tuple(hard),
-    )
-
-
-#: The lines of ``/proc/<tid>/status`` that are not a zygote's to match: each
-#: process's own (its ids, its counters, its memory in use) or what travels
-#: with every request (the umask, the signal mask and dispositions). Every
-#: other line is, a line a later kernel adds included.
-_NOT_IDENTITY: Final = re.compile(
-    rb"^(?:Name|Umask|State|Tgid|Ngid|Pid|PPid|TracerPid|FDSize|NStgid|NSpid|NSpgid|NSsid"
-    rb"|Kthread|CoreDumping|Threads|SigQ|SigPnd|ShdPnd|SigBlk|SigIgn|SigCgt"
-    rb"|voluntary_ctxt_switches|nonvoluntary_ctxt_switches|Vm\w*|Rss\w*|Hugetlb\w*):.*\n",
-    re.MULTILINE,
-)
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as file:
-        return file.read()
-
-
-#: Whether this kernel has no LSM label to read (``EINVAL``): it never gains one.
-_no_lsm = False
-
-
-def _lsm_label() -> bytes | None:
-    """The calling thread's LSM label (SELinux, AppArmor, Smack), ``None`` without one."""
-    global _no_lsm  # noqa: PLW0603 - learnt once
-    if _no_lsm:
-        return None
-    try:
-        return _read("/proc/thread-self/attr/current")
-    except OSError as error:
-        if error.errno in (errno.EINVAL, errno.ENOENT):
-            _no_lsm = True
-        return None

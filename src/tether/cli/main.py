@@ -101,7 +101,7 @@ def _fork_supervisors() -> None:
     second interpreter. Only the program does this: :func:`main`, called from
     a Python program (a test, say), spawns its supervisors like the API.
     """
-    from tether.caller.start import fork_supervisors
+    from tether.caller.fork import fork_supervisors
     from tether.linux.descriptors import open_descriptors
     from tether.supervisor.detach import become
 

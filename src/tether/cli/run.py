@@ -175,7 +175,7 @@ def run(argv: list[str], asked_at: float) -> int:
     """``tether run ARGS``; return the exit status (the deadline counts from ``asked_at``)."""
     spec, verbose = _request(argv, asked_at)
     from tether.caller.interrupts import start_interruptible
-    from tether.caller.start import LaunchError
+    from tether.caller.launch_errors import LaunchError
 
     try:
         spawn = start_interruptible(spec, second_interrupt_kills=True)

@@ -365,7 +365,8 @@ def main(argv: list[str], *, asked_at: float | None = None, program: str = "teth
     relay = TimeoutRelay(stop or None, inherited_mask=inherited)
     spec = _request(options, duration, command, asked_at=asked_at, ignored_signals=relay.ignored)
 
-    from tether.caller.start import LaunchError, start
+    from tether.caller.fork import start
+    from tether.caller.launch_errors import LaunchError
 
     try:
         spawn = start(spec)

@@ -182,7 +182,7 @@ class TreeEmptied(FrozenValue):
 
 
 class Tick(FrozenValue):
-    """Nothing happened but time passed: the adapter's ``select()`` timed out."""
+    """Nothing happened but time passed: the adapter's ``poll()`` timed out."""
 
     __slots__ = ("now",)
     now: float

@@ -9,7 +9,8 @@ without ``/proc`` a bound far above any limit; ``os.closerange`` then closes
 the range with ``close_range(2)`` where the kernel has it.
 
 Also the descriptors a program inherited (``tether run`` and ``tether
-timeout`` hand them on to their command, as a shell and GNU ``timeout`` do).
+timeout`` hand them on to their command, as a shell and GNU ``timeout`` do),
+and a descriptor moved above the standard streams' numbers.
 """
 
 from __future__ import annotations
@@ -22,10 +23,24 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Final
 
-__all__ = ["close_all_but", "open_descriptors"]
+__all__ = ["above_stdio", "close_all_but", "open_descriptors"]
 
 #: Without ``/proc`` and with no finite hard limit: as far as closing goes.
 _FALLBACK_CEILING: Final = 1 << 20
+
+
+def above_stdio(fd: int) -> int:
+    """``fd`` moved to a number above 2 (close-on-exec), so no child's stdio setup clobbers it.
+
+    A descriptor passed to a child keeps its number there, and numbers 0 to 2
+    are the child's standard streams. They are free here only when this
+    process runs with a standard stream closed.
+    """
+    if fd > 2:
+        return fd
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    return moved
 
 
 def open_descriptors(low: int = 3) -> list[int]:

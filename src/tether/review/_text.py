@@ -14,21 +14,22 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final, TextIO
 
 from tether.core.durations import format_duration
+from tether.core.reasons import Reason
+from tether.shared.signals import described
 
 _REASON_WORDS: Final[Mapping[str, str]] = {
-    "completed": "the command exited on its own",
-    "cancelled": "someone asked for the run to stop",
-    "deadline_exceeded": "the deadline passed and the command was stopped",
-    "parent_lost": "the caller died and the command was stopped",
-    "launch_failed": "the command could not be started",
-    "supervisor_lost": "the supervisor vanished before saying how the run ended",
+    Reason.COMPLETED: "the command exited on its own",
+    Reason.CANCELLED: "someone asked for the run to stop",
+    Reason.DEADLINE_EXCEEDED: "the deadline passed and the command was stopped",
+    Reason.PARENT_LOST: "the caller died and the command was stopped",
+    Reason.LAUNCH_FAILED: "the command could not be started",
+    Reason.SUPERVISOR_LOST: "the supervisor vanished before saying how the run ended",
 }
 
 _STATUS_WORDS: Final[Mapping[int, str]] = {
@@ -122,9 +123,9 @@ class _Paint:
     @staticmethod
     def meaning(reason: object, status: object) -> str:
         """The colour code for a run that ended for ``reason`` with exit ``status``."""
-        if reason == "completed":
+        if reason == Reason.COMPLETED:
             return "32" if status == 0 else "31"
-        if reason in ("launch_failed", "supervisor_lost"):
+        if reason in (Reason.LAUNCH_FAILED, Reason.SUPERVISOR_LOST):
             return "1;31"
         return "33"
 
@@ -255,16 +256,9 @@ def _local(value: object, *, precise: bool = False) -> str:
     return local.replace(tzinfo=None).isoformat(sep=" ", timespec="seconds")
 
 
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
 def _returncode_text(code: int) -> str:
     if code < 0:
-        return f"killed by {_signal_name(-code)} ({code})"
+        return f"killed by {described(-code)} ({code})"
     return f"exited with status {code}"
 
 

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
+from tether.core.reasons import Reason
 from tether.review._text import (
     _REASON_WORDS,
     _REQUEST_WORDS,
@@ -26,12 +27,12 @@ from tether.review._text import (
     _returncode_text,
     _safe,
     _seconds_text,
-    _signal_name,
 )
 from tether.review.files import (
     RunFiles,
 )
 from tether.review.progress import RUNNING
+from tether.shared.signals import described
 
 # -- one run, for people ---------------------------------------------------------------
 
@@ -56,10 +57,10 @@ def _exit_status_text(record: Mapping[str, object]) -> str:
     status = _int(record.get("supervisor_exit_code"))
     if status is None:
         return "?"
-    if record.get("reason") == "completed":
+    if record.get("reason") == Reason.COMPLETED:
         code = _int(record.get("eval_exit_code"))
         if code is not None and code < 0:
-            return f"{status} (128+{-code}: the command was killed by {_signal_name(-code)})"
+            return f"{status} (128+{-code}: the command was killed by {described(-code)})"
         return f"{status} (the command's own)"
     words = _STATUS_WORDS.get(status)
     return f"{status} ({words})" if words else str(status)
@@ -91,11 +92,11 @@ def _process_text(record: Mapping[str, object]) -> str:
     pid, pgid = _int(record.get("eval_pid")), _int(record.get("eval_process_group"))
     code = _int(record.get("eval_exit_code"))
     if pid is None:
-        return "never started" if record.get("reason") == "launch_failed" else "unknown"
+        return "never started" if record.get("reason") == Reason.LAUNCH_FAILED else "unknown"
     who = f"pid {pid}" + (f" (group {pgid})" if pgid is not None and pgid != pid else "")
     if code is not None:
         return f"{who}, {_returncode_text(code)}"
-    if record.get("reason") == "supervisor_lost":
+    if record.get("reason") == Reason.SUPERVISOR_LOST:
         return f"{who}, fate unknown (the supervisor was lost; check that it is gone)"
     return f"{who}, not reaped"
 

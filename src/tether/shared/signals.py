@@ -9,7 +9,9 @@ command) and any real-time signal, which Linux numbers from ``SIGRTMIN`` to
 ``kill -l``. :func:`signal_name` reads what a person typed into such a name,
 :func:`signal_number` turns a name back into the number to send, and
 :func:`short_name` is how GNU ``timeout -v`` prints one (``TERM``, ``0``,
-``RTMIN+6``).
+``RTMIN+6``). :func:`described` is how every text for a person names the
+signal that killed a process (``SIGRTMIN+1``, never ``signal 35`` in one
+place and ``SIGRTMIN+1`` in another).
 
 Stdlib only, cheap: the caller and the supervisor both use it.
 """
@@ -18,7 +20,14 @@ from __future__ import annotations
 
 import signal
 
-__all__ = ["NO_SIGNAL", "is_signal_name", "short_name", "signal_name", "signal_number"]
+__all__ = [
+    "NO_SIGNAL",
+    "described",
+    "is_signal_name",
+    "short_name",
+    "signal_name",
+    "signal_number",
+]
 
 #: Signal 0: checks that a process exists and sends nothing.
 NO_SIGNAL = "0"
@@ -43,6 +52,11 @@ def _name_of(number: int) -> str | None:
         return signal.Signals(number).name
     except ValueError:
         return None
+
+
+def described(number: int) -> str:
+    """Signal ``number`` named for a person: its canonical name, or ``signal N`` if it has none."""
+    return _name_of(number) or f"signal {number}"
 
 
 def signal_name(text: str) -> str | None:  # noqa: PLR0911 - one return per spelling

@@ -78,10 +78,11 @@ import signal
 import time
 
 from tether.linux import proctree
-from tether.linux.prctl import SUPERVISOR_NAME
+from tether.linux.pidfd import is_my_child, signal_through_pidfd
 from tether.linux.run_cgroups import RunCgroups
 from tether.shared.record_document import ResourceUsage
 from tether.shared.signals import signal_name
+from tether.supervisor.identity import WHOLE_TREE_SIGNALS, without_nested_runs
 from tether.supervisor.reserve import DescriptorReserve
 
 # Loaded by a supervisor once its command runs: no ``typing`` at run time.
@@ -240,8 +241,8 @@ class ProcessTree:
         """
         snapshot = self._read(self._snapshot) or []
         walked = {pid for pid, _stat in snapshot}
-        if signum not in _WHOLE_TREE_SIGNALS:
-            snapshot = _without_nested_runs(snapshot)
+        if signum not in WHOLE_TREE_SIGNALS:
+            snapshot = without_nested_runs(snapshot)
         # Read before cgroup.kill empties it (to count who it reached); for a
         # gentle signal, once the group has it: the group must not wait on a
         # list that only adds what the walk cannot find.
@@ -281,8 +282,8 @@ class ProcessTree:
         Returns how many processes were caught up with.
         """
         snapshot = self._read(self._snapshot) or []
-        if any(signum not in _WHOLE_TREE_SIGNALS for signum in signums):
-            snapshot = _without_nested_runs(snapshot)
+        if any(signum not in WHOLE_TREE_SIGNALS for signum in signums):
+            snapshot = without_nested_runs(snapshot)
         known = {pid for pid, _stat in snapshot} | {self._me}
         missed = [
             pid
@@ -317,7 +318,7 @@ class ProcessTree:
 
     def _signal_group(self, signum: int) -> None:
         """Signal the command's group, only while its leader is unreaped (so the id is its)."""
-        if self.own_group and not self.leader_reaped and _is_my_child(self.leader):
+        if self.own_group and not self.leader_reaped and is_my_child(self.leader):
             with contextlib.suppress(OSError):
                 os.killpg(self.pgid, signum)
 
@@ -346,7 +347,7 @@ class ProcessTree:
     def _signal_one(self, pid: int, signum: int, still_ours: Callable[[int], bool]) -> None:
         """Signal ``pid`` through a pidfd where one can be had, by its pid (checked) otherwise."""
         try:
-            self.reserve.call(lambda: _signal_through_pidfd(pid, signum, still_ours))
+            self.reserve.call(lambda: signal_through_pidfd(pid, signum, still_ours))
         except OSError:
             self._signal_by_pid(pid, signum, still_ours)
 
@@ -354,12 +355,12 @@ class ProcessTree:
         """Signal ``pid`` with ``kill``, right after checking that it still belongs to the tree.
 
         A child of the supervisor is checked without a descriptor and without a
-        race (:func:`_is_my_child`); any other process is checked in ``/proc``,
+        race (:func:`~tether.linux.pidfd.is_my_child`); any other process is checked in ``/proc``,
         and only a pid freed and reused in the instant between the check and
         the signal could be hit. A process that cannot be checked is not
         signalled: a pid is not a process.
         """
-        if not _is_my_child(pid):
+        if not is_my_child(pid):
             try:
                 if not self.reserve.call(lambda: still_ours(pid)):
                     return
@@ -437,35 +438,6 @@ class ProcessTree:
             return True
 
 
-#: Signals that reach nested runs too (see :func:`_without_nested_runs`).
-_WHOLE_TREE_SIGNALS: Final = frozenset((signal.SIGKILL, signal.SIGSTOP, signal.SIGCONT))
-
-
-def _without_nested_runs(
-    snapshot: list[tuple[int, proctree.ProcStat]],
-) -> list[tuple[int, proctree.ProcStat]]:
-    """The walk less every nested run: a tether supervisor below this one, and its tree.
-
-    A command may itself use tether (``timeout -s ALRM 30 timeout 25 cmd``).
-    Its supervisor, adopted by this one, is in the walk, and so is its
-    command; a gentle signal (the stop signal, one passed on) is for the
-    nested *caller*, in this command's group, to act on as it chooses: pass
-    it on, time out, cancel. Sent past it, straight to the nested command
-    (or to its supervisor, which most signals would kill), it would decide
-    for it. SIGKILL, SIGSTOP and SIGCONT still reach everything. A command
-    that names itself like a supervisor only spares itself signals it could
-    ignore anyway.
-    """
-    nested: set[int] = set()
-    kept: list[tuple[int, proctree.ProcStat]] = []
-    for pid, stat in snapshot:  # parents before children
-        if stat.parent in nested or stat.name == SUPERVISOR_NAME:
-            nested.add(pid)
-        else:
-            kept.append((pid, stat))
-    return kept
-
-
 def _alive(pid: int) -> bool:
     return proctree.state_of(pid) not in (None, "Z")
 
@@ -476,42 +448,3 @@ def _maybe_alive(pid: int) -> bool:
         return _alive(pid)
     except OSError:
         return True
-
-
-def _is_my_child(pid: int) -> bool:
-    """Whether ``pid`` is an unreaped child of this process, asked without a descriptor.
-
-    Until this (single-threaded) process reaps it, a child's pid names that
-    child and nothing else, alive or a zombie.
-    """
-    try:
-        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return False
-    return True
-
-
-def _signal_through_pidfd(pid: int, signum: int, still_ours: Callable[[int], bool]) -> None:
-    """Signal ``pid`` through a pidfd, only if ``still_ours(pid)`` holds once the pidfd is open.
-
-    The pidfd pins one process (not its pid number). While that process is
-    alive its pid names nothing else, so a check made then is about the very
-    process that gets the signal; if it died after the pidfd was opened, the
-    signal fails harmlessly, whatever the check read about a later holder of
-    the pid. Either way nothing outside the tree is signalled.
-
-    A refusal (a process that changed its uid, when the supervisor is not
-    root) is swallowed: the settle bound and ``unkillable`` report what could
-    not be stopped. A pidfd that cannot be had, or a check that cannot be
-    read (no descriptor for it), is raised, for the caller to fall back on.
-    """
-    try:
-        pidfd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    try:
-        if still_ours(pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                signal.pidfd_send_signal(pidfd, signum)
-    finally:
-        os.close(pidfd)

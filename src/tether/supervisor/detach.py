@@ -119,7 +119,7 @@ def become(spec: RunSpec, pass_fds: tuple[int, ...] = ()) -> NoReturn:
     """Become the supervisor of ``spec``, in a process forked from tether's own CLI.
 
     The fork already made this process detached (see
-    :func:`tether.caller.start.fork_supervisors`) and left it only the run's
+    :func:`tether.caller.fork.fork_supervisors`) and left it only the run's
     descriptors, and ``pass_fds``, those the program inherited, for the
     command; the spec is the one the caller built and checked, already in
     memory.

@@ -47,9 +47,9 @@ first, then tells) still says when its event happened. The :class:`Redactor`
 runs before the time stamp is added: a clock reading cannot carry a secret, and
 scrubbing a short literal secret out of it could only corrupt it.
 
-:class:`EventLog` satisfies :class:`tether.supervisor.loop.EventSink`, which is all the
-supervisor's loop depends on; for a run that keeps no files the loop uses
-:class:`tether.supervisor.loop.NullEventLog`, so that it need not import ``structlog``.
+:class:`EventLog` satisfies :class:`tether.supervisor.evidence.EventSink`, which is all the
+run's evidence depends on; for a run that keeps no files it uses
+:class:`tether.supervisor.evidence.NullEventLog`, so that it need not import ``structlog``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ recognises (:data:`~tether.linux.prctl.SUPERVISOR_NAME`, which ``ps`` shows
 too) and ignores every signal it has no use for. It does both first thing,
 before its command exists: from the moment a command runs, whatever is sent
 to its tree finds its supervisor ready. The command gets those signals back
-at their default actions (:func:`restore_in_child`).
+at their default actions (:func:`restore_in_child`). And an outer supervisor
+that walks its tree leaves out every nested run it finds by that name
+(:func:`without_nested_runs`), but for the signals nothing may escape.
 """
 
 from __future__ import annotations
@@ -24,7 +26,15 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["LET_GO_BY", "become_a_supervisor", "restore_in_child"]
+    from tether.linux import proctree
+
+__all__ = [
+    "LET_GO_BY",
+    "WHOLE_TREE_SIGNALS",
+    "become_a_supervisor",
+    "restore_in_child",
+    "without_nested_runs",
+]
 
 #: Signals that would end a supervisor by their default action and that it has no use for.
 LET_GO_BY: Final = tuple(
@@ -60,3 +70,32 @@ def restore_in_child() -> None:
     for number in LET_GO_BY:
         with contextlib.suppress(OSError, ValueError):
             signal.signal(number, signal.SIG_DFL)
+
+
+#: Signals that reach nested runs too (see :func:`without_nested_runs`).
+WHOLE_TREE_SIGNALS: Final = frozenset((signal.SIGKILL, signal.SIGSTOP, signal.SIGCONT))
+
+
+def without_nested_runs(
+    snapshot: list[tuple[int, proctree.ProcStat]],
+) -> list[tuple[int, proctree.ProcStat]]:
+    """The walk less every nested run: a tether supervisor below this one, and its tree.
+
+    ``snapshot`` is a walk of the tree, parents before children. A nested
+    supervisor, adopted by this one, is in it, and so is its command; a
+    gentle signal (the stop signal, one passed on) is for the nested
+    *caller*, in this command's group, to act on as it chooses: pass it on,
+    time out, cancel. Sent past it, straight to the nested command (or to
+    its supervisor, which most signals would kill), it would decide for it.
+    :data:`WHOLE_TREE_SIGNALS` still reach everything. A command that names
+    itself like a supervisor only spares itself signals it could ignore
+    anyway.
+    """
+    nested: set[int] = set()
+    kept: list[tuple[int, proctree.ProcStat]] = []
+    for pid, stat in snapshot:  # parents before children
+        if stat.parent in nested or stat.name == SUPERVISOR_NAME:
+            nested.add(pid)
+        else:
+            kept.append((pid, stat))
+    return kept

@@ -27,6 +27,11 @@ If even the tree cannot be built or walked (the failure was the import of
 that very code), what needs no descriptor and no import is still done: the
 group is SIGKILLed if its leader is unreaped.
 
+A failure inside the loop (:func:`after_failure`) knows more: the loop hands
+over a small view of what it knew (:class:`SoFar`: its tree, the reason the
+run was ending for, the record if written, the status it meant to exit with),
+and the last resort reads that, never the loop's own fields.
+
 Imported before the command starts (it must be there when anything after the
 launch fails), so it imports only what the launch already loaded; the sweep
 (:mod:`tether.supervisor.containment`) is imported when it is needed.
@@ -53,7 +58,15 @@ if TYPE_CHECKING:
     from tether.supervisor.containment import ProcessTree
     from tether.supervisor.launch import LaunchAttempt, SignalWakeup
 
-__all__ = ["SETTLE_SECONDS", "StatusTap", "abandon", "describe", "kill_tree"]
+__all__ = [
+    "SETTLE_SECONDS",
+    "SoFar",
+    "StatusTap",
+    "abandon",
+    "after_failure",
+    "describe",
+    "kill_tree",
+]
 
 #: How long the tree may take to die after SIGKILL (the core's own bound after SIGKILL).
 SETTLE_SECONDS: Final = 5.0
@@ -76,6 +89,60 @@ class StatusTap(StatusWriter):
     def close(self) -> None:
         """Close the pipe underneath."""
         self._inner.close()
+
+
+class SoFar:
+    """What a failed loop knew of its run: all the last resort may read of it.
+
+    ``tree`` is the loop's view of the tree (it knows whether the leader was
+    reaped), ``reason`` the one the run was ending for (``supervisor_lost``
+    if none yet), ``record`` the record's path if it was written, and
+    ``exit_status`` the status the loop meant to exit with.
+    """
+
+    __slots__ = ("exit_status", "reason", "record", "tree")
+
+    def __init__(
+        self,
+        *,
+        tree: ProcessTree | None,
+        reason: str,
+        record: str | None,
+        exit_status: int,
+    ) -> None:
+        self.tree = tree
+        self.reason = reason
+        self.record = record
+        self.exit_status = exit_status
+
+
+def after_failure(
+    error: BaseException,
+    attempt: LaunchAttempt,
+    so_far: SoFar | None,
+    status: StatusTap,
+    say: Callable[[str], None],
+) -> int:
+    """Kill the tree, tell the caller (once) and the person; return the status to exit with.
+
+    ``so_far`` is ``None`` when the loop failed before it knew anything. A
+    failure after ``finished`` went out (the run was recorded, the tree
+    stopped) changes nothing the caller was told: the status stands.
+    """
+    if so_far is not None and status.finished_sent:
+        kill_tree(attempt, so_far.tree)
+        return so_far.exit_status
+    if so_far is None:
+        return abandon(attempt, error, status=status, say=say)
+    return abandon(
+        attempt,
+        error,
+        status=status,
+        say=say,
+        tree=so_far.tree,
+        reason=so_far.reason,
+        record=so_far.record,
+    )
 
 
 def describe(error: BaseException) -> str:

@@ -47,15 +47,13 @@ import sys
 import time
 
 from tether.shared.protocol import CANCEL, KILL_NOW
+from tether.supervisor.launch import CANCEL_SIGNALS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
 __all__ = ["Handover", "Sentry"]
-
-#: Signals to the supervisor that mean "cancel" (as :data:`.launch.CANCEL_SIGNALS`).
-_CANCEL_SIGNALS: Final = frozenset((signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
 
 #: The interpreter's switch interval while the sentry stands, in seconds.
 _SWITCH_INTERVAL: Final = 0.001
@@ -215,7 +213,7 @@ class Sentry:
         standing_down = _STAND_DOWN in chunk
         chunk = chunk.replace(_STAND_DOWN, b"")
         self._seen.signals += chunk
-        if any(number in _CANCEL_SIGNALS for number in chunk):
+        if any(number in CANCEL_SIGNALS for number in chunk):
             self._stop(now)
         return standing_down
 

@@ -195,7 +195,8 @@ def _become(header: bytes, fds: list[int], containment: Containment | None) -> N
     loading()
     request = json.loads(header)
     roles = dict(zip(request["roles"], fds, strict=True))
-    _close_all_but(fds if containment is None else fds + containment.descriptors())
+    # Every descriptor above the standard streams but the run's, above any limit.
+    close_all_but(fds if containment is None else fds + containment.descriptors())
     environment = request["environ"]
     os.environ.clear()
     os.environ.update(environment)
@@ -225,11 +226,6 @@ def _ignore_as_the_caller(ignored: set[int]) -> None:
                 signal.signal(number, signal.SIG_IGN)
             elif signal.getsignal(number) is signal.SIG_IGN:
                 signal.signal(number, signal.SIG_DFL)
-
-
-def _close_all_but(keep: list[int]) -> None:
-    """Close every descriptor above the standard streams but the run's (above any limit)."""
-    close_all_but(keep)
 
 
 def _set_limit(name: str, soft: int, hard: int) -> None:

@@ -1,0 +1,83 @@
+"""The tree finished off and reaped once the core asks for the record; what is left to count.
+
+The core asks for the record when it has decided the run is over: the command
+exited and the tree emptied, or the grace after SIGKILL ran out. What the
+record then says only the processes' ends can tell (the leader's return code,
+its resource usage, the cgroup's account), and reading them has an order that
+is easy to get wrong, so it is written once, here:
+
+1. the last group-wide SIGKILL goes out while the leader is still unreaped,
+   so its process group id cannot have been reused (unless the tree already
+   emptied, and there is nothing to kill);
+2. the leader is reaped (its return code wins over the one seen at its exit:
+   the reaped status is the kernel's last word), then every adopted orphan;
+3. the cgroup's account is read once the tree is all gone and before the
+   cgroup is removed, and which backend enforced each limit with it;
+4. the cgroup is removed; one that will not go is reported (``cgroup_left``).
+
+The mechanisms themselves are :class:`~tether.supervisor.containment.ProcessTree`'s.
+Loaded with the loop, once the command runs.
+"""
+
+from __future__ import annotations
+
+import signal
+
+# Loaded once the command runs, while its caller waits: no ``typing`` at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tether.shared.record_document import ResourceUsage
+    from tether.supervisor.containment import ProcessTree, Report
+
+__all__ = ["Remains", "finish_off"]
+
+
+class Remains:
+    """What the record counts of a tree that is gone: the return code, the usage, the limits."""
+
+    __slots__ = ("limits_enforced_by", "returncode", "tree_usage", "usage")
+
+    def __init__(self, returncode: int | None) -> None:
+        self.returncode = returncode
+        #: The leader's own resource usage, from its reaping.
+        self.usage: ResourceUsage | None = None
+        #: The whole tree's account, from its cgroup.
+        self.tree_usage: dict[str, int | float | None] | None = None
+        #: Each limit and what enforced it (``cgroup2``, ``cgroup1``, ``systemd-scope``).
+        self.limits_enforced_by: dict[str, str] | None = None
+
+
+def finish_off(
+    tree: ProcessTree | None,
+    returncode: int | None,
+    *,
+    exited: bool,
+    emptied: bool,
+    report: Report,
+) -> Remains:
+    """Kill what is left, reap the leader and the rest, read the account, remove the cgroup.
+
+    ``returncode`` is the one the core knows (from the exit it saw), replaced
+    by the leader's reaped status; ``exited`` says whether the leader is
+    known to have exited (the reap may then block), ``emptied`` whether
+    nothing else was left.
+    """
+    remains = Remains(returncode)
+    if tree is None:
+        return remains
+    if not emptied:
+        # The last group-wide signal goes out while the leader is unreaped.
+        tree.signal(signal.SIGKILL)
+    reaped, remains.usage = tree.reap_leader(block=exited)
+    if reaped is not None:
+        remains.returncode = reaped
+    tree.reap_adopted()
+    if tree.cgroup is not None:
+        # The whole tree's account, read once it is all gone and before its cgroup is.
+        remains.tree_usage = tree.cgroup.usage()
+        remains.limits_enforced_by = dict(tree.cgroup.enforced_by) or None
+    if not tree.release():
+        assert tree.cgroup is not None
+        cgroups = tree.cgroup
+        report("cgroup_left", path=cgroups.directory, paths=cgroups.directories)
+    return remains

@@ -1,0 +1,81 @@
+"""What the loop waits on: one ``poll()`` over a few descriptors, each named by what it means.
+
+The loop sleeps in the kernel until the lifeline, the command's pidfd or the
+signal wakeup descriptor is readable, or until the core's next deadline comes:
+no polling in the sense of waking to look, no sleeps. It waits in ``poll()``
+itself, not in :mod:`selectors` (a module more to load while the caller
+waits for the command to end) and not in epoll, which needs a descriptor of
+its own: under a low open-file limit every descriptor counts, and three are
+watched. Not in ``select()`` either, which cannot watch a descriptor numbered
+1024 or above, and a forked supervisor keeps the numbers its caller chose.
+
+The wait is named rather than keyed by descriptor so that the loop reads as
+what happened (``"exit"``, ``"lifeline"``, ``"signal"``), and bounded
+(:func:`wait_bound`) so that a deadline a month away is still a timeout the
+kernel takes.
+"""
+
+from __future__ import annotations
+
+import math
+import select
+
+# Loaded once the command runs, while its caller waits: no ``typing`` at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
+
+__all__ = ["Watch", "wait_bound"]
+
+#: The longest single wait in ``poll()``, in seconds (see :func:`wait_bound`).
+_LONGEST_WAIT: Final = 86400.0
+
+
+class Watch:
+    """The descriptors the loop waits on, each by the name of what its readiness means.
+
+    Any readiness counts, hang-up and error included: reading then says what it was.
+    """
+
+    def __init__(self) -> None:
+        self._poll = select.poll()
+        self._names: dict[int, str] = {}
+
+    def register(self, fd: int, name: str) -> None:
+        """Wake up when ``fd`` is readable, and say ``name``."""
+        self._poll.register(fd, select.POLLIN)
+        self._names[fd] = name
+
+    def unregister(self, fd: int) -> None:
+        """Stop watching ``fd``."""
+        self._poll.unregister(fd)
+        del self._names[fd]
+
+    def wait(self, timeout: float | None) -> set[str]:
+        """The names of the descriptors ready within ``timeout`` seconds (``None``: no limit).
+
+        Rounded up to the millisecond, as :class:`selectors.PollSelector` does:
+        a wait cut short by rounding down would wake up just before a deadline
+        and then spin until it came.
+        """
+        if timeout is None:
+            ready = self._poll.poll()
+        else:
+            ready = self._poll.poll(math.ceil(timeout * 1000) if timeout > 0 else 0)
+        return {self._names[fd] for fd, _ in ready if fd in self._names}
+
+    def close(self) -> None:
+        """Stop watching everything; safe to call twice."""
+        for fd in list(self._names):
+            self.unregister(fd)
+
+
+def wait_bound(seconds: float) -> float:
+    """A ``poll()`` timeout for a deadline ``seconds`` away.
+
+    ``poll()`` takes its timeout in milliseconds as a C ``int``, so it refuses
+    waits beyond about 24.8 days (2**31 ms), and ``--deadline 30d`` is a fair
+    thing to ask for. Waking up once a day on the way there is harmless: the
+    core answers an early :class:`~tether.core.events.Tick` with nothing.
+    """
+    return min(max(0.0, seconds), _LONGEST_WAIT)
