@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -159,6 +160,13 @@ def test_deadline_passes_while_the_supervisor_loads(
     assert data["reason"] == "deadline_exceeded"
     assert _signals(data) == ["SIGTERM", "SIGCONT"]
     assert data["escalated_to_sigkill"] is False
+    # The story's stamps are in order: the signals the sentry sent are stamped when
+    # the group had them, not when the loop, let through the gate, got round to
+    # the rest of the tree (after lines stamped with what the sentry saw).
+    log = record.with_suffix(".events.jsonl").read_text(encoding="utf-8")
+    lines = [json.loads(line) for line in log.splitlines()]
+    stamps = [line["mono"] for line in lines]
+    assert stamps == sorted(stamps), [(line["event"], line["mono"]) for line in lines]
 
 
 def test_the_sentry_sends_the_stop_signal_asked_for_a_real_time_one_too(

@@ -190,15 +190,18 @@ class Evidence:
         with contextlib.suppress(Exception):
             self.tell(event, **fields)
 
-    def signal_sent(self, name: str, now: float, processes: int) -> None:
+    def signal_sent(self, name: str, now: float, processes: int, *, at: float) -> None:
         """Note a signal the tree got, for the record and (held) the log.
 
-        Stamped with the time the core decided at (microseconds before the
-        group has it): the grace in the record is the grace the core kept.
+        In the record, stamped with the time the core decided at, ``now``
+        (microseconds before the group has it): the grace in the record is the
+        grace the core kept. In the log, stamped ``at``, when the group got it.
         """
-        at = now - self.started_monotonic
-        self.signals.append(SignalSent(signal=name, at_seconds=round(at, 6), processes=processes))
-        self.tell("signal_sent", signal=name, processes=processes)
+        since_start = now - self.started_monotonic
+        self.signals.append(
+            SignalSent(signal=name, at_seconds=round(since_start, 6), processes=processes)
+        )
+        self.tell("signal_sent", at, signal=name, processes=processes)
 
     # -- the record -----------------------------------------------------------
 

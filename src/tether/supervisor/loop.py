@@ -330,15 +330,19 @@ class Supervision:
         assert tree is not None
         number = signal_number(effect.signal)
         # The sentry sent it to the group already: the rest of the tree still needs it.
-        by_sentry = self.sent_by_sentry.pop(number, None) is not None
-        reached = tree.signal(number, group=not by_sentry)
+        sent_at = self.sent_by_sentry.pop(number, None)
+        reached = tree.signal(number, group=sent_at is None)
         if self.machine.phase is Phase.TERMINATING:
             self.stopping_with.append(number)
         if not told:
             return
         # Stamped ``now``, the time the core decided at (microseconds before the
-        # group has it): the grace in the record is the grace the core kept.
-        self.evidence.signal_sent(effect.signal, now, reached)
+        # group has it): the grace in the record is the grace the core kept. The
+        # log's line is stamped when the group had it, the sentry's time if the
+        # sentry sent it: the timeline stays in order with what followed.
+        self.evidence.signal_sent(
+            effect.signal, now, reached, at=now if sent_at is None else sent_at
+        )
         self.status.send(Signalled(signal=effect.signal, processes=reached))
 
     def _record(self, verdict: Verdict) -> None:
