@@ -22,6 +22,8 @@ from typing import NoReturn
 
 import pytest
 
+from tether.linux.cgroup1 import parse_v1_mounts
+
 #: Starting the three daemons takes a few seconds; the node must be idle within this.
 START_BOUND = 60.0
 #: Slurm's grace between its SIGTERM and its SIGKILL (``KillWait``), in seconds.
@@ -74,13 +76,26 @@ class Slurm:
         return result.stdout
 
 
-def unavailable() -> str | None:
-    """Why Slurm cannot run here, ``None`` if it can be tried."""
+def unavailable(proctrack: str, task: str) -> str | None:
+    """Why Slurm cannot run here with ``proctrack`` and ``task``, ``None`` if it can be tried."""
     missing = [name for name in DAEMONS if shutil.which(name, path=_path()) is None]
     if missing:
         return f"Slurm is not installed (apt-get install slurm-wlm munge): no {', '.join(missing)}"
     if os.geteuid() != 0:
         return "the single-node Slurm of the tests runs as root (SlurmUser=root)"
+    if "cgroup" in proctrack + task:
+        return _no_v1_hierarchies()
+    return None
+
+
+def _no_v1_hierarchies() -> str | None:
+    """Why :data:`CGROUP_CONF`'s ``cgroup/v1`` cannot run here: Slurm's ``proctrack/cgroup``
+    needs the ``freezer`` v1 hierarchy, ``task/cgroup`` the ``memory`` one."""
+    mounts = parse_v1_mounts(Path("/proc/self/mountinfo").read_text())
+    mounted = set().union(*(controllers for controllers, _, _ in mounts))
+    missing = sorted({"freezer", "memory"} - mounted)
+    if missing:
+        return f"Slurm's cgroup/v1 plugin needs the cgroup v1 hierarchies of {missing}: not mounted"
     return None
 
 
@@ -235,7 +250,7 @@ def start_or_skip(
     proctrack: str, task: str = "task/none"
 ) -> contextlib.AbstractContextManager[Slurm]:
     """The cluster; a skip (a failure under ``CI=true``) where it is missing or cannot start."""
-    reason = unavailable()
+    reason = unavailable(proctrack, task)
     if reason is not None:
         cannot(reason)
     return cluster(proctrack, task)
