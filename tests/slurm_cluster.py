@@ -28,6 +28,8 @@ from tether.linux.cgroup1 import parse_v1_mounts
 START_BOUND = 60.0
 #: Slurm's grace between its SIGTERM and its SIGKILL (``KillWait``), in seconds.
 KILL_WAIT = 5
+#: A partition whose jobs preempt (cancel) those of the default one when they need the node.
+URGENT = "urgent"
 #: A job's memory unless it asks (MiB): memory is a consumable resource (``CR_Core_Memory``,
 #: so ``--mem`` is a limit ``task/cgroup`` enforces), and a job that does not ask must not take
 #: the whole node, or the node would run one job at a time.
@@ -144,7 +146,10 @@ JobAcctGatherType=jobacct_gather/none
 MpiDefault=none
 ReturnToService=2
 NodeName={hostname} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory={_memory_mb()} State=UNKNOWN
-PartitionName=debug Nodes={hostname} Default=YES MaxTime=INFINITE State=UP
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+PartitionName=debug Nodes={hostname} Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName={URGENT} Nodes={hostname} MaxTime=INFINITE State=UP PriorityTier=2
 """
 
 

@@ -39,7 +39,7 @@ from conftest import (
     tether_argv,
     wait_gone,
 )
-from slurm_cluster import KILL_WAIT, Slurm, start_or_skip
+from slurm_cluster import KILL_WAIT, URGENT, Slurm, start_or_skip
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
 
@@ -132,12 +132,15 @@ def job_ended(slurm: Slurm, job: str, timeout: float = BOUND + KILL_WAIT) -> str
     return state
 
 
-def submit(slurm: Slurm, tmp_path: Path, script: Path, *command: str) -> str:
-    """Submit ``script`` with ``command`` (its output in ``job-<id>.out``); return the job id."""
+def submit(
+    slurm: Slurm, tmp_path: Path, script: Path, *command: str, options: tuple[str, ...] = ()
+) -> str:
+    """Submit ``script`` with ``command`` (its output in ``job-<id>.out``) and sbatch's
+    ``options``; return the job id."""
     os.chmod(tmp_path, 0o755)
     output = slurm.run(
         "sbatch", "--parsable", f"--output={tmp_path}/job-%j.out", f"--chdir={tmp_path}",
-        "--export=ALL", str(script), *command,
+        "--export=ALL", *options, str(script), *command,
     )  # fmt: skip
     return output.strip().split(";")[0]
 
@@ -296,6 +299,36 @@ def test_the_time_limit_gives_the_tree_its_grace_and_the_record_beats_slurms_sig
         kill_survivors(tethered_pids)
         survivors = kill_survivors(plain_pids)
     assert survivors == ESCAPES[slurm.proctrack]
+
+
+def test_preemption_stops_the_whole_tree_under_tether(
+    slurm: Slurm, records: Path, tmp_path: Path
+) -> None:
+    """A job preempted by one of a partition with a higher ``PriorityTier`` (``PreemptMode=
+    CANCEL``, no ``GraceTime``): Slurm's SIGTERM, tether's grace and SIGKILL for a tree that
+    ignores SIGTERM, the record, and the preempting job runs."""
+    evaluate = write_script(tmp_path, "evaluate.sh", doc_script("evaluate"))
+    argv, pids_file = tree(tmp_path, stubborn=True)
+    low = submit(slurm, tmp_path, evaluate, *argv, options=("--exclusive",))
+    pids = wait_tree(pids_file)
+    try:
+        urgent = submit(
+            slurm, tmp_path, write_script(tmp_path, "true.sh", "#!/bin/sh\ntrue\n"),
+            options=(f"--partition={URGENT}", "--exclusive"),
+        )  # fmt: skip
+        assert job_ended(slurm, low) == "PREEMPTED"
+        assert_all_gone(slurm, pids)
+        path = records / f"job-{low}.json"
+        wait_until(path.exists, "the record")
+        record = read_json(path)
+        assert record["reason"] == "cancelled"
+        assert record["escalated_to_sigkill"] is True
+        sent = signal_times(record)
+        assert GRACE <= (sent["SIGKILL"] - sent["SIGTERM"]).total_seconds() < KILL_WAIT
+        assert (written_at(path) - sent["SIGTERM"]).total_seconds() < KILL_WAIT
+        assert job_ended(slurm, urgent) == "COMPLETED"
+    finally:
+        kill_survivors(pids)
 
 
 def job_processes(slurm: Slurm, job: str) -> set[int]:
