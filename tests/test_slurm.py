@@ -354,8 +354,7 @@ def test_the_api_in_a_job_script_stops_the_tree_on_scancel(
 
     A script that died of the SIGTERM instead would end its step at once, and Slurm then
     SIGKILLs what is left of the step's processes: under ``proctrack/cgroup`` the supervisor
-    too, before its grace is over, and no record is written (seen here before the script
-    took SIGTERM as Ctrl-C).
+    too, within milliseconds, and no record is written (measured, see ``docs/cluster.md``).
     """
     script = write_script(tmp_path, "evaluate.py", doc_script("evaluate-py"))
     argv, pids_file = tree(tmp_path)
