@@ -74,6 +74,11 @@ def write_script(tmp_path: Path, name: str, text: str) -> Path:
     return script
 
 
+def plain_script(tmp_path: Path) -> Path:
+    """A job script that runs its arguments without tether."""
+    return write_script(tmp_path, "plain.sh", '#!/bin/sh\nexec "$@"\n')
+
+
 @pytest.fixture(scope="module", params=list(CLUSTERS), ids=lambda p: p.split("/")[1])
 def slurm(request: pytest.FixtureRequest) -> Iterator[Slurm]:
     with start_or_skip(request.param, CLUSTERS[request.param]) as running:
@@ -192,7 +197,7 @@ ESCAPES = {
 
 
 def test_without_tether_escapees_survive_scancel(slurm: Slurm, tmp_path: Path) -> None:
-    script = write_script(tmp_path, "plain.sh", '#!/bin/sh\nexec "$@"\n')
+    script = plain_script(tmp_path)
     argv, pids_file = tree(tmp_path)
     job = submit(slurm, tmp_path, script, *argv)
     pids = wait_tree(pids_file)
@@ -254,6 +259,19 @@ def written_at(record: Path) -> datetime:
     return datetime.fromisoformat(written["ts"])
 
 
+def assert_stopped_with_grace(slurm: Slurm, pids: dict[int, str], path: Path) -> None:
+    """The tree (one that ignores SIGTERM) is gone, and its record at ``path`` shows tether's
+    stop: cancelled, SIGKILL after the grace, the record written before Slurm's SIGKILL."""
+    assert_all_gone(slurm, pids)
+    wait_until(path.exists, "the record")
+    record = read_json(path)
+    assert record["reason"] == "cancelled"
+    assert record["escalated_to_sigkill"] is True
+    sent = signal_times(record)
+    assert GRACE <= (sent["SIGKILL"] - sent["SIGTERM"]).total_seconds() < KILL_WAIT
+    assert (written_at(path) - sent["SIGTERM"]).total_seconds() < KILL_WAIT
+
+
 @pytest.mark.timeout(TIME_LIMIT_CHECK + 90)
 def test_the_time_limit_gives_the_tree_its_grace_and_the_record_beats_slurms_sigkill(
     slurm: Slurm, records: Path, tmp_path: Path
@@ -267,7 +285,7 @@ def test_the_time_limit_gives_the_tree_its_grace_and_the_record_beats_slurms_sig
     them, ``TIMEOUT``. The job without tether shows what Slurm alone leaves running.
     """
     evaluate = write_script(tmp_path, "evaluate.sh", doc_script("evaluate"))
-    plain = write_script(tmp_path, "plain.sh", '#!/bin/sh\nexec "$@"\n')
+    plain = plain_script(tmp_path)
     tethered_argv, tethered_file = tree(tmp_path, "tethered", stubborn=True)
     plain_argv, plain_file = tree(tmp_path, "plain", stubborn=True)
     tethered = submit(slurm, tmp_path, evaluate, *tethered_argv)
@@ -281,16 +299,7 @@ def test_the_time_limit_gives_the_tree_its_grace_and_the_record_beats_slurms_sig
         assert job_ended(slurm, tethered, bound) == "TIMEOUT"
         assert job_ended(slurm, untethered, bound) == "TIMEOUT"
         assert f"Time limit exhausted for JobId={tethered}" in slurm.log("slurmctld")
-        assert_all_gone(slurm, tethered_pids)
-        path = records / f"job-{tethered}.json"
-        wait_until(path.exists, "the record")
-        record = read_json(path)
-        assert record["reason"] == "cancelled"
-        assert record["escalated_to_sigkill"] is True
-        sent = signal_times(record)
-        grace = (sent["SIGKILL"] - sent["SIGTERM"]).total_seconds()
-        assert GRACE <= grace < KILL_WAIT
-        assert (written_at(path) - sent["SIGTERM"]).total_seconds() < KILL_WAIT
+        assert_stopped_with_grace(slurm, tethered_pids, records / f"job-{tethered}.json")
         wait_until(
             lambda: sum(map(alive, plain_pids)) <= len(ESCAPES[slurm.proctrack]),
             "Slurm to stop what it tracks",
@@ -317,15 +326,7 @@ def test_preemption_stops_the_whole_tree_under_tether(
             options=(f"--partition={URGENT}", "--exclusive"),
         )  # fmt: skip
         assert job_ended(slurm, low) == "PREEMPTED"
-        assert_all_gone(slurm, pids)
-        path = records / f"job-{low}.json"
-        wait_until(path.exists, "the record")
-        record = read_json(path)
-        assert record["reason"] == "cancelled"
-        assert record["escalated_to_sigkill"] is True
-        sent = signal_times(record)
-        assert GRACE <= (sent["SIGKILL"] - sent["SIGTERM"]).total_seconds() < KILL_WAIT
-        assert (written_at(path) - sent["SIGTERM"]).total_seconds() < KILL_WAIT
+        assert_stopped_with_grace(slurm, pids, records / f"job-{low}.json")
         assert job_ended(slurm, urgent) == "COMPLETED"
     finally:
         kill_survivors(pids)
@@ -404,10 +405,13 @@ def test_memory_max_inside_a_job_ends_the_case_not_the_job(
     script = write_script(tmp_path, "cases.sh", doc_script("cases"))
     evaluate_case(tmp_path, ready.path)
     job = submit(slurm, tmp_path, script, "hog", "0")
-    leader, sibling = ready.ready_pids(BOUND + KILL_WAIT)
-    processes.track(leader, sibling)
     assert job_ended(slurm, job) == "COMPLETED"
-    assert "case hog: exit status 137" in job_output(tmp_path, job)
+    output = job_output(tmp_path, job)
+    if "case hog: exit status 125" in output and "swap" in output:  # refused before it ran
+        pytest.skip(f"this machine has swap but no swap accounting: {output.strip()}")
+    leader, sibling = ready.ready_pids()  # written before the hog began to fill its memory
+    processes.track(leader, sibling)
+    assert "case hog: exit status 137" in output
     hog = read_json(records / f"job-{job}-case-hog.json")
     assert hog["reason"] == "completed"
     assert hog["oom_killed"] is True
