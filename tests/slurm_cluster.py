@@ -22,10 +22,24 @@ from typing import NoReturn
 
 import pytest
 
+from tether.linux.cgroup1 import parse_v1_mounts
+
 #: Starting the three daemons takes a few seconds; the node must be idle within this.
 START_BOUND = 60.0
 #: Slurm's grace between its SIGTERM and its SIGKILL (``KillWait``), in seconds.
 KILL_WAIT = 5
+#: A partition whose jobs preempt (cancel) those of the default one when they need the node.
+URGENT = "urgent"
+#: A job's memory unless it asks (MiB): memory is a consumable resource (``CR_Core_Memory``,
+#: so ``--mem`` is a limit ``task/cgroup`` enforces), and a job that does not ask must not take
+#: the whole node, or the node would run one job at a time.
+DEF_MEM_PER_CPU = 512
+#: ``task/cgroup``'s settings: the job's memory limit as a cgroup v1 limit (``memory``
+#: hierarchy), which is what this host has for memory.
+CGROUP_CONF = """\
+CgroupPlugin=cgroup/v1
+ConstrainRAMSpace=yes
+"""
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scancel", "squeue", "sinfo")
 
 
@@ -35,7 +49,25 @@ class Slurm:
 
     directory: Path
     proctrack: str
+    task: str
     env: dict[str, str]
+
+    def job_state(self, job: str) -> str | None:
+        """The job's final state (``COMPLETED``, ``CANCELLED``, ``TIMEOUT``, ``OUT_OF_MEMORY``...)
+        from ``jobcomp/filetxt``'s line for it, ``None`` before it ended."""
+        try:
+            lines = (self.directory / "jobcomp.txt").read_text().splitlines()
+        except FileNotFoundError:
+            return None
+        for line in lines:
+            fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+            if fields.get("JobId") == job:
+                return fields.get("JobState")
+        return None
+
+    def log(self, daemon: str) -> str:
+        """The log of ``slurmctld`` or ``slurmd`` so far."""
+        return (self.directory / f"{daemon}.log").read_text(errors="replace")
 
     def run(self, *argv: str) -> str:
         result = subprocess.run(
@@ -46,13 +78,26 @@ class Slurm:
         return result.stdout
 
 
-def unavailable() -> str | None:
-    """Why Slurm cannot run here, ``None`` if it can be tried."""
+def unavailable(proctrack: str, task: str) -> str | None:
+    """Why Slurm cannot run here with ``proctrack`` and ``task``, ``None`` if it can be tried."""
     missing = [name for name in DAEMONS if shutil.which(name, path=_path()) is None]
     if missing:
         return f"Slurm is not installed (apt-get install slurm-wlm munge): no {', '.join(missing)}"
     if os.geteuid() != 0:
         return "the single-node Slurm of the tests runs as root (SlurmUser=root)"
+    if "cgroup" in proctrack + task:
+        return _no_v1_hierarchies()
+    return None
+
+
+def _no_v1_hierarchies() -> str | None:
+    """Why :data:`CGROUP_CONF`'s ``cgroup/v1`` cannot run here: Slurm's ``proctrack/cgroup``
+    needs the ``freezer`` v1 hierarchy, ``task/cgroup`` the ``memory`` one."""
+    mounts = parse_v1_mounts(Path("/proc/self/mountinfo").read_text())
+    mounted = set().union(*(controllers for controllers, _, _ in mounts))
+    missing = sorted({"freezer", "memory"} - mounted)
+    if missing:
+        return f"Slurm's cgroup/v1 plugin needs the cgroup v1 hierarchies of {missing}: not mounted"
     return None
 
 
@@ -67,7 +112,7 @@ def _memory_mb() -> int:
     raise AssertionError("no MemTotal in /proc/meminfo")
 
 
-def _config(directory: Path, proctrack: str) -> str:
+def _config(directory: Path, proctrack: str, task: str) -> str:
     hostname = os.uname().nodename
     return f"""\
 ClusterName=tether
@@ -82,9 +127,10 @@ AuthType=auth/munge
 AuthInfo=socket={directory}/munge/munge.socket
 CredType=cred/munge
 ProctrackType={proctrack}
-TaskPlugin=task/none
+TaskPlugin={task}
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU={DEF_MEM_PER_CPU}
 KillWait={KILL_WAIT}
 MinJobAge=2
 StateSaveLocation={directory}/state
@@ -93,13 +139,17 @@ SlurmctldPidFile={directory}/slurmctld.pid
 SlurmdPidFile={directory}/slurmd.pid
 SlurmctldLogFile={directory}/slurmctld.log
 SlurmdLogFile={directory}/slurmd.log
-JobCompType=jobcomp/none
+JobCompType=jobcomp/filetxt
+JobCompLoc={directory}/jobcomp.txt
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 MpiDefault=none
 ReturnToService=2
 NodeName={hostname} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory={_memory_mb()} State=UNKNOWN
-PartitionName=debug Nodes={hostname} Default=YES MaxTime=INFINITE State=UP
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+PartitionName=debug Nodes={hostname} Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName={URGENT} Nodes={hostname} MaxTime=INFINITE State=UP PriorityTier=2
 """
 
 
@@ -114,8 +164,9 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def cluster(proctrack: str) -> Iterator[Slurm]:
-    """Start munged, slurmctld and slurmd with ``proctrack``; stop them by pid at the end."""
+def cluster(proctrack: str, task: str = "task/none") -> Iterator[Slurm]:
+    """Start munged, slurmctld and slurmd with ``proctrack`` and ``task`` (``TaskPlugin``; its
+    ``cgroup.conf`` is :data:`CGROUP_CONF`); stop them by pid at the end."""
     directory = Path(tempfile.mkdtemp(prefix="tether-slurm-"))
     for sub in ("munge", "state", "spool"):
         (directory / sub).mkdir()
@@ -124,12 +175,14 @@ def cluster(proctrack: str) -> Iterator[Slurm]:
     key.write_bytes(os.urandom(1024))
     os.chmod(key, 0o400)
     conf = directory / "slurm.conf"
-    conf.write_text(_config(directory, proctrack))
+    conf.write_text(_config(directory, proctrack, task))
+    (directory / "cgroup.conf").write_text(CGROUP_CONF)
     env = {**os.environ, "SLURM_CONF": str(conf), "PATH": _path()}
     for name in list(env):
         if name.startswith(("SLURM_", "SBATCH_", "SRUN_")) and name != "SLURM_CONF":
             del env[name]
     started: list[subprocess.Popen[bytes]] = []
+    cgroups_before = set(_slurm_cgroups())
 
     def start(*argv: str) -> None:
         with open(directory / f"{Path(argv[0]).name}.out", "wb") as out:
@@ -145,13 +198,30 @@ def cluster(proctrack: str) -> Iterator[Slurm]:
         _wait_for((munge / "munge.socket").exists, "munged's socket", started)
         start("slurmctld", "-D", "-i", "-f", str(conf))
         start("slurmd", "-D", "-f", str(conf))
-        slurm = Slurm(directory, proctrack, env)
+        slurm = Slurm(directory, proctrack, task, env)
         _wait_for(lambda: _idle(slurm), "the node idle in sinfo", started)
         yield slurm
     finally:
         for process in reversed(started):
             _stop(process)
+        for made in set(_slurm_cgroups()) - cgroups_before:
+            _remove_cgroup(made)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _slurm_cgroups() -> list[Path]:
+    """The cgroup v1 directories Slurm's cgroup plugins make, ``slurm_<node>`` in each hierarchy.
+
+    Slurm leaves them behind when its daemons stop: the cluster removes the ones it made.
+    """
+    return list(Path("/sys/fs/cgroup").glob(f"*/slurm_{os.uname().nodename}"))
+
+
+def _remove_cgroup(top: Path) -> None:
+    """``rmdir`` ``top`` and the cgroups below it, deepest first (a cgroup is removed empty)."""
+    for directory, _, _ in sorted(os.walk(top), key=lambda entry: -entry[0].count("/")):
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
 
 
 def _idle(slurm: Slurm) -> bool:
@@ -181,9 +251,11 @@ def cannot(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-def start_or_skip(proctrack: str) -> contextlib.AbstractContextManager[Slurm]:
+def start_or_skip(
+    proctrack: str, task: str = "task/none"
+) -> contextlib.AbstractContextManager[Slurm]:
     """The cluster; a skip (a failure under ``CI=true``) where it is missing or cannot start."""
-    reason = unavailable()
+    reason = unavailable(proctrack, task)
     if reason is not None:
         cannot(reason)
-    return cluster(proctrack)
+    return cluster(proctrack, task)
