@@ -44,6 +44,7 @@ from tether.linux.cgroup import CgroupUnavailable
 from tether.review._text import ReviewError
 from tether.shared.record_file import JSONRefused, RecordError
 from tether.supervisor.command import CommandNotStarted
+from tether.supervisor.run_cgroup import _Deferred
 from tether.supervisor.spawn import SpawnFailed
 
 T = TypeVar("T")
@@ -210,6 +211,7 @@ EXAMPLES: dict[type[BaseException], Callable[[], BaseException]] = {
     LimitError: lambda: LimitError("--memory-max: no"),
     SpecError: lambda: SpecError("empty"),
     IllegalEvent: lambda: IllegalEvent("no"),
+    _Deferred: _Deferred,
     DurationError: lambda: DurationError("soon"),
     CommandNotStarted: lambda: CommandNotStarted(errno.EACCES, "denied", "exec"),
     SpawnFailed: lambda: SpawnFailed("exec", errno.ENOENT, "no such file"),

@@ -29,7 +29,7 @@ PARITY = [
     (["-s", "INT", "0.3", "sleep", "5"], 124),
     (["--signal=HUP", "0.3", "sleep", "5"], 124),
     (["-s", "KILL", "0.3", "sleep", "5"], -9),
-    (["-k", "0.3", "0.3", *TRAP_TERM], -9),
+    (["-k", "0.3", "2", *TRAP_TERM], -9),  # 2 s: time for the shell to set its trap
     (["5", "/nonexistent/command"], 127),
     (["5", "/etc"], 126),
     (["abc", "true"], 125),
@@ -71,7 +71,9 @@ def test_same_status_as_gnu_timeout(tmp_path: Path, args: list[str], status: int
 
 
 def test_verbose_names_each_signal(tmp_path: Path) -> None:
-    result = tether_timeout(["-v", "-k", "0.3", "0.3", *TRAP_TERM], tmp_path)
+    # A deadline of 2 s: the shell must have set its trap before the TERM comes
+    # (0.3 s was not always enough on a loaded machine: the shell died of it).
+    result = tether_timeout(["-v", "-k", "0.3", "2", *TRAP_TERM], tmp_path)
     assert result.returncode == -9
     assert result.stderr.splitlines() == [
         "tether timeout: sending signal TERM to command 'sh'",

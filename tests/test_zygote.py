@@ -210,23 +210,32 @@ import os, select, signal, sys
 import tether
 from tether.caller import zygote
 tether.run(["true"], record=False)
-handle = tether.launch(["sleep", "600"], record=sys.argv[1])
-gone = zygote.zygote_pid()
-os.kill(gone, signal.SIGKILL)
+# On a loaded machine a zygote slower than its answer's bound is abandoned (its
+# launch takes the plain path): then there is no zygote to lose, and the case
+# is tried again with a fresh one, each try with a record of its own.
+for attempt in range(5):
+    record = f"{sys.argv[1]}.{attempt}.json"
+    handle = tether.launch(["sleep", "600"], record=record)
+    gone = zygote.zygote_pid()
+    try:
+        os.kill(gone, signal.SIGKILL)
+        break
+    except ProcessLookupError:
+        handle.cancel()
+        handle.wait()
 select.select([os.pidfd_open(gone)], [], [], 10)
 handle.cancel()
 outcome = handle.wait()
-print(outcome.reason.value, handle.pid)
+print(outcome.reason.value, handle.pid, record)
 """
 
 
 def test_a_supervisor_does_not_depend_on_its_zygote(tmp_path: Path) -> None:
-    record = tmp_path / "r.json"
-    result = _caller(_WITHOUT_IT, tmp_path, str(record))
-    reason, pid = result.stdout.split()
+    result = _caller(_WITHOUT_IT, tmp_path, str(tmp_path / "r"))
+    reason, pid, record = result.stdout.split()
     assert reason == "cancelled"
     assert not alive(int(pid))
-    assert read_json(record)["reason"] == "cancelled"
+    assert read_json(Path(record))["reason"] == "cancelled"
 
 
 def test_tether_zygote_0_spawns_every_supervisor(tmp_path: Path) -> None:
