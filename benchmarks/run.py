@@ -289,7 +289,22 @@ def _alternatives(pairs: list[str]) -> dict[str, str]:
         if not name or not path or not Path(path, "tether").is_dir():
             _parser().error(f"--compare {pair}: want NAME=PATH, PATH a directory holding tether/")
         alternatives[name] = str(Path(path).resolve())
+        _compile(Path(path, "tether"))
     return alternatives
+
+
+def _compile(package: Path) -> None:
+    """Compile a compared copy of tether, as an installed one is.
+
+    An uncompiled copy recompiles every module on every start where
+    ``PYTHONDONTWRITEBYTECODE`` is set (this machine sets it): seen, a
+    "before" whose spawn took 443 ms against 174 ms compiled, which measures
+    the compiler, not the patch.
+    """
+    import compileall
+
+    if not compileall.compile_dir(str(package), quiet=1):
+        _parser().error(f"--compare: {package} does not compile")
 
 
 def _plan(plan: Plan) -> dict[str, object]:
