@@ -331,6 +331,10 @@ def main(argv: list[str], *, asked_at: float | None = None, program: str = "teth
     relay = TimeoutRelay(stop or None, inherited_mask=inherited)
     spec = _request(options, duration, command, asked_at=asked_at, ignored_signals=relay.ignored)
 
+    # The forked supervisor loads json before the launch (its status messages), and this
+    # caller needs it after (to read them): loaded once, here, both have it.
+    import json  # noqa: F401
+
     from tether.caller.start import LaunchError, start
 
     try:
