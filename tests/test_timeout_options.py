@@ -20,9 +20,7 @@ new reading follows and the reference therefore models:
 
 from __future__ import annotations
 
-import contextlib
 import getopt
-import io
 import os
 import subprocess
 import sys
@@ -31,16 +29,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import BOUND
+from conftest import BOUND, outcome_of
 from tether._version import __version__
 from tether.cli import timeout
 from tether.cli.timeout_options import LONG_OPTIONS, SHORT_OPTIONS
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-Outcome = tuple[object, str, str]
 
 _GETOPT_LONG = [f"{name}=" if value else name for name, value in LONG_OPTIONS.items()]
 _GETOPT_SHORT = "".join(f"{letter}:" if LONG_OPTIONS[name] else letter
@@ -114,17 +106,6 @@ def _by_hand(argv: list[str]) -> object:
     return vars(options), duration, command
 
 
-def _outcome(read: Callable[[], object]) -> Outcome:
-    """What ``read`` returned (or its exit status), and what it wrote on stdout and stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            result = read()
-        except SystemExit as stop:
-            result = ("exit", stop.code)
-    return result, out.getvalue(), err.getvalue()
-
-
 _NAMES = st.sampled_from(
     [
         *(f"--{name}" for name in LONG_OPTIONS),
@@ -167,7 +148,7 @@ _WORDS = st.one_of(
 @settings(max_examples=800, deadline=None)
 @given(st.lists(_WORDS, max_size=8))
 def test_the_hand_reading_agrees_with_getopts(argv: list[str]) -> None:
-    assert _outcome(lambda: _by_hand(argv)) == _outcome(lambda: _by_reference(argv))
+    assert outcome_of(lambda: _by_hand(argv)) == outcome_of(lambda: _by_reference(argv))
 
 
 @pytest.mark.parametrize(
@@ -185,7 +166,7 @@ def test_the_hand_reading_agrees_with_getopts(argv: list[str]) -> None:
     ],
 )  # fmt: skip
 def test_where_getopt_was_not_gnus(argv: list[str], said: str | None) -> None:
-    result, out, err = _outcome(lambda: _by_hand(argv))
+    result, out, err = outcome_of(lambda: _by_hand(argv))
     if said is None:  # the help, printed as it was read
         assert (result, out.startswith("Usage: "), err) == (("exit", 0), True, "")
     else:
