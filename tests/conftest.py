@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import json
 import os
 import select
@@ -23,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -442,3 +443,18 @@ def mode(request: pytest.FixtureRequest) -> str:
     if chosen == "cgroup":
         skip_without_cgroup()
     return chosen
+
+
+#: What a command-line reader returned (or ``("exit", status)``), and its stdout and stderr.
+Outcome = tuple[object, str, str]
+
+
+def outcome_of(read: Callable[[], object]) -> Outcome:
+    """What ``read`` returned (or its exit status), and what it wrote on stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            result = read()
+        except SystemExit as stop:
+            result = ("exit", stop.code)
+    return result, out.getvalue(), err.getvalue()

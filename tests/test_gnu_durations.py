@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tether.core import gnu_durations
 from tether.core.gnu_durations import FOREVER, SMALLEST, parse_gnu_duration
 
 CASES = [
@@ -76,3 +77,18 @@ def test_any_text_is_a_duration_or_refused(text: str) -> None:
 def test_every_non_negative_float_reads_back(value: float) -> None:
     seconds = parse_gnu_duration(repr(value))
     assert seconds == (value or 0.0)
+
+
+_PLAIN_LOOKING = st.builds(
+    lambda number, unit: number + unit,
+    st.text(alphabet="0123456789.", max_size=12)
+    | st.sampled_from(["0" * 400 + "1", "0." + "0" * 400 + "1"]),
+    st.sampled_from(["", "s", "m", "h", "d", "x", ".", " "]),
+)
+
+
+@given(_PLAIN_LOOKING | st.text(alphabet="0123456789.smhdexp+- \t", max_size=12) | st.text())
+def test_plain_decimals_read_by_hand_read_as_the_pattern_reads_them(text: str) -> None:
+    # The hand's reading (no ``re`` for ``5`` or ``1.5m``) is the pattern's, where it reads.
+    plain = gnu_durations._plain(text)
+    assert plain is None or plain == gnu_durations._read(text)

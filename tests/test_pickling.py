@@ -35,6 +35,7 @@ from tether.caller.launch_errors import (
 )
 from tether.caller.request import LimitsUnavailable, RequestError
 from tether.cli.seed_options import UsageError
+from tether.cli.timeout_options import OptionError
 from tether.core.durations import DurationError
 from tether.core.limits import LimitError
 from tether.core.machine import IllegalEvent
@@ -216,6 +217,7 @@ EXAMPLES: dict[type[BaseException], Callable[[], BaseException]] = {
     CommandNotStarted: lambda: CommandNotStarted(errno.EACCES, "denied", "exec"),
     SpawnFailed: lambda: SpawnFailed("exec", errno.ENOENT, "no such file"),
     UsageError: lambda: UsageError("argument --record: expected one argument"),
+    OptionError: lambda: OptionError("unrecognized option '--bogus'"),
 }
 
 

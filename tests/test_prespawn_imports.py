@@ -64,8 +64,11 @@ def _forbidden(loaded: set[str], *more: str) -> list[str]:
     ("door", "more"),
     [
         pytest.param(["run", "--", "true"], (), id="tether-run"),
-        # ``tether timeout`` parses with getopt: argparse is for ``--help`` and the others.
-        pytest.param(["timeout", "30", "true"], ("argparse",), id="tether-timeout"),
+        # ``tether timeout`` reads its options and durations by hand (tether.cli.timeout_options,
+        # tether.core.gnu_durations): no getopt, no gettext, no re for ``timeout 30 true``.
+        pytest.param(
+            ["timeout", "30", "true"], ("argparse", "getopt", "gettext"), id="tether-timeout"
+        ),
     ],
 )
 def test_the_cli_launches_before_loading_heavy_modules(
@@ -123,7 +126,7 @@ BEFORE_THE_FORK = (
 )
 
 
-def _loaded_at_fork(argv: list[str], home: Path) -> set[str]:
+def _loaded_at_fork(argv: list[str], home: Path, door: str = "tether.cli.run") -> set[str]:
     """Run ``tether ARGV`` to the end; the modules it had when it forked its supervisor."""
     snapshots = home / "modules"
     env = hooked_env(home, "fork_modules", TETHER_TEST_FORK_MODULES=str(snapshots))
@@ -135,7 +138,7 @@ def _loaded_at_fork(argv: list[str], home: Path) -> set[str]:
     assert len(lines) == 1, lines
     loaded = set(lines[0].split()[1:])
     # The snapshot is the CLI's, taken at its fork: not an empty or foreign one.
-    assert {"tether.cli.run", "tether.caller.start"} <= loaded
+    assert {door, "tether.caller.start"} <= loaded
     return loaded
 
 
@@ -158,3 +161,20 @@ def test_tether_run_forks_before_loading_what_it_needs_only_after(
     argv = ["run", *(word.format(home=tmp_path) for word in options), "--", "true"]
     loaded = _loaded_at_fork(argv, tmp_path)
     assert _forbidden(loaded, *BEFORE_THE_FORK) == []
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param([], id="plain"),
+        pytest.param(["-v", "--kill-after=1.5m", "-s", "INT", "--pres"], id="options"),
+    ],
+)
+def test_tether_timeout_forks_without_getopt(options: list[str], tmp_path: Path) -> None:
+    # Options and a plain duration read by hand: no getopt (nor its gettext). ``json`` (and
+    # ``re`` with it) is loaded before the fork on purpose: the supervisor needs it before
+    # the launch and the caller after, and a fork shares one import.
+    argv = ["timeout", *options, "30", "true"]
+    loaded = _loaded_at_fork(argv, tmp_path, door="tether.cli.timeout")
+    assert _forbidden(loaded, *BEFORE_THE_FORK, "getopt") == []
+    assert "json" in loaded

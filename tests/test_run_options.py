@@ -11,12 +11,10 @@ pre-pass over the parser's own option strings, then ``parse_args``.
 
 from __future__ import annotations
 
-import contextlib
-import io
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import outcome_of
 from tether.cli.messages import usage_error
 from tether.cli.run import _run_parser
 from tether.cli.run_options import OPTIONS, RunOptions, read_options, split_command_line
@@ -24,10 +22,7 @@ from tether.cli.run_options import OPTIONS, RunOptions, read_options, split_comm
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable
     from typing import NoReturn
-
-Outcome = tuple[object, str, str]
 
 
 def test_the_table_is_the_parsers() -> None:
@@ -87,17 +82,6 @@ def _reference_resolve(name: str, actions: dict[str, argparse.Action]) -> str:
     _reference_usage(f"invalid option -- '{name[1:]}'")
 
 
-def _outcome(read: Callable[[], object]) -> Outcome:
-    """What ``read`` returned (or its exit status), and what it wrote on stdout and stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            result = read()
-        except SystemExit as stop:
-            result = ("exit", stop.code)
-    return result, out.getvalue(), err.getvalue()
-
-
 def _by_reference(argv: list[str]) -> object:
     parser = _run_parser()
     return vars(parser.parse_args(_reference_split(argv, parser)))
@@ -133,7 +117,7 @@ _WORDS = st.one_of(
 @settings(max_examples=600, deadline=None)
 @given(st.lists(_WORDS, max_size=8))
 def test_the_hand_reading_agrees_with_the_parser(argv: list[str]) -> None:
-    assert _outcome(lambda: _by_hand(argv)) == _outcome(lambda: _by_reference(argv))
+    assert outcome_of(lambda: _by_hand(argv)) == outcome_of(lambda: _by_reference(argv))
 
 
 def _spelt(name: str, value: str, attached: bool) -> list[str]:
@@ -160,9 +144,9 @@ def test_argparse_is_never_needed_without_help(spelt: list[list[str]], end: list
     argv = [word for words in spelt for word in words] + end + ["true"]
     options, command = split_command_line(argv)
     assert command == ["true"]
-    hand = _outcome(lambda: read_options(options))
+    hand = outcome_of(lambda: read_options(options))
     if isinstance(hand[0], RunOptions):
         hand = (vars(hand[0]), *hand[1:])
     else:
         assert hand[0] == ("exit", 125)
-    assert hand == _outcome(lambda: _by_reference(argv))
+    assert hand == outcome_of(lambda: _by_reference(argv))

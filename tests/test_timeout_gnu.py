@@ -405,3 +405,60 @@ def test_the_launchers_word_reaches_neither_the_command_nor_a_stranger(
         env={**os.environ, "TETHER_LAUNCHER": "1:ffffffffffffffff"},
     )  # fmt: skip
     assert forged.stdout.strip() == "0"
+
+
+# -- the launcher's own way in: the interpreter, not the console script ---------------------------
+
+
+@needs_launcher
+def test_the_launcher_becomes_the_interpreter_on_tethers_entry_point(
+    launcher_as_timeout: str,
+) -> None:
+    # The command's parent is the caller's fork: it shows the caller's command line.
+    seen = run(launcher_as_timeout, ["5", "sh", "-c", 'tr "\\0" " " </proc/$PPID/cmdline'])
+    assert seen.returncode == 0, seen.stderr
+    interpreter = (TETHER_SCRIPT.read_text().splitlines() or [""])[0].removeprefix("#!")
+    assert seen.stdout.startswith(f"{interpreter} -P -c "), (interpreter, seen.stdout)
+    assert "timeout_program" in seen.stdout
+
+
+@needs_launcher
+def test_no_file_where_the_command_runs_stands_in_for_a_module(
+    launcher_as_timeout: str, tmp_path: Path
+) -> None:
+    cwd = tmp_path / "hostile"
+    cwd.mkdir()
+    for module in ("signal", "tether", "os", "select"):
+        (cwd / f"{module}.py").write_text("raise SystemExit('shadowed')\n")
+    result = subprocess.run(
+        ["timeout", "5", "sh", "-c", "echo ran"],
+        executable=launcher_as_timeout,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        check=False,
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, "ran\n", "")
+
+
+@needs_launcher
+def test_a_console_script_without_a_plain_interpreter_line_is_run_as_before(
+    tmp_path: Path,
+) -> None:
+    # pip writes ``#!/bin/sh`` and an ``exec`` for an interpreter path with spaces or too long.
+    bin_dir = tmp_path / "odd bin"
+    bin_dir.mkdir()
+    shutil.copy(LAUNCHER, bin_dir / "tether-timeout")
+    script = bin_dir / "tether"
+    script.write_text(f"#!/bin/sh\nexec '{sys.executable}' -m tether \"$@\"\n")
+    script.chmod(0o755)
+    (tmp_path / "timeout").symlink_to(bin_dir / "tether-timeout")
+    seen = run(str(tmp_path / "timeout"), ["5", "sh", "-c", 'tr "\\0" " " </proc/$PPID/cmdline'])
+    assert seen.returncode == 0, seen.stderr
+    assert seen.stdout.startswith(f"{sys.executable} -m tether timeout 5 sh -c "), seen.stdout
+    refused = run(str(tmp_path / "timeout"), ["-+"])
+    assert (refused.returncode, refused.stderr.splitlines()[0]) == (
+        125,
+        "timeout: invalid option -- '+'",
+    )

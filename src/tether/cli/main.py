@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from tether.core.spec import RunSpec
 
-__all__ = ["console_main", "main"]
+__all__ = ["console_main", "main", "timeout_program"]
 
 
 def _main_parser() -> argparse.ArgumentParser:
@@ -63,19 +63,32 @@ def console_main() -> int:
     Invoked as ``timeout`` (a ``timeout`` symlink to ``tether`` early on
     ``PATH``), it is ``tether timeout``, so that scripts use it unchanged.
     """
+    if os.path.basename(sys.argv[0]) == "timeout":
+        # Installed as ``timeout`` (a symlink to tether): GNU timeout's drop-in.
+        return timeout_program()
     quiet_interrupts()
     asked_at = process_started_at(tether._LOADED_AT)
     _fork_supervisors()
-    if os.path.basename(sys.argv[0]) == "timeout":
-        # Installed as ``timeout`` (a symlink to tether): GNU timeout's drop-in.
-        from tether.cli.timeout import main as timeout_main
-
-        status = timeout_main(sys.argv[1:], asked_at=asked_at, program="timeout")
-        return _exit_at_once(status)
     status = main(asked_at=asked_at)
     if sys.argv[1:2] in (["run"], ["timeout"]):
         return _exit_at_once(status)
     return status
+
+
+def timeout_program() -> int:
+    """The ``timeout`` program: ``sys.argv[1:]`` are GNU ``timeout``'s arguments.
+
+    What ``tether-timeout`` (the launcher) runs, as ``python -P -c``, and what
+    ``tether`` runs when invoked as ``timeout``; its deadline counts from when
+    this process started (the launcher's shell, which became this interpreter).
+    """
+    quiet_interrupts()
+    asked_at = process_started_at(tether._LOADED_AT)
+    _fork_supervisors()
+    from tether.cli.timeout import main as timeout_main
+
+    status = timeout_main(sys.argv[1:], asked_at=asked_at, program="timeout")
+    return _exit_at_once(status)
 
 
 def _exit_at_once(status: int) -> int:

@@ -1,7 +1,7 @@
 """The argument parsers of ``tether run``, the seed door and the review commands.
 
 Apart from :mod:`tether.cli.messages` because they load ``argparse``, which
-``tether timeout`` (``getopt``) never needs: its path to the command's launch
+``tether timeout`` (its options read by hand) never needs: its path to the command's launch
 stays without it.
 """
 

@@ -23,7 +23,6 @@ Caller side: standard library only, like ``tether run``.
 from __future__ import annotations
 
 import contextlib
-import getopt
 import os
 import signal
 import sys
@@ -31,6 +30,7 @@ import time
 
 from tether._version import __version__
 from tether.cli.messages import say, write_out
+from tether.cli.timeout_options import OptionError, read_command_line
 from tether.core.reasons import DEADLINE_EXCEEDED, TETHER_FAILED, status_of
 
 # On the path to the command's launch: no ``typing`` at run time.
@@ -155,79 +155,45 @@ class _Options:
         self.label: str | None = None
 
 
-_LONG_OPTIONS: Final = (
-    "kill-after=",
-    "signal=",
-    "verbose",
-    "preserve-status",
-    "foreground",
-    "help",
-    "version",
-    "record=",
-    "no-record",
-    "label=",
-)
-
-
 def _parse(argv: list[str]) -> tuple[_Options, float, list[str]]:
     options = _Options()
-    try:
-        pairs, rest = getopt.getopt(argv, "+fk:ps:v", list(_LONG_OPTIONS))
-    except getopt.GetoptError as error:
-        _usage_error(_getopt_message(error, argv))
-    for flag, value in pairs:
-        if flag == "--help":
+
+    def take(name: str, value: str) -> None:
+        # Each option acts as it is read, as in GNU's getopt_long loop.
+        if name == "help":
             _print_and_exit(_HELP.format(program=_Program.name))
-        if flag == "--version":
+        if name == "version":
             _print_and_exit(f"timeout (tether) {__version__}\n")
-        _take(options, flag, value)
+        _take(options, name, value)
+
+    try:
+        rest = read_command_line(argv, take)
+    except OptionError as error:
+        _usage_error(str(error))
     if len(rest) < 2:
         _usage_error(None)  # GNU says only where to find help here
     duration = _duration(rest[0])
     return options, duration, rest[1:]
 
 
-def _take(options: _Options, flag: str, value: str) -> None:
+def _take(options: _Options, name: str, value: str) -> None:
     """Set what one option (other than ``--help`` and ``--version``) asks for."""
-    if flag in ("-k", "--kill-after"):
+    if name == "kill-after":
         options.kill_after = _duration(value)
-    elif flag in ("-s", "--signal"):
+    elif name == "signal":
         options.stop_signal = _signal_name(value)
-    elif flag in ("-v", "--verbose"):
+    elif name == "verbose":
         options.verbose = True
-    elif flag in ("-p", "--preserve-status"):
+    elif name == "preserve-status":
         options.preserve_status = True
-    elif flag in ("-f", "--foreground"):
+    elif name == "foreground":
         options.foreground = True
-    elif flag == "--record":
+    elif name == "record":
         options.record = value
-    elif flag == "--no-record":
+    elif name == "no-record":
         options.record = None
-    elif flag == "--label":
+    elif name == "label":
         options.label = value
-
-
-def _getopt_message(error: getopt.GetoptError, argv: list[str]) -> str:
-    """GNU getopt's words for what :mod:`getopt` refused."""
-    option = error.opt
-    long = len(option) > 1
-    if "requires argument" in error.msg:
-        return (
-            f"option '--{option}' requires an argument"
-            if long
-            else (f"option requires an argument -- '{option}'")
-        )
-    if "must not have an argument" in error.msg:
-        return f"option '--{option}' doesn't allow an argument"
-    if "not a unique prefix" in error.msg:
-        choices = " ".join(
-            f"'--{name.rstrip('=')}'" for name in _LONG_OPTIONS if name.startswith(option)
-        )
-        return f"option '--{option}' is ambiguous; possibilities: {choices}"
-    if long:
-        typed = next((word for word in argv if word.startswith(f"--{option}")), f"--{option}")
-        return f"unrecognized option '{typed}'"
-    return f"invalid option -- '{option}'"
 
 
 def exit_status(finished: Finished, *, preserve_status: bool, stop_signal: str) -> int:
@@ -364,6 +330,10 @@ def main(argv: list[str], *, asked_at: float | None = None, program: str = "teth
     # Before anything is started, so that no signal in between is lost.
     relay = TimeoutRelay(stop or None, inherited_mask=inherited)
     spec = _request(options, duration, command, asked_at=asked_at, ignored_signals=relay.ignored)
+
+    # The forked supervisor loads json before the launch (its status messages), and this
+    # caller needs it after (to read them): loaded once, here, both have it.
+    import json  # noqa: F401
 
     from tether.caller.fork import start
     from tether.caller.launch_errors import LaunchError
