@@ -19,9 +19,12 @@ import re
 from pathlib import Path
 
 import tether
+from conftest import ROOT
 
+#: The package as it is imported: the checkout's under an editable install,
+#: the installed copy of the same files under tox (a wheel).
 PACKAGE = Path(tether.__file__).parent
-DOC = PACKAGE.parents[1] / "docs" / "architecture.md"
+DOC = ROOT / "docs" / "architecture.md"
 
 #: Files that need no row: entry points, the generated version.
 NO_ROW = frozenset({"__main__.py", "_version.py"})
