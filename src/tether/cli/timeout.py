@@ -31,7 +31,7 @@ import time
 from tether._version import __version__
 from tether.cli.messages import say, write_out
 from tether.cli.timeout_options import OptionError, read_command_line
-from tether.core.reasons import DEADLINE_EXCEEDED, TETHER_FAILED, status_of
+from tether.core.reasons import DEADLINE_EXCEEDED, TETHER_FAILED, Reason, status_of
 
 # On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
@@ -204,13 +204,14 @@ def exit_status(finished: Finished, *, preserve_status: bool, stop_signal: str) 
     128+N here; :func:`main` then dies of that signal the same way.
     """
     returncode = finished.returncode
-    if finished.reason == "deadline_exceeded":
+    if finished.reason == Reason.DEADLINE_EXCEEDED:
         if finished.escalated_to_sigkill or stop_signal == "SIGKILL":
             return _KILLED
         if preserve_status and returncode is not None:
             return status_of(returncode)
         return DEADLINE_EXCEEDED
-    if finished.reason in ("completed", "cancelled", "parent_lost") and returncode is not None:
+    stopped_or_done = (Reason.COMPLETED, Reason.CANCELLED, Reason.PARENT_LOST)
+    if finished.reason in stopped_or_done and returncode is not None:
         return status_of(returncode)
     return finished.exit_status
 
@@ -225,7 +226,7 @@ def _die_like_gnu(finished: Finished, status: int) -> None:
     GNU does, so that re-raising SIGSEGV does not dump tether's own core.
     """
     returncode = finished.returncode
-    timed_out = finished.reason == "deadline_exceeded"
+    timed_out = finished.reason == Reason.DEADLINE_EXCEEDED
     # A number, not a signal.Signals: a real-time signal (SIGRTMIN+6) has no member.
     number: int
     if timed_out and status == _KILLED:
@@ -356,7 +357,7 @@ def main(argv: list[str], *, asked_at: float | None = None, program: str = "teth
                 _say(f"sending signal {short_name(message.signal)} to command '{name}'")
     finished = status.wait_finished()
     spawn.lifeline.release()
-    if finished.reason == "launch_failed" or finished.message:
+    if finished.reason == Reason.LAUNCH_FAILED or finished.message:
         # The command's own troubles, or tether's (a lost supervisor, a record not written).
         _say(finished.message or "cannot run the command")
     status_code = exit_status(
