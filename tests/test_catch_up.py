@@ -39,17 +39,22 @@ if leader == 0:
     member = os.fork()
     if member == 0:
         pause_for_ever()
-    escapee = os.fork()
-    if escapee == 0:
-        os.setsid()
+    os.write(report_w, f"member {member}\\n".encode())
+    if os.fork() == 0:
+        os.setsid()  # reported once it has left the group, never before
+        os.write(report_w, f"escapee {os.getpid()}\\n".encode())
         pause_for_ever()
-    os.write(report_w, f"{member} {escapee}\\n".encode())
     pause_for_ever()
 try:
     os.setpgid(leader, leader)
 except OSError:
     pass
-member, escapee = map(int, os.read(report_r, 64).split())
+reported = {}
+with os.fdopen(report_r, "rb") as reports:
+    while len(reported) < 2:
+        kind, pid = reports.readline().split()
+        reported[kind] = int(pid)
+member, escapee = reported[b"member"], reported[b"escapee"]
 print(json.dumps([leader, member, escapee]), flush=True)
 sys.stdin.readline()  # the test has tracked the pids
 
