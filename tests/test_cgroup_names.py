@@ -8,7 +8,7 @@ import re
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tether.linux.cgroup import _creator_of, _unescape
+from tether.linux.cgroup import _creator_of, unescape
 
 _NAME = re.compile(r"tether-([0-9]+)-[0-9a-f]{8}")
 
@@ -26,7 +26,7 @@ _MOUNTINFO_TEXT = st.text(alphabet=st.sampled_from("\\0123478 a/"), max_size=24)
 @example("\\04")
 @example("end\\")
 def test_mountinfo_escapes_are_undone_as_the_regular_expression_did(field: str) -> None:
-    assert _unescape(field) == _unescape_by_re(field)
+    assert unescape(field) == _unescape_by_re(field)
 
 
 _NAMES = st.one_of(

@@ -84,6 +84,7 @@ __all__ = [
     "read_usage",
     "remove_stale",
     "run_cgroup_name",
+    "unescape",
     "warm_attach_lock",
 ]
 
@@ -98,19 +99,27 @@ class CgroupUnavailable(Exception):
     """No cgroup of the run's own could be made here; the message says why."""
 
 
-def _unescape(field: str) -> str:
-    """Undo mountinfo's octal escapes (``\\040`` for a space, and so on).
+#: The digits of each base an escape may use.
+_DIGITS: Final = {8: "01234567", 16: "0123456789abcdefABCDEF"}
 
-    By hand, as everything here: no ``re`` on the path to a command's launch.
+
+def unescape(field: str, marker: str = "\\", width: int = 3, base: int = 8) -> str:
+    """Undo escapes of one character as ``marker`` and ``width`` digits in ``base``.
+
+    mountinfo's octal escapes by default (``\\040`` for a space, and so on);
+    a D-Bus address's ``%xx`` with ``"%", 2, 16``. By hand, as everything
+    here: no ``re`` on the path to a command's launch. A marker without its
+    digits stays as it is.
     """
-    first, *pieces = field.split("\\")
+    digits = _DIGITS[base]
+    first, *pieces = field.split(marker)
     unescaped = [first]
     for piece in pieces:
-        code = piece[:3]
-        if len(code) == 3 and all(digit in "01234567" for digit in code):
-            unescaped.append(chr(int(code, 8)) + piece[3:])
+        code = piece[:width]
+        if len(code) == width and all(digit in digits for digit in code):
+            unescaped.append(chr(int(code, base)) + piece[width:])
         else:
-            unescaped.append("\\" + piece)
+            unescaped.append(marker + piece)
     return "".join(unescaped)
 
 
@@ -136,7 +145,7 @@ def _cgroup2_mounts() -> list[tuple[str, str]]:
                 before, _, after = line.partition(" - ")
                 fields = before.split()
                 if after.split()[:1] == ["cgroup2"] and len(fields) >= 5:
-                    mounts.append((_unescape(fields[3]), _unescape(fields[4])))
+                    mounts.append((unescape(fields[3]), unescape(fields[4])))
     except OSError:
         pass
     return mounts
@@ -588,7 +597,7 @@ def _own_directories() -> list[str]:
         fields, kind = before.split(), after.split()
         if len(fields) < 5 or len(kind) < 3:
             continue
-        root, point = _unescape(fields[3]), _unescape(fields[4])
+        root, point = unescape(fields[3]), unescape(fields[4])
         if kind[0] == "cgroup2":
             v2.append((root, point))
         elif kind[0] == "cgroup":

@@ -34,8 +34,7 @@ from __future__ import annotations
 
 import os
 
-from tether.linux.cgroup import JoinableCgroup, make_cgroup, remove_stale
-from tether.linux.cgroup import _unescape as unescape
+from tether.linux.cgroup import JoinableCgroup, make_cgroup, remove_stale, unescape
 
 # On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False

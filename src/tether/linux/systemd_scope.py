@@ -60,6 +60,7 @@ from tether.linux.cgroup import (
     enable_controllers,
     make_cgroup,
     own_cgroup,
+    unescape,
 )
 
 TYPE_CHECKING = False
@@ -101,19 +102,6 @@ SCOPE_REMEDY: Final = "systemd-run --user --scope -p Delegate=yes tether ..."
 # -- finding the bus (the caller's side too: no jeepney) -------------------------------------
 
 
-def _unescape(value: str) -> str:
-    """Undo a D-Bus address value's ``%xx`` escapes."""
-    pieces = value.split("%")
-    out = [pieces[0]]
-    for piece in pieces[1:]:
-        code = piece[:2]
-        if len(code) == 2 and all(c in "0123456789abcdefABCDEF" for c in code):
-            out.append(chr(int(code, 16)) + piece[2:])
-        else:
-            out.append("%" + piece)
-    return "".join(out)
-
-
 def _is_socket(path: str) -> bool:
     try:
         return stat.S_ISSOCK(os.stat(path).st_mode)
@@ -130,7 +118,7 @@ def _reachable(address: str) -> bool:
         pairs = dict(option.partition("=")[::2] for option in options.split(","))
         if "abstract" in pairs:
             return True
-        if "path" in pairs and _is_socket(_unescape(pairs["path"])):
+        if "path" in pairs and _is_socket(unescape(pairs["path"], "%", 2, 16)):
             return True
     return False
 

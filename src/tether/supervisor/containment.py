@@ -254,7 +254,7 @@ class ProcessTree:
             self._signal_leader(signum)
         if members is None:
             members = self._members()
-        known = walked | {self._me}
+        still_below = _below(walked | {self._me})
         for pid, stat in snapshot:
             if pid == self.leader:
                 continue
@@ -263,7 +263,7 @@ class ProcessTree:
             if stat.pgid != self.pgid:
                 self.outside_group.add(pid)
             if stat.pgid != self.pgid or not self.own_group:
-                self._signal_one(pid, signum, lambda p: proctree.parent_of(p) in known)
+                self._signal_one(pid, signum, still_below)
         outside_walk = [pid for pid in members if pid not in walked and pid != self.leader]
         self._signal_members(outside_walk, signum, already=killed_by_cgroup)
         return len(walked) + len(outside_walk)
@@ -284,20 +284,21 @@ class ProcessTree:
         snapshot = self._read(self._snapshot) or []
         if any(signum not in WHOLE_TREE_SIGNALS for signum in signums):
             snapshot = without_nested_runs(snapshot)
-        known = {pid for pid, _stat in snapshot} | {self._me}
+        still_below = _below({pid for pid, _stat in snapshot} | {self._me})
         missed = [
-            pid
+            (pid, stat)
             for pid, stat in snapshot
             if pid != self.leader
             and pid not in self._reached
             and (stat.pgid != self.pgid or not self.own_group)
         ]
-        for pid in missed:
+        for pid, stat in missed:
             self.stopped.add(pid)
             self._reached.add(pid)
-            self.outside_group.add(pid)
+            if stat.pgid != self.pgid:
+                self.outside_group.add(pid)
             for signum in signums:
-                self._signal_one(pid, signum, lambda p: proctree.parent_of(p) in known)
+                self._signal_one(pid, signum, still_below)
         if missed:
             names = [signal_name(str(signum)) or str(signum) for signum in signums]
             self._report("signals_caught_up", processes=len(missed), signals=names)
@@ -436,6 +437,15 @@ class ProcessTree:
             return self.leader_reaped or self.leader_returncode() is not None
         except ChildProcessError:
             return True
+
+
+def _below(known: set[int]) -> Callable[[int], bool]:
+    """Whether a process still hangs below the supervisor: its parent is one the walk found."""
+
+    def still_below(pid: int) -> bool:
+        return proctree.parent_of(pid) in known
+
+    return still_below
 
 
 def _alive(pid: int) -> bool:
