@@ -29,10 +29,23 @@ NEVER = ("selectors", "socket", "asyncio", "ssl")
 #: :mod:`inspect` and what it loads: ``transitions`` binds it without using it.
 INSPECT = ("inspect", "ast", "dis")
 
+#: :mod:`traceback` and what it loads: ``logging`` (loaded by ``transitions``) binds it
+#: to format exceptions, which no logger of a supervisor without an event log does.
+TRACEBACK = ("traceback", "linecache", "tokenize")
+
 #: Not loaded by a run without a record (no event log: no structlog; no record
-#: path: no ``pathlib``). With an event log, structlog loads ``typing`` and
-#: ``dataclasses`` for itself.
-WITHOUT_A_LOG = (*NEVER, *INSPECT, "typing", "dataclasses", "structlog", "pathlib")
+#: path: no ``pathlib``, no redactor). With an event log, structlog loads ``typing`` and
+#: ``dataclasses`` for itself, and ``traceback``.
+WITHOUT_A_LOG = (
+    *NEVER,
+    *INSPECT,
+    *TRACEBACK,
+    "typing",
+    "dataclasses",
+    "structlog",
+    "pathlib",
+    "tether.core.redaction",
+)
 
 #: Not loaded by a run with an event log: what structlog merely binds or looks
 #: for (tether.supervisor.deferred). Since Python 3.12 ``dataclasses`` asks

@@ -28,7 +28,6 @@ from tether._version import __version__
 from tether.core.durations import seconds_for_json
 from tether.core.limits import LIMIT_NAMES
 from tether.core.reasons import TETHER_FAILED, Reason
-from tether.core.redaction import redact_argv
 from tether.core.spec import command_name
 from tether.core.values import FrozenValue
 from tether.shared.record_file import RECORD_SCHEMA_VERSION, record_schema
@@ -271,11 +270,13 @@ def _what_ran(spec: RunSpec) -> dict[str, object]:
     when the caller asked (``record_argv``); cut at
     :data:`MAX_ARGV_CHARACTERS`, with a last word that says how much is missing.
     """
-    return {
-        "command": command_name(spec.argv),
-        "cwd": spec.cwd,
-        "argv": _bounded_argv(redact_argv(spec.argv)) if spec.record_argv else None,
-    }
+    argv = None
+    if spec.record_argv:
+        # Only for a record, and only when asked: a run without one never loads the redactor.
+        from tether.core.redaction import redact_argv
+
+        argv = _bounded_argv(redact_argv(spec.argv))
+    return {"command": command_name(spec.argv), "cwd": spec.cwd, "argv": argv}
 
 
 def _bounded_argv(words: list[str]) -> list[str]:

@@ -12,7 +12,11 @@ import is never used by tether:
   ``platform``); tether uses neither.
 * ``transitions`` imports :mod:`inspect` (and with it ``ast``, ``dis``,
   ``tokenize``...) for one check made only when a model's own method has a
-  trigger's name, which tether's never has.
+  trigger's name, which tether's never has; and :mod:`logging`, which
+  imports :mod:`traceback` (with ``linecache``, ``tokenize`` and
+  ``textwrap``, about 5 ms) to format exceptions that no logger of a
+  supervisor formats. (A run with an event log loads it all the same:
+  structlog takes a name from it as it loads.)
 * structlog's console renderer looks for ``colorama``, ``better_exceptions``
   and ``rich``, and its package for ``twisted``: installed, they cost a
   supervisor tens of milliseconds more (``rich`` alone is more than structlog);

@@ -49,9 +49,12 @@ import time
 from tether.supervisor.deferred import deferred
 
 # transitions imports inspect (and ast, dis, tokenize...) for one check that
-# tether's model never makes it run (see tether.core.machine._Run). Loaded here,
-# before the core, which imports nothing of the supervisor's.
-with deferred("inspect"):
+# tether's model never makes it run (see tether.core.machine._Run), and logging,
+# which imports traceback (with linecache, tokenize, textwrap: about 5 ms) for
+# formatting exceptions no logger of this process formats. A run with an event
+# log loads traceback all the same, for structlog. Loaded here, before the
+# core, which imports nothing of the supervisor's.
+with deferred("inspect", "traceback"):
     import transitions  # noqa: F401
 
 from tether.core.effects import Effect, Exit, SignalTree, WriteRecord
