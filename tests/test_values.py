@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 import pickle
 
 import pytest
 
+from conftest import EVERY_SPEC_FIELD
 from tether.core.spec import RunSpec
 from tether.core.values import DeclaredValue, FrozenValue
 
@@ -80,33 +80,11 @@ def test_a_mutable_default_is_never_shared() -> None:
     assert Options(name="c").tags == {}
 
 
-#: A value for every field of RunSpec, each unlike its default: a field declared without
-#: one here fails the test below, which then checks it survives the pipe and replace().
-_EVERY_FIELD: dict[str, object] = {
-    "argv": ("sleep", "1"),
-    "deadline_seconds": 5.0,
-    "grace_seconds": math.inf,
-    "asked_at": 12.5,
-    "record_path": "/records/run.json",
-    "label": "nightly",
-    "cwd": "/work",
-    "env": {"PATH": "/bin"},
-    "umask": 0o27,
-    "stop_signal": "SIGRTMIN+2",
-    "no_record_reason": "no home",
-    "record_argv": True,
-    "ignored_signals": (1, 2),
-    "join_group": 4242,
-    "limits": {"memory_max": 1 << 30, "cpu_max": 1.5},
-    "fds": {"lifeline": 3, "status": 4, "stdin": 5, "stdout": 6, "stderr": 7},
-}
-
-
 def test_every_declared_field_of_a_spec_survives_its_pipe_and_replace() -> None:
-    assert list(_EVERY_FIELD) == list(RunSpec._fields)
-    spec = RunSpec(**_EVERY_FIELD)  # type: ignore[arg-type]
+    assert list(EVERY_SPEC_FIELD) == list(RunSpec._fields)
+    spec = RunSpec(**EVERY_SPEC_FIELD)  # type: ignore[arg-type]
     bare = RunSpec(argv=("true",), deadline_seconds=None, grace_seconds=1.0, asked_at=0.0)
-    for name, value in _EVERY_FIELD.items():
+    for name, value in EVERY_SPEC_FIELD.items():
         assert getattr(bare, name) != value, name  # each sample differs from the default
         assert getattr(bare.replace(**{name: value}), name) == value
     assert RunSpec.from_json(spec.to_json()) == spec

@@ -13,7 +13,8 @@ message is sent): no ``subprocess`` (:mod:`tether.supervisor.spawn` forks and ex
    waits in the pipe, level-triggered, for the loop.
 2. **Subreaper.** The supervisor becomes the reaper of its orphaned
    descendants before there are any.
-3. **The command**, through :func:`tether.supervisor.command.start_command`;
+3. **The command**, through :func:`tether.supervisor.command.start_command`,
+   from the door's :class:`~tether.supervisor.plan.LaunchPlan`;
    between its fork and its exec, the command itself tells the caller where
    it is (``spawned``), so that no moment exists in which it runs unknown to
    the caller.
@@ -48,13 +49,12 @@ from tether.supervisor.reserve import NEEDED, DescriptorReserve, free_descriptor
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
-    from typing import IO, Final
+    from collections.abc import Callable
+    from typing import Final
 
+    from tether.supervisor.plan import LaunchPlan
     from tether.supervisor.run_cgroup import Containment
     from tether.supervisor.sentry import Sentry
-
-    _Stdio = int | IO[bytes] | None
 
 __all__ = ["CANCEL_SIGNALS", "LaunchAttempt", "SignalWakeup", "launch"]
 
@@ -127,57 +127,21 @@ class LaunchAttempt:
 
 
 def launch(
-    argv: Sequence[str],
-    *,
-    cwd: str | int | None,
-    env: Mapping[str, str] | None,
-    umask: int | None,
-    stdin: _Stdio,
-    stdout: _Stdio,
-    stderr: _Stdio,
-    status: StatusWriter,
-    close_after_launch: tuple[int, ...] = (),
-    ignored_signals: Sequence[int] = (),
-    join_group: int | None = None,
-    limits: Mapping[str, object] | None = None,
-    lifeline: int | None = None,
-    deadline_at: float | None = None,
-    stop_signal: str = "SIGTERM",
-    containment: Containment | None = None,
-    pass_fds: tuple[tuple[int, int], ...] = (),
+    plan: LaunchPlan, status: StatusWriter, containment: Containment | None = None
 ) -> LaunchAttempt:
-    """Start the command under a supervisor that is ready to watch it.
+    """Start the command of ``plan`` under a supervisor that is ready to watch it.
 
-    ``close_after_launch`` are descriptors only the command needs (the caller's
-    stdio): the supervisor lets go of them as soon as the command has its own
-    copies, so a reader of the caller's output sees end of file when the
-    command is done, not when the supervisor is. ``lifeline``, ``deadline_at``
-    (monotonic) and ``stop_signal`` are what the sentry watches and sends
-    until the loop runs. ``containment`` is the run's cgroup as the supervisor
-    prepared it early (:mod:`tether.supervisor.run_cgroup`), from ``limits``.
-    ``pass_fds`` (number in the command, descriptor here) go to the command;
-    the launch lets go of them, on every path, before the command runs.
+    ``status`` is the channel to the caller (``spawned``, ``started``);
+    ``containment`` is the run's cgroup as the supervisor prepared it early
+    (:mod:`tether.supervisor.run_cgroup`), from the plan's limits. What the
+    plan's fields mean: :class:`~tether.supervisor.plan.LaunchPlan`.
     """
     become_a_supervisor()
     wakeup = SignalWakeup()
     set_child_subreaper()
     try:
-        _check_descriptors(close_after_launch)
-        command = start_command(
-            argv,
-            cwd=cwd,
-            env=env,
-            umask=umask,
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            announce=_announcer(status),
-            ignored_signals=ignored_signals,
-            join_group=join_group,
-            limits=limits,
-            containment=containment,
-            pass_fds=pass_fds,
-        )
+        _check_descriptors(plan.close_after_launch)
+        command = start_command(plan, announce=_announcer(status), containment=containment)
     except CommandNotStarted as failure:
         _discard(containment)
         result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), failure=failure)
@@ -189,16 +153,7 @@ def launch(
     else:
         result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), command=command)
         if _LOOP not in sys.modules:
-            result.sentry = _post_sentry(
-                lifeline=lifeline,
-                wakeup=wakeup.read_fd,
-                wakeup_write=wakeup.write_fd,
-                leader=command.pid,
-                pgid=command.pgid,
-                own_group=command.own_group,
-                deadline_at=deadline_at,
-                stop_signal=_signal_number(stop_signal),
-            )
+            result.sentry = _post_sentry(plan, wakeup, command)
         status.send(
             Started(
                 supervisor_pid=os.getpid(),
@@ -207,7 +162,7 @@ def launch(
                 cgroups=[] if command.cgroup is None else command.cgroup.directories,
             )
         )
-    for fd in close_after_launch:
+    for fd in plan.close_after_launch:
         with contextlib.suppress(OSError):
             os.close(fd)
     if result.command is not None:
@@ -220,17 +175,7 @@ def launch(
 _LOOP: Final = "tether.supervisor.loop"
 
 
-def _post_sentry(
-    *,
-    lifeline: int | None,
-    wakeup: int,
-    wakeup_write: int,
-    leader: int,
-    pgid: int,
-    own_group: bool,
-    deadline_at: float | None,
-    stop_signal: int,
-) -> Sentry | None:
+def _post_sentry(plan: LaunchPlan, wakeup: SignalWakeup, command: Command) -> Sentry | None:
     """A sentry on the run, or ``None`` if none can be had (no thread, no descriptor left).
 
     Without one the run is still watched, only from the moment the loop runs:
@@ -242,14 +187,14 @@ def _post_sentry(
         from tether.supervisor.sentry import Sentry
 
         return Sentry(
-            lifeline=lifeline,
-            wakeup=wakeup,
-            wakeup_write=wakeup_write,
-            leader=leader,
-            pgid=pgid,
-            own_group=own_group,
-            deadline_at=deadline_at,
-            stop_signal=stop_signal,
+            lifeline=plan.lifeline,
+            wakeup=wakeup.read_fd,
+            wakeup_write=wakeup.write_fd,
+            leader=command.pid,
+            pgid=command.pgid,
+            own_group=command.own_group,
+            deadline_at=plan.deadline_at,
+            stop_signal=_signal_number(plan.stop_signal),
         )
     except (OSError, RuntimeError, ImportError):
         return None
