@@ -36,7 +36,7 @@ from conftest import (
 from tether.linux import cgroup as cgroup_module
 from tether.linux.cgroup import RunCgroup, cgroup_of, own_cgroup, remove_stale, warm_attach_lock
 from tether.supervisor.command import Command, CommandNotStarted, start_command
-from tether.supervisor.plan import LaunchPlan
+from tether.supervisor.launch import LaunchPlan
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ import json
 
 from conftest import EVERY_SPEC_FIELD
 from tether.core.spec import RunSpec
-from tether.supervisor.plan import LaunchPlan, plan_from_spec
+from tether.supervisor.launch import LaunchPlan, plan_from_spec
 
 #: The plan's fields that are no field of the spec: the door's descriptors, and the
 #: deadline as a time. Every other field of the plan must be read from the spec's.

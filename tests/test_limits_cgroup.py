@@ -401,7 +401,7 @@ def test_a_host_without_cgroup_v2_enforces_and_stops_through_v1_alone(
     from tether.linux import cgroup as cgroup_module
     from tether.supervisor.command import start_command
     from tether.supervisor.containment import ProcessTree
-    from tether.supervisor.plan import LaunchPlan
+    from tether.supervisor.launch import LaunchPlan
 
     monkeypatch.setattr(cgroup_module, "_cgroup2_mounts", list)
     command = start_command(

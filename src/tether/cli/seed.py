@@ -181,8 +181,7 @@ def _launch(command: list[str], spec: RunSpec, lifeline: int) -> tuple[StatusWri
     how the run ended from this process's exit status.
     """
     from tether.shared.protocol import StatusWriter
-    from tether.supervisor.launch import launch
-    from tether.supervisor.plan import LaunchPlan
+    from tether.supervisor.launch import LaunchPlan, launch
 
     status = StatusWriter(None)
     try:

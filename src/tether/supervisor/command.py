@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from tether.linux.run_cgroups import RunCgroups
-    from tether.supervisor.plan import LaunchPlan
+    from tether.supervisor.launch import LaunchPlan
 
     #: Told, in the child before its exec, the child's pid and its cgroup's directories.
     Announce = Callable[[int, list[str]], None]
@@ -138,7 +138,7 @@ def start_command(
     """Start the plan's command; raise :class:`CommandNotStarted` if it cannot be started.
 
     What each of the plan's fields asks for is said where it is declared
-    (:class:`~tether.supervisor.plan.LaunchPlan`). ``announce`` is called in
+    (:class:`~tether.supervisor.launch.LaunchPlan`). ``announce`` is called in
     the child before its exec, with the child's pid and the directory of the
     cgroup it is joining (``None`` without one). ``containment`` is what the
     supervisor prepared early

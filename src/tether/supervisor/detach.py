@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from typing import NoReturn
 
     from tether.core.spec import RunSpec
-    from tether.supervisor.plan import LaunchPlan
     from tether.supervisor.run_cgroup import Containment
 
 __all__ = ["become", "exit_now", "loaded", "loading", "main", "supervise_raw"]
@@ -95,20 +94,20 @@ def main(spec_fd: int) -> int:
 def supervise_raw(raw: bytes, containment: Containment | None = None) -> int:
     """Supervise the run whose spec is ``raw`` (JSON, descriptors by role); exit when done.
 
-    The command starts from the spec's raw fields (:func:`~tether.supervisor.plan.plan_from_spec`),
-    before the spec's own class is even loaded; the spec is checked whole
-    right after. Returns only if ``raw`` is not a spec at all. ``containment``:
-    the run's cgroup, if the process that forked this one made it already.
+    The command starts from the spec's raw fields
+    (:func:`~tether.supervisor.launch.plan_from_spec`), before the spec's own
+    class is even loaded; the spec is checked whole right after. Returns only
+    if ``raw`` is not a spec at all. ``containment``: the run's cgroup, if the
+    process that forked this one made it already.
     """
     import json
-
-    from tether.supervisor.plan import plan_from_spec
 
     try:
         data = json.loads(raw)
         fds = data["fds"]
-        plan = plan_from_spec(data, fds)
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError):
+        return TETHER_FAILED
+    if "argv" not in data:
         return TETHER_FAILED
 
     def checked_spec() -> RunSpec:
@@ -116,7 +115,7 @@ def supervise_raw(raw: bytes, containment: Containment | None = None) -> int:
 
         return RunSpec.from_json(raw)
 
-    return _supervise(plan, fds, checked_spec, containment)
+    return _supervise(data, fds, checked_spec, containment)
 
 
 def become(spec: RunSpec, pass_fds: tuple[int, ...] = ()) -> NoReturn:
@@ -126,39 +125,41 @@ def become(spec: RunSpec, pass_fds: tuple[int, ...] = ()) -> NoReturn:
     :func:`tether.caller.fork.fork_supervisors`) and left it only the run's
     descriptors, and ``pass_fds``, those the program inherited, for the
     command; the spec is the one the caller built and checked, already in
-    memory, and the plan is read from its fields as from a spec's JSON.
+    memory, and its fields are read as a spec's JSON would be.
     """
     loading()
-    from tether.supervisor.plan import plan_from_spec
-
-    plan = plan_from_spec(spec.as_dict(), spec.fds, pass_fds)
-    _supervise(plan, spec.fds, lambda: spec)
+    _supervise(spec.as_dict(), spec.fds, lambda: spec, inherited=pass_fds)
 
 
 def _supervise(
-    plan: LaunchPlan,
+    fields: Mapping[str, object],
     fds: Mapping[str, int],
     checked_spec: Callable[[], RunSpec],
     containment: Containment | None = None,
+    *,
+    inherited: tuple[int, ...] = (),
 ) -> NoReturn:
-    """Launch the plan's command, then load the loop and supervise it."""
+    """Launch the command of the spec's ``fields``, then load the loop and supervise it."""
     if containment is None:
         from tether.supervisor.run_cgroup import prepare_containment
 
-        # First: the kernel's wait for the join's lock passes while the rest loads.
-        containment = prepare_containment(plan.limits)
+        # First, before the plan: the kernel's wait for the join's lock passes while the
+        # rest loads. (The plan reads the limits again, the same way.)
+        limits = fields.get("limits")
+        containment = prepare_containment(limits if isinstance(limits, dict) else None)
     os.chdir("/")
-    # The command gets the caller's umask back (it is in the plan); tether's own
+    # The command gets the caller's umask back (it is in the spec); tether's own
     # files are private whatever the caller's umask was.
     os.umask(0o077)
 
     from tether.shared.protocol import StatusWriter
-    from tether.supervisor.launch import launch
+    from tether.supervisor.launch import launch, plan_from_spec
 
     if "record_dir" in fds:
         with contextlib.suppress(OSError):
             os.set_inheritable(fds["record_dir"], False)
     status = StatusWriter(fds["status"])
+    plan = plan_from_spec(fields, fds, inherited)
     launched = launch(plan, status, containment)
     # Only for a failure to reach the loop, so after the launch (the sentry is watching).
     from tether.supervisor import last_resort
@@ -171,7 +172,7 @@ def _supervise(
         outcome = supervise(
             spec,
             launched,
-            lifeline=plan.lifeline,
+            lifeline=fds["lifeline"],
             status=status,
             on_message=_say_nothing,
         )

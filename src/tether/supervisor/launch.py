@@ -4,7 +4,8 @@ The command should start as early as the interpreter allows, so
 this module does only what must come before it, and imports only what that
 needs (``os``, ``signal``, ``_ctypes`` for ``prctl``, and ``json`` where a status
 message is sent): no ``subprocess`` (:mod:`tether.supervisor.spawn` forks and execs), no
-``dataclasses``, no ``typing`` at run time, none of the core, and neither
+``dataclasses``, no ``typing`` at run time, none of the core but the base of its
+immutable values (:mod:`tether.core.values`, which imports nothing), and neither
 ``transitions`` nor ``structlog``. In order:
 
 1. **Signals first.** SIGTERM, SIGINT, SIGHUP and SIGCHLD get handlers that
@@ -13,8 +14,7 @@ message is sent): no ``subprocess`` (:mod:`tether.supervisor.spawn` forks and ex
    waits in the pipe, level-triggered, for the loop.
 2. **Subreaper.** The supervisor becomes the reaper of its orphaned
    descendants before there are any.
-3. **The command**, through :func:`tether.supervisor.command.start_command`,
-   from the door's :class:`~tether.supervisor.plan.LaunchPlan`;
+3. **The command**, through :func:`tether.supervisor.command.start_command`;
    between its fork and its exec, the command itself tells the caller where
    it is (``spawned``), so that no moment exists in which it runs unknown to
    the caller.
@@ -29,6 +29,33 @@ message is sent): no ``subprocess`` (:mod:`tether.supervisor.spawn` forks and ex
 
 Everything else (the core, the event log, the record) is built afterwards by
 :mod:`tether.supervisor.loop`, from the :class:`LaunchAttempt` returned here.
+
+**The plan.** What to launch is one value, a :class:`LaunchPlan`, made once
+at each door and carried unchanged through :func:`launch` to
+:func:`~tether.supervisor.command.start_command` (the command's fork) and to
+the sentry: a launch option is declared once, as one of its fields, and read
+where it is used, not passed on by keyword at every step. A supervisor
+(spawned, forked from ``tether run``, or from a zygote) reads it from the
+spec's fields with :func:`plan_from_spec`, and the descriptors the caller
+passed by role. Those are the raw JSON's fields: the command starts before
+:class:`~tether.core.spec.RunSpec` is even loaded, and the spec is checked
+whole right after the launch, so a field of the wrong kind is left at the
+plan's default here rather than trusted, and the check refuses it afterwards
+(and stops the command), as a run's spec is refused at any other time.
+``tether run`` hands over the spec it checked itself, as the same fields. The
+seed door, which launches its command itself, makes the plan from its own
+options. The plan lives here, not in a module of its own, because every door
+has this module loaded before its launch anyway: one more module to find and
+read would cost each launch about a millisecond.
+
+The plan holds values only: what the command gets and what the sentry
+watches, descriptors included as numbers. Two things ride beside it, as
+arguments of :func:`launch`: the status channel, a live writer the launch
+reports through and the loop keeps using after it; and the run's
+containment, a cgroup already made (early, so that the kernel's wait for
+the join's lock passes while the supervisor loads) that the launch takes or
+discards. Neither is an option of the run, and a value that held them could
+not be compared, shown or built in a test.
 """
 
 from __future__ import annotations
@@ -40,8 +67,9 @@ import signal
 import sys
 import time
 
+from tether.core.values import DeclaredValue
 from tether.linux.prctl import set_child_subreaper
-from tether.shared.protocol import Spawned, Started, StatusWriter
+from tether.shared.protocol import PASSED_ROLE, Spawned, Started, StatusWriter
 from tether.shared.signals import signal_number
 from tether.supervisor.command import Command, CommandNotStarted, start_command
 from tether.supervisor.identity import become_a_supervisor
@@ -49,14 +77,20 @@ from tether.supervisor.reserve import NEEDED, DescriptorReserve, free_descriptor
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from typing import Final
 
-    from tether.supervisor.plan import LaunchPlan
     from tether.supervisor.run_cgroup import Containment
     from tether.supervisor.sentry import Sentry
 
-__all__ = ["CANCEL_SIGNALS", "LaunchAttempt", "SignalWakeup", "launch"]
+__all__ = [
+    "CANCEL_SIGNALS",
+    "LaunchAttempt",
+    "LaunchPlan",
+    "SignalWakeup",
+    "launch",
+    "plan_from_spec",
+]
 
 #: Signals that mean "stop the command gracefully" when sent to the supervisor.
 CANCEL_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -126,6 +160,98 @@ class LaunchAttempt:
         self.sentry: Sentry | None = None
 
 
+class LaunchPlan(DeclaredValue):
+    """How to start one command and watch it until the loop runs: every launch option, once.
+
+    See the module, "The plan", for where it comes from and what rides beside it.
+    """
+
+    argv: tuple[str, ...]
+    #: The caller's working directory: a path, or a descriptor of the directory (the caller's
+    #: own, held open because its name may be gone or lead elsewhere by now); ``None``: the
+    #: supervisor's own.
+    cwd: str | int | None = None
+    #: The command's environment and umask (``None``: the supervisor's own).
+    env: Mapping[str, str] | None = None
+    umask: int | None = None
+    #: Signal numbers the command starts with ignored, as its caller had them.
+    ignored_signals: tuple[int, ...] = ()
+    #: The caller's process group, for a command that uses the caller's terminal: it joins
+    #: that group instead of leading one of its own.
+    join_group: int | None = None
+    #: Resource limits (:mod:`tether.core.limits`), written to the command's cgroup before
+    #: it can join it; without a cgroup for them the command is not started.
+    limits: Mapping[str, object] | None = None
+    #: The command's standard streams (``None``: the supervisor's own).
+    stdin: int | None = None
+    stdout: int | None = None
+    stderr: int | None = None
+    #: Descriptors handed to the command, as pairs (its number there, the descriptor here):
+    #: those ``tether run`` and ``tether timeout`` inherited, the API's ``pass_fds``; the
+    #: command gets no other. The launch lets go of them, on every path, before it runs.
+    pass_fds: tuple[tuple[int, int], ...] = ()
+    #: Descriptors only the command needs (the caller's stdio): let go of as soon as the
+    #: command has its copies, so a reader of the caller's output sees end of file when the
+    #: command is done, not when the supervisor is.
+    close_after_launch: tuple[int, ...] = ()
+    #: What the sentry watches and sends until the loop runs: the lifeline's read end, the
+    #: deadline (monotonic), and the signal that starts a stop.
+    lifeline: int | None = None
+    deadline_at: float | None = None
+    stop_signal: str = "SIGTERM"
+
+
+def plan_from_spec(
+    fields: Mapping[str, object], fds: Mapping[str, int], inherited: tuple[int, ...] = ()
+) -> LaunchPlan:
+    """The plan of a supervisor's run, from its spec's ``fields`` and descriptors by role.
+
+    ``inherited`` are descriptors this process inherited for the command, at
+    the same numbers (a supervisor forked from ``tether run``); the API's
+    arrive by role (``pass:N``, N their number in the command). A field of the
+    wrong kind is left at its default (see the module).
+    """
+    cwd, env, umask = fields.get("cwd"), fields.get("env"), fields.get("umask")
+    ignored, group = fields.get("ignored_signals"), fields.get("join_group")
+    limits = fields.get("limits")
+    return LaunchPlan(
+        argv=tuple(fields["argv"]),  # type: ignore[arg-type]  # words: checked after the launch
+        cwd=fds["cwd"] if "cwd" in fds else cwd if isinstance(cwd, str) else None,
+        env=env if isinstance(env, dict) else None,
+        umask=umask if isinstance(umask, int) else None,
+        ignored_signals=tuple(ignored) if isinstance(ignored, list | tuple) else (),
+        join_group=group if isinstance(group, int) else None,
+        limits=limits if isinstance(limits, dict) else None,
+        stdin=fds["stdin"],
+        stdout=fds["stdout"],
+        stderr=fds["stderr"],
+        pass_fds=tuple((fd, fd) for fd in inherited)
+        + tuple(
+            (int(role.removeprefix(PASSED_ROLE)), fd)
+            for role, fd in fds.items()
+            if role.startswith(PASSED_ROLE)
+        ),
+        # Only the command needs these: the caller's stdio, and its working directory.
+        close_after_launch=tuple(
+            fds[role] for role in ("stdin", "stdout", "stderr", "cwd") if role in fds
+        ),
+        lifeline=fds["lifeline"],
+        deadline_at=_deadline_at(fields),
+        stop_signal=str(fields.get("stop_signal", "SIGTERM")),
+    )
+
+
+def _deadline_at(fields: Mapping[str, object]) -> float | None:
+    """The deadline in the spec's fields; ``None`` if none (or none that makes sense).
+
+    A deadline that cannot be read here is the spec's check to refuse, after the launch.
+    """
+    asked_at, seconds = fields.get("asked_at"), fields.get("deadline_seconds")
+    if isinstance(asked_at, int | float) and isinstance(seconds, int | float):
+        return float(asked_at) + float(seconds)
+    return None
+
+
 def launch(
     plan: LaunchPlan, status: StatusWriter, containment: Containment | None = None
 ) -> LaunchAttempt:
@@ -134,7 +260,7 @@ def launch(
     ``status`` is the channel to the caller (``spawned``, ``started``);
     ``containment`` is the run's cgroup as the supervisor prepared it early
     (:mod:`tether.supervisor.run_cgroup`), from the plan's limits. What the
-    plan's fields mean: :class:`~tether.supervisor.plan.LaunchPlan`.
+    plan's fields mean: :class:`LaunchPlan`.
     """
     become_a_supervisor()
     wakeup = SignalWakeup()

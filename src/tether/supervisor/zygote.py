@@ -129,7 +129,6 @@ def _warm_up() -> None:
         import tether.supervisor.event_log
         import tether.supervisor.launch
         import tether.supervisor.loop
-        import tether.supervisor.plan
         import tether.supervisor.sentry  # noqa: F401
         from tether.linux.prctl import bind
 
