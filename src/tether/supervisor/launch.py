@@ -211,12 +211,14 @@ def plan_from_spec(
     arrive by role (``pass:N``, N their number in the command). A field of the
     wrong kind is left at its default (see the module).
     """
-    cwd, env, umask = fields.get("cwd"), fields.get("env"), fields.get("umask")
+    path, env, umask = fields.get("cwd"), fields.get("env"), fields.get("umask")
     ignored, group = fields.get("ignored_signals"), fields.get("join_group")
     limits = fields.get("limits")
+    # The caller's directory, held by descriptor where the door could (role ``cwd``).
+    cwd = fds["cwd"] if "cwd" in fds else (path if isinstance(path, str) else None)
     return LaunchPlan(
-        argv=tuple(fields["argv"]),  # type: ignore[arg-type]  # words: checked after the launch
-        cwd=fds["cwd"] if "cwd" in fds else cwd if isinstance(cwd, str) else None,
+        argv=tuple(fields["argv"]),  # type: ignore[arg-type]  # its words: the check's
+        cwd=cwd,
         env=env if isinstance(env, dict) else None,
         umask=umask if isinstance(umask, int) else None,
         ignored_signals=tuple(ignored) if isinstance(ignored, list | tuple) else (),
