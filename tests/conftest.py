@@ -18,6 +18,7 @@ import contextlib
 import functools
 import io
 import json
+import math
 import os
 import select
 import signal
@@ -55,6 +56,27 @@ SEED_FIELDS = (
     "escalated_to_sigkill",
     "shutdown_seconds",
 )
+
+#: A value for every field of RunSpec, each unlike its default: a field declared without
+#: one here fails test_values, which then checks it survives the pipe and replace().
+EVERY_SPEC_FIELD: dict[str, object] = {
+    "argv": ("sleep", "1"),
+    "deadline_seconds": 5.0,
+    "grace_seconds": math.inf,
+    "asked_at": 12.5,
+    "record_path": "/records/run.json",
+    "label": "nightly",
+    "cwd": "/work",
+    "env": {"PATH": "/bin"},
+    "umask": 0o27,
+    "stop_signal": "SIGRTMIN+2",
+    "no_record_reason": "no home",
+    "record_argv": True,
+    "ignored_signals": (1, 2),
+    "join_group": 4242,
+    "limits": {"memory_max": 1 << 30, "cpu_max": 1.5},
+    "fds": {"lifeline": 3, "status": 4, "stdin": 5, "stdout": 6, "stderr": 7},
+}
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -36,6 +36,7 @@ from conftest import (
 from tether.linux import cgroup as cgroup_module
 from tether.linux.cgroup import RunCgroup, cgroup_of, own_cgroup, remove_stale, warm_attach_lock
 from tether.supervisor.command import Command, CommandNotStarted, start_command
+from tether.supervisor.launch import LaunchPlan
 
 
 @pytest.fixture(autouse=True)
@@ -157,7 +158,7 @@ def test_stale_cgroups_of_dead_supervisors_are_removed_if_empty(processes: Proce
 
 def start(argv: list[str]) -> Command:
     """Start ``argv`` as a supervisor would, with the supervisor's own cwd, env and umask."""
-    return start_command(argv, cwd=None, env=None, umask=None, stdin=None, stdout=None, stderr=None)
+    return start_command(LaunchPlan(argv=tuple(argv)))
 
 
 @pytest.fixture

@@ -401,17 +401,14 @@ def test_a_host_without_cgroup_v2_enforces_and_stops_through_v1_alone(
     from tether.linux import cgroup as cgroup_module
     from tether.supervisor.command import start_command
     from tether.supervisor.containment import ProcessTree
+    from tether.supervisor.launch import LaunchPlan
 
     monkeypatch.setattr(cgroup_module, "_cgroup2_mounts", list)
     command = start_command(
-        ["sh", "-c", "sleep 60 & exec sleep 60"],
-        cwd=None,
-        env=None,
-        umask=None,
-        stdin=None,
-        stdout=None,
-        stderr=None,
-        limits={"memory_max": "64M", "pids_max": 50},
+        LaunchPlan(
+            argv=("sh", "-c", "sleep 60 & exec sleep 60"),
+            limits={"memory_max": "64M", "pids_max": 50},
+        )
     )
     processes.track(command.pid)
     cgroups = command.cgroup

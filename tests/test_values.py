@@ -1,4 +1,4 @@
-"""FrozenValue: what a frozen dataclass gave the request and the retention policy, by hand."""
+"""FrozenValue and DeclaredValue: what a frozen dataclass gave the request and the policies."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import pickle
 
 import pytest
 
-from tether.core.values import FrozenValue
+from conftest import EVERY_SPEC_FIELD
+from tether.core.spec import RunSpec
+from tether.core.values import DeclaredValue, FrozenValue
 
 
 class Pair(FrozenValue):
@@ -43,3 +45,48 @@ def test_repr_replace_and_pickle() -> None:
     assert pair.replace(right="y") == Pair(left=1, right="y")
     assert pair == Pair(left=1, right="x")
     assert pickle.loads(pickle.dumps(pair)) == pair
+
+
+# -- DeclaredValue: each field declared once ------------------------------------------------
+
+
+class Options(DeclaredValue):
+    name: str
+    count: int = 1
+    tags: dict[str, str] = {}  # noqa: RUF012 - a default, copied for each value
+
+
+def test_a_declared_value_takes_its_fields_and_defaults_from_its_annotations() -> None:
+    options = Options(name="a")
+    assert options.as_dict() == {"name": "a", "count": 1, "tags": {}}
+    assert repr(options) == "Options(name='a', count=1, tags={})"
+    assert options.replace(count=2) == Options(name="a", count=2)
+    assert pickle.loads(pickle.dumps(options)) == options
+    with pytest.raises(AttributeError, match="count"):
+        options.count = 2  # type: ignore[misc]
+
+
+def test_a_declared_value_refuses_a_missing_or_unknown_field_as_a_dataclass_does() -> None:
+    with pytest.raises(TypeError, match="'name'"):
+        Options()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="'colour'"):
+        Options(name="a", colour="red")  # type: ignore[call-arg]
+
+
+def test_a_mutable_default_is_never_shared() -> None:
+    first, second = Options(name="a"), Options(name="b")
+    first.tags["x"] = "y"
+    assert second.tags == {}
+    assert Options(name="c").tags == {}
+
+
+def test_every_declared_field_of_a_spec_survives_its_pipe_and_replace() -> None:
+    assert list(EVERY_SPEC_FIELD) == list(RunSpec._fields)
+    spec = RunSpec(**EVERY_SPEC_FIELD)  # type: ignore[arg-type]
+    bare = RunSpec(argv=("true",), deadline_seconds=None, grace_seconds=1.0, asked_at=0.0)
+    for name, value in EVERY_SPEC_FIELD.items():
+        assert getattr(bare, name) != value, name  # each sample differs from the default
+        assert getattr(bare.replace(**{name: value}), name) == value
+    assert RunSpec.from_json(spec.to_json()) == spec
+    assert RunSpec.from_json(bare.to_json()) == bare
+    assert pickle.loads(pickle.dumps(spec)) == spec

@@ -49,6 +49,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import NoReturn
 
+    from tether.core.spec import RunSpec
+    from tether.shared.protocol import StatusWriter
+    from tether.supervisor.launch import LaunchAttempt
+
 __all__ = ["main"]
 
 _FLAGS = {"deadline": "--deadline-seconds", "grace": "--grace-seconds", "label": "--variant"}
@@ -150,28 +154,7 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
         _fail(str(error))
     _close_own_write_ends(parsed.parent_fd)
 
-    from tether.shared.protocol import StatusWriter
-    from tether.supervisor.launch import launch
-
-    status = StatusWriter(None)
-    try:
-        nothing = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as error:
-        _fail(f"cannot open {os.devnull}: {error.strerror}")
-    attempt = launch(
-        command,
-        cwd=None,
-        env=None,
-        umask=None,
-        stdin=nothing,
-        close_after_launch=(nothing,),
-        stdout=None,
-        stderr=None,
-        status=status,
-        lifeline=parsed.parent_fd,
-        deadline_at=spec.deadline_at,
-        stop_signal=spec.stop_signal,
-    )
+    status, attempt = _launch(command, spec, parsed.parent_fd)
     # Only for a failure to load the loop, so after the launch (the sentry is watching).
     from tether.supervisor import last_resort
 
@@ -188,6 +171,32 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
     except BaseException as error:
         # supervise() has a last resort of its own; this one is for loading it.
         return last_resort.abandon(attempt, error, status=status, say=_say)
+
+
+def _launch(command: list[str], spec: RunSpec, lifeline: int) -> tuple[StatusWriter, LaunchAttempt]:
+    """Start ``command`` with this process's directory, environment, umask, stdout and stderr.
+
+    Those are the command's, as under the seed (``spec.cwd`` is only for the
+    record); its stdin is ``/dev/null``. No status channel: the worker hears
+    how the run ended from this process's exit status.
+    """
+    from tether.shared.protocol import StatusWriter
+    from tether.supervisor.launch import LaunchPlan, launch
+
+    status = StatusWriter(None)
+    try:
+        nothing = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as error:
+        _fail(f"cannot open {os.devnull}: {error.strerror}")
+    plan = LaunchPlan(
+        argv=tuple(command),
+        stdin=nothing,
+        close_after_launch=(nothing,),
+        lifeline=lifeline,
+        deadline_at=spec.deadline_at,
+        stop_signal=spec.stop_signal,
+    )
+    return status, launch(plan, status)
 
 
 def _working_directory() -> str | None:

@@ -31,7 +31,7 @@ import math
 
 from tether.core.durations import seconds_for_json, seconds_from_json
 from tether.core.limits import LimitError, parse_limits
-from tether.core.values import FrozenValue
+from tether.core.values import DeclaredValue
 
 # On the supervisor's path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
@@ -54,111 +54,48 @@ class SpecError(ValueError):
     """A spec that cannot describe a run; the message is ready for a person."""
 
 
-#: RunSpec's fields, in the order its repr shows them.
-_FIELDS: Final = (
-    "argv",
-    "deadline_seconds",
-    "grace_seconds",
-    "asked_at",
-    "record_path",
-    "label",
-    "cwd",
-    "env",
-    "umask",
-    "stop_signal",
-    "no_record_reason",
-    "record_argv",
-    "ignored_signals",
-    "join_group",
-    "limits",
-    "fds",
-)
-
-
-class RunSpec(FrozenValue):
+class RunSpec(DeclaredValue):
     """One command to run under supervision, and the policy for stopping it.
 
     ``deadline_seconds`` is ``None`` for no deadline; ``grace_seconds`` is
     :data:`math.inf` to never escalate to SIGKILL.
 
-    An immutable value (:class:`~tether.core.values.FrozenValue`), not a frozen
-    dataclass: every door builds or reads one before the command is launched,
-    where ``dataclasses`` would bring ``inspect``. Constructed by name (every
-    caller names the fields); :meth:`replace` for :func:`dataclasses.replace`.
+    An immutable value (:class:`~tether.core.values.DeclaredValue`), not a
+    frozen dataclass: every door builds or reads one before the command is
+    launched, where ``dataclasses`` would bring ``inspect``. Each field is
+    declared once, below, with its default; constructed by name,
+    :meth:`replace` for :func:`dataclasses.replace`.
     """
-
-    __slots__ = _FIELDS
 
     argv: tuple[str, ...]
     deadline_seconds: float | None
     grace_seconds: float
     asked_at: float
-    record_path: str | None
-    label: str | None
-    cwd: str | None
-    env: dict[str, str] | None
-    umask: int | None
-    stop_signal: str
+    record_path: str | None = None
+    label: str | None = None
+    cwd: str | None = None
+    env: dict[str, str] | None = None
+    umask: int | None = None
+    stop_signal: str = DEFAULT_STOP_SIGNAL
     #: Why the run keeps no record although it was to keep one in the default
     #: directory (which could not be made or written); ``None`` otherwise.
-    no_record_reason: str | None
+    no_record_reason: str | None = None
     #: Whether the record keeps the whole command line (redacted), not only its name.
-    record_argv: bool
+    record_argv: bool = False
     #: Signal numbers the command starts with ignored, as its caller had them
     #: (``nohup``, ``trap '' INT``): ``tether timeout`` hands them on as GNU does.
-    ignored_signals: tuple[int, ...]
+    ignored_signals: tuple[int, ...] = ()
     #: The process group the command joins: its caller's, in the caller's terminal
     #: session, so that it can use the terminal (``None``: a group and, for its
     #: supervisor, a session of their own). See docs/cli.md, "Terminals".
-    join_group: int | None
+    join_group: int | None = None
     #: Resource limits for the run's cgroup, by name (:data:`~tether.core.limits.LIMIT_NAMES`),
     #: as plain numbers; ``None`` (or empty) for none. Added in tether 0.2.
-    limits: dict[str, int | float] | None
+    limits: dict[str, int | float] | None = None
     #: Where the caller's file descriptors arrived in the supervisor, by role:
     #: ``lifeline``, ``status``, ``stdin``, ``stdout``, ``stderr``, and where they apply
     #: ``cwd`` (the caller's working directory) and ``record_dir`` (the held record directory).
-    fds: dict[str, int]
-
-    def __init__(
-        self,
-        *,
-        argv: tuple[str, ...],
-        deadline_seconds: float | None,
-        grace_seconds: float,
-        asked_at: float,
-        record_path: str | None = None,
-        label: str | None = None,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        umask: int | None = None,
-        stop_signal: str = DEFAULT_STOP_SIGNAL,
-        no_record_reason: str | None = None,
-        record_argv: bool = False,
-        ignored_signals: tuple[int, ...] = (),
-        join_group: int | None = None,
-        limits: dict[str, int | float] | None = None,
-        fds: dict[str, int] | None = None,
-    ) -> None:
-        values = (
-            argv,
-            deadline_seconds,
-            grace_seconds,
-            asked_at,
-            record_path,
-            label,
-            cwd,
-            env,
-            umask,
-            stop_signal,
-            no_record_reason,
-            record_argv,
-            ignored_signals,
-            join_group,
-            limits,
-            {} if fds is None else fds,
-        )
-        for name, value in zip(_FIELDS, values, strict=True):
-            object.__setattr__(self, name, value)
+    fds: dict[str, int] = {}  # noqa: RUF012 - a default, copied for each spec (DeclaredValue)
 
     @property
     def deadline_at(self) -> float | None:
@@ -169,7 +106,7 @@ class RunSpec(FrozenValue):
         """Serialise for the spec pipe (strict JSON: an endless grace is ``null``)."""
         import json  # here, not at the top: the seed door launches without it
 
-        data = {name: getattr(self, name) for name in _FIELDS}
+        data = self.as_dict()
         data["grace_seconds"] = seconds_for_json(self.grace_seconds)
         return json.dumps(data, allow_nan=False).encode()
 

@@ -7,6 +7,15 @@ request, the retention policy a run checks before it starts) must not load
 sets them in ``__init__`` with :func:`object.__setattr__`, and gets equality
 and hash by value, a ``Name(field=...)`` repr, pickling, and :meth:`replace`
 (for :func:`dataclasses.replace`); assignment and deletion are refused.
+
+A value with many fields, most of them optional, subclasses
+:class:`DeclaredValue` instead and declares each field once, as an
+annotation with its default, as in a dataclass: its field names, their
+order, its keyword-only ``__init__`` and its defaults all come from that one
+declaration, where a hand-written ``__slots__``, annotations, ``__init__``
+and assignments would name every field four times, coupled by order alone.
+Type checkers are told the same (``dataclass_transform``), so a constructor
+call is checked field by field.
 """
 
 from __future__ import annotations
@@ -14,9 +23,15 @@ from __future__ import annotations
 # Built before the command is launched: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Self
+    from typing import ClassVar, Self, dataclass_transform
+else:
 
-__all__ = ["FrozenValue"]
+    def dataclass_transform(**_options: object) -> object:
+        """Only type checkers read it; ``typing`` is not loaded at run time (see the module)."""
+        return lambda cls: cls
+
+
+__all__ = ["DeclaredValue", "FrozenValue"]
 
 
 class FrozenValue:
@@ -66,3 +81,46 @@ class FrozenValue:
         values = self.as_dict()
         values.update(changes)
         return self.__class__(**values)
+
+
+@dataclass_transform(kw_only_default=True, frozen_default=True)
+class DeclaredValue(FrozenValue):
+    """A :class:`FrozenValue` whose fields are its annotations, each with its default if any.
+
+    Construction is by keyword only; a field without a default must be given,
+    and a name that is no field is refused, both with :class:`TypeError` (as
+    a dataclass's ``__init__`` would). A default that is a ``dict`` is copied
+    for each value (a dataclass's ``default_factory=dict``), so no two values
+    share one. The fields are not slots, which must be named before the class
+    exists: the values keep them in a ``__dict__``, still read-only.
+    """
+
+    #: The fields, in the order they were declared (and repr shows them).
+    _fields: ClassVar[tuple[str, ...]] = ()
+    #: The fields that have a default, and that default.
+    _defaults: ClassVar[dict[str, object]] = {}
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        # Strings (every module has ``from __future__ import annotations``), never evaluated.
+        declared = cls.__annotations__
+        cls._fields = tuple(name for name, kind in declared.items() if "ClassVar" not in kind)
+        cls._defaults = {name: getattr(cls, name) for name in cls._fields if hasattr(cls, name)}
+
+    def __init__(self, **values: object) -> None:
+        for name in self._fields:
+            if name in values:
+                value = values.pop(name)
+            elif name in self._defaults:
+                value = self._defaults[name]
+                if isinstance(value, dict):
+                    value = dict(value)
+            else:
+                raise TypeError(f"{self.__class__.__qualname__}() needs the field {name!r}")
+            object.__setattr__(self, name, value)
+        if values:
+            unknown = ", ".join(map(repr, values))
+            raise TypeError(f"{self.__class__.__qualname__}() has no field {unknown}")
+
+    def _names(self) -> tuple[str, ...]:
+        return self._fields

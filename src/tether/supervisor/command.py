@@ -52,12 +52,11 @@ from tether.supervisor.spawn import SpawnFailed, spawn
 # Run before the command starts: no ``typing`` or ``dataclasses`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
-    from typing import IO
+    from collections.abc import Callable, Sequence
 
     from tether.linux.run_cgroups import RunCgroups
+    from tether.supervisor.launch import LaunchPlan
 
-    _Stdio = int | IO[bytes] | None
     #: Told, in the child before its exec, the child's pid and its cgroup's directories.
     Announce = Callable[[int, list[str]], None]
 
@@ -134,44 +133,23 @@ def _prepare_child(
 
 
 def start_command(
-    argv: Sequence[str],
-    *,
-    cwd: str | int | None,
-    env: Mapping[str, str] | None,
-    umask: int | None,
-    stdin: _Stdio,
-    stdout: _Stdio,
-    stderr: _Stdio,
-    announce: Announce | None = None,
-    ignored_signals: Sequence[int] = (),
-    join_group: int | None = None,
-    limits: Mapping[str, object] | None = None,
-    containment: Containment | None = None,
-    pass_fds: tuple[tuple[int, int], ...] = (),
+    plan: LaunchPlan, *, announce: Announce | None = None, containment: Containment | None = None
 ) -> Command:
-    """Start ``argv``; raise :class:`CommandNotStarted` if it cannot be started.
+    """Start the plan's command; raise :class:`CommandNotStarted` if it cannot be started.
 
-    ``cwd``, ``env`` and ``umask`` are the caller's (``None``: the supervisor's own);
-    ``cwd`` is a path, or a descriptor of the directory (the caller's own, held
-    open because its name may be gone or lead elsewhere by now). ``announce``
-    is called in the child before its exec, with the child's pid and the
-    directory of the cgroup it is joining (``None`` without one). ``limits``
-    (:mod:`tether.core.limits`) are written to the command's cgroup before it
-    can join it; without a cgroup for them the command is not started.
-    ``ignored_signals`` start ignored in the command, as in its caller.
-    ``join_group`` is the caller's process group, for a command that uses the
-    caller's terminal: it joins that group instead of leading one of its own.
-    ``containment`` is what the supervisor prepared early
-    (:func:`~tether.supervisor.run_cgroup.prepare_containment`, from the same
-    ``limits``); without it, it is prepared here. ``pass_fds`` are handed to
-    the command, as pairs (its number there, the descriptor here): the
-    descriptors ``tether run`` and ``tether timeout`` inherited, the API's
-    ``pass_fds``; the command gets no other.
+    What each of the plan's fields asks for is said where it is declared
+    (:class:`~tether.supervisor.launch.LaunchPlan`). ``announce`` is called in
+    the child before its exec, with the child's pid and the directory of the
+    cgroup it is joining (``None`` without one). ``containment`` is what the
+    supervisor prepared early
+    (:func:`~tether.supervisor.run_cgroup.prepare_containment`, from the
+    plan's limits); without it, it is prepared here.
     """
+    argv, join_group, cwd = plan.argv, plan.join_group, plan.cwd
     if containment is None:
-        containment = prepare_containment(limits, warm=False)
+        containment = prepare_containment(plan.limits, warm=False)
     if not argv[0]:
-        for _number, fd in pass_fds:
+        for _number, fd in plan.pass_fds:
             os.close(fd)
         containment.discard()
         # "Not found", as execvp("") says in C (GNU timeout: 127). Python's own
@@ -192,19 +170,19 @@ def start_command(
             required=required,
             directory=directory,
             announce=announce,
-            ignored_signals=ignored_signals,
+            ignored_signals=plan.ignored_signals,
         )
 
     try:
         pid = spawn(
             argv,
-            env=env,
+            env=plan.env,
             cwd=path,
-            umask=umask,
-            stdio=(_fd(stdin), _fd(stdout), _fd(stderr)),
+            umask=plan.umask,
+            stdio=(plan.stdin, plan.stdout, plan.stderr),
             prepare=prepare,
             process_group=0 if join_group is None else join_group,
-            pass_fds=pass_fds,
+            pass_fds=plan.pass_fds,
         )
     except OSError as error:  # the fork itself: EAGAIN under ulimit -u, ENOMEM
         _discard(cgroup)
@@ -230,10 +208,6 @@ def start_command(
         pidfd=pidfd,
         cgroup=_joined(cgroup, pid),
     )
-
-
-def _fd(stream: _Stdio) -> int | None:
-    return stream if stream is None or isinstance(stream, int) else stream.fileno()
 
 
 def _joined(cgroup: RunCgroups | None, pid: int) -> RunCgroups | None:

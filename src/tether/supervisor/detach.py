@@ -42,7 +42,7 @@ from tether.core.reasons import TETHER_FAILED
 # On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from typing import NoReturn
 
     from tether.core.spec import RunSpec
@@ -94,17 +94,20 @@ def main(spec_fd: int) -> int:
 def supervise_raw(raw: bytes, containment: Containment | None = None) -> int:
     """Supervise the run whose spec is ``raw`` (JSON, descriptors by role); exit when done.
 
-    The command starts from the spec's raw fields, before the spec's own class
-    (and ``dataclasses`` with it) is even loaded; the spec is checked whole
-    right after. Returns only if ``raw`` is not a spec at all. ``containment``:
-    the run's cgroup, if the process that forked this one made it already.
+    The command starts from the spec's raw fields
+    (:func:`~tether.supervisor.launch.plan_from_spec`), before the spec's own
+    class is even loaded; the spec is checked whole right after. Returns only
+    if ``raw`` is not a spec at all. ``containment``: the run's cgroup, if the
+    process that forked this one made it already.
     """
     import json
 
     try:
         data = json.loads(raw)
-        argv, fds = data["argv"], data["fds"]
+        fds = data["fds"]
     except (ValueError, KeyError, TypeError):
+        return TETHER_FAILED
+    if "argv" not in data:
         return TETHER_FAILED
 
     def checked_spec() -> RunSpec:
@@ -112,7 +115,7 @@ def supervise_raw(raw: bytes, containment: Containment | None = None) -> int:
 
         return RunSpec.from_json(raw)
 
-    return _supervise(argv, fds, data, checked_spec, containment)
+    return _supervise(data, fds, checked_spec, containment)
 
 
 def become(spec: RunSpec, pass_fds: tuple[int, ...] = ()) -> NoReturn:
@@ -122,86 +125,42 @@ def become(spec: RunSpec, pass_fds: tuple[int, ...] = ()) -> NoReturn:
     :func:`tether.caller.fork.fork_supervisors`) and left it only the run's
     descriptors, and ``pass_fds``, those the program inherited, for the
     command; the spec is the one the caller built and checked, already in
-    memory.
+    memory, and its fields are read as a spec's JSON would be.
     """
     loading()
-    data: dict[str, object] = {
-        "cwd": spec.cwd,
-        "env": spec.env,
-        "umask": spec.umask,
-        "asked_at": spec.asked_at,
-        "deadline_seconds": spec.deadline_seconds,
-        "stop_signal": spec.stop_signal,
-        "limits": spec.limits,
-        "ignored_signals": list(spec.ignored_signals),
-        "join_group": spec.join_group,
-    }
-    _supervise(list(spec.argv), dict(spec.fds), data, lambda: spec, pass_fds=pass_fds)
+    _supervise(spec.as_dict(), spec.fds, lambda: spec, inherited=pass_fds)
 
 
 def _supervise(
-    argv: list[str],
-    fds: dict[str, int],
-    data: dict[str, object],
+    fields: Mapping[str, object],
+    fds: Mapping[str, int],
     checked_spec: Callable[[], RunSpec],
     containment: Containment | None = None,
     *,
-    pass_fds: tuple[int, ...] = (),
+    inherited: tuple[int, ...] = (),
 ) -> NoReturn:
-    """Launch ``argv`` from the spec's raw fields, then load the loop and supervise it."""
-    limits = data.get("limits")
+    """Launch the command of the spec's ``fields``, then load the loop and supervise it."""
     if containment is None:
         from tether.supervisor.run_cgroup import prepare_containment
 
-        # First: the kernel's wait for the join's lock passes while the rest loads.
+        # First, before the plan: the kernel's wait for the join's lock passes while the
+        # rest loads. (The plan reads the limits again, the same way.)
+        limits = fields.get("limits")
         containment = prepare_containment(limits if isinstance(limits, dict) else None)
     os.chdir("/")
     # The command gets the caller's umask back (it is in the spec); tether's own
     # files are private whatever the caller's umask was.
     os.umask(0o077)
 
-    # The launcher built and checked the spec before sending it; the command
-    # starts from its raw fields, before the spec's own class is even loaded.
-    from tether.shared.protocol import PASSED_ROLE, StatusWriter
-    from tether.supervisor.launch import launch
+    from tether.shared.protocol import StatusWriter
+    from tether.supervisor.launch import launch, plan_from_spec
 
     if "record_dir" in fds:
         with contextlib.suppress(OSError):
             os.set_inheritable(fds["record_dir"], False)
     status = StatusWriter(fds["status"])
-    # The API's pass_fds arrive by role (``pass:N``, N their number in the command).
-    handed = tuple((fd, fd) for fd in pass_fds) + tuple(
-        (int(role.removeprefix(PASSED_ROLE)), fd)
-        for role, fd in fds.items()
-        if role.startswith(PASSED_ROLE)
-    )
-    # Only the command needs these: the caller's stdio, and its working directory.
-    for_the_command = tuple(
-        fds[role] for role in ("stdin", "stdout", "stderr", "cwd") if role in fds
-    )
-    umask = data.get("umask")
-    env = data.get("env")
-    ignored = data.get("ignored_signals")
-    join_group = data.get("join_group")
-    launched = launch(
-        argv,
-        cwd=fds.get("cwd", data.get("cwd")),  # type: ignore[arg-type]
-        env=env if isinstance(env, dict) else None,
-        umask=umask if isinstance(umask, int) else None,
-        ignored_signals=ignored if isinstance(ignored, list | tuple) else (),
-        join_group=join_group if isinstance(join_group, int) else None,
-        stdin=fds["stdin"],
-        stdout=fds["stdout"],
-        stderr=fds["stderr"],
-        status=status,
-        close_after_launch=for_the_command,
-        lifeline=fds["lifeline"],
-        deadline_at=_deadline_at(data),
-        stop_signal=str(data.get("stop_signal", "SIGTERM")),
-        limits=limits if isinstance(limits, dict) else None,
-        containment=containment,
-        pass_fds=handed,
-    )
+    plan = plan_from_spec(fields, fds, inherited)
+    launched = launch(plan, status, containment)
     # Only for a failure to reach the loop, so after the launch (the sentry is watching).
     from tether.supervisor import last_resort
 
@@ -221,18 +180,6 @@ def _supervise(
         # supervise() has a last resort of its own; this one is for reaching it.
         outcome = last_resort.abandon(launched, error, status=status, say=_say_nothing)
     exit_now(outcome)
-
-
-def _deadline_at(data: dict[str, object]) -> float | None:
-    """The deadline in the raw spec, for the sentry; ``None`` if none (or none that makes sense).
-
-    The spec is checked whole once its class is loaded, after the launch; a
-    deadline that cannot be read here is the check's to refuse.
-    """
-    asked_at, seconds = data.get("asked_at"), data.get("deadline_seconds")
-    if isinstance(asked_at, int | float) and isinstance(seconds, int | float):
-        return float(asked_at) + float(seconds)
-    return None
 
 
 def loading() -> None:

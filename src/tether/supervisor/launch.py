@@ -4,7 +4,8 @@ The command should start as early as the interpreter allows, so
 this module does only what must come before it, and imports only what that
 needs (``os``, ``signal``, ``_ctypes`` for ``prctl``, and ``json`` where a status
 message is sent): no ``subprocess`` (:mod:`tether.supervisor.spawn` forks and execs), no
-``dataclasses``, no ``typing`` at run time, none of the core, and neither
+``dataclasses``, no ``typing`` at run time, none of the core but the base of its
+immutable values (:mod:`tether.core.values`, which imports nothing), and neither
 ``transitions`` nor ``structlog``. In order:
 
 1. **Signals first.** SIGTERM, SIGINT, SIGHUP and SIGCHLD get handlers that
@@ -28,6 +29,33 @@ message is sent): no ``subprocess`` (:mod:`tether.supervisor.spawn` forks and ex
 
 Everything else (the core, the event log, the record) is built afterwards by
 :mod:`tether.supervisor.loop`, from the :class:`LaunchAttempt` returned here.
+
+**The plan.** What to launch is one value, a :class:`LaunchPlan`, made once
+at each door and carried unchanged through :func:`launch` to
+:func:`~tether.supervisor.command.start_command` (the command's fork) and to
+the sentry: a launch option is declared once, as one of its fields, and read
+where it is used, not passed on by keyword at every step. A supervisor
+(spawned, forked from ``tether run``, or from a zygote) reads it from the
+spec's fields with :func:`plan_from_spec`, and the descriptors the caller
+passed by role. Those are the raw JSON's fields: the command starts before
+:class:`~tether.core.spec.RunSpec` is even loaded, and the spec is checked
+whole right after the launch, so a field of the wrong kind is left at the
+plan's default here rather than trusted, and the check refuses it afterwards
+(and stops the command), as a run's spec is refused at any other time.
+``tether run`` hands over the spec it checked itself, as the same fields. The
+seed door, which launches its command itself, makes the plan from its own
+options. The plan lives here, not in a module of its own, because every door
+has this module loaded before its launch anyway: one more module to find and
+read would cost each launch about a millisecond.
+
+The plan holds values only: what the command gets and what the sentry
+watches, descriptors included as numbers. Two things ride beside it, as
+arguments of :func:`launch`: the status channel, a live writer the launch
+reports through and the loop keeps using after it; and the run's
+containment, a cgroup already made (early, so that the kernel's wait for
+the join's lock passes while the supervisor loads) that the launch takes or
+discards. Neither is an option of the run, and a value that held them could
+not be compared, shown or built in a test.
 """
 
 from __future__ import annotations
@@ -39,8 +67,9 @@ import signal
 import sys
 import time
 
+from tether.core.values import DeclaredValue
 from tether.linux.prctl import set_child_subreaper
-from tether.shared.protocol import Spawned, Started, StatusWriter
+from tether.shared.protocol import PASSED_ROLE, Spawned, Started, StatusWriter
 from tether.shared.signals import signal_number
 from tether.supervisor.command import Command, CommandNotStarted, start_command
 from tether.supervisor.identity import become_a_supervisor
@@ -48,15 +77,20 @@ from tether.supervisor.reserve import NEEDED, DescriptorReserve, free_descriptor
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
-    from typing import IO, Final
+    from collections.abc import Callable, Mapping
+    from typing import Final
 
     from tether.supervisor.run_cgroup import Containment
     from tether.supervisor.sentry import Sentry
 
-    _Stdio = int | IO[bytes] | None
-
-__all__ = ["CANCEL_SIGNALS", "LaunchAttempt", "SignalWakeup", "launch"]
+__all__ = [
+    "CANCEL_SIGNALS",
+    "LaunchAttempt",
+    "LaunchPlan",
+    "SignalWakeup",
+    "launch",
+    "plan_from_spec",
+]
 
 #: Signals that mean "stop the command gracefully" when sent to the supervisor.
 CANCEL_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -126,58 +160,116 @@ class LaunchAttempt:
         self.sentry: Sentry | None = None
 
 
-def launch(
-    argv: Sequence[str],
-    *,
-    cwd: str | int | None,
-    env: Mapping[str, str] | None,
-    umask: int | None,
-    stdin: _Stdio,
-    stdout: _Stdio,
-    stderr: _Stdio,
-    status: StatusWriter,
-    close_after_launch: tuple[int, ...] = (),
-    ignored_signals: Sequence[int] = (),
-    join_group: int | None = None,
-    limits: Mapping[str, object] | None = None,
-    lifeline: int | None = None,
-    deadline_at: float | None = None,
-    stop_signal: str = "SIGTERM",
-    containment: Containment | None = None,
-    pass_fds: tuple[tuple[int, int], ...] = (),
-) -> LaunchAttempt:
-    """Start the command under a supervisor that is ready to watch it.
+class LaunchPlan(DeclaredValue):
+    """How to start one command and watch it until the loop runs: every launch option, once.
 
-    ``close_after_launch`` are descriptors only the command needs (the caller's
-    stdio): the supervisor lets go of them as soon as the command has its own
-    copies, so a reader of the caller's output sees end of file when the
-    command is done, not when the supervisor is. ``lifeline``, ``deadline_at``
-    (monotonic) and ``stop_signal`` are what the sentry watches and sends
-    until the loop runs. ``containment`` is the run's cgroup as the supervisor
-    prepared it early (:mod:`tether.supervisor.run_cgroup`), from ``limits``.
-    ``pass_fds`` (number in the command, descriptor here) go to the command;
-    the launch lets go of them, on every path, before the command runs.
+    See the module, "The plan", for where it comes from and what rides beside it.
+    """
+
+    argv: tuple[str, ...]
+    #: The caller's working directory: a path, or a descriptor of the directory (the caller's
+    #: own, held open because its name may be gone or lead elsewhere by now); ``None``: the
+    #: supervisor's own.
+    cwd: str | int | None = None
+    #: The command's environment and umask (``None``: the supervisor's own).
+    env: Mapping[str, str] | None = None
+    umask: int | None = None
+    #: Signal numbers the command starts with ignored, as its caller had them.
+    ignored_signals: tuple[int, ...] = ()
+    #: The caller's process group, for a command that uses the caller's terminal: it joins
+    #: that group instead of leading one of its own.
+    join_group: int | None = None
+    #: Resource limits (:mod:`tether.core.limits`), written to the command's cgroup before
+    #: it can join it; without a cgroup for them the command is not started.
+    limits: Mapping[str, object] | None = None
+    #: The command's standard streams (``None``: the supervisor's own).
+    stdin: int | None = None
+    stdout: int | None = None
+    stderr: int | None = None
+    #: Descriptors handed to the command, as pairs (its number there, the descriptor here):
+    #: those ``tether run`` and ``tether timeout`` inherited, the API's ``pass_fds``; the
+    #: command gets no other. The launch lets go of them, on every path, before it runs.
+    pass_fds: tuple[tuple[int, int], ...] = ()
+    #: Descriptors only the command needs (the caller's stdio): let go of as soon as the
+    #: command has its copies, so a reader of the caller's output sees end of file when the
+    #: command is done, not when the supervisor is.
+    close_after_launch: tuple[int, ...] = ()
+    #: What the sentry watches and sends until the loop runs: the lifeline's read end, the
+    #: deadline (monotonic), and the signal that starts a stop.
+    lifeline: int | None = None
+    deadline_at: float | None = None
+    stop_signal: str = "SIGTERM"
+
+
+def plan_from_spec(
+    fields: Mapping[str, object], fds: Mapping[str, int], inherited: tuple[int, ...] = ()
+) -> LaunchPlan:
+    """The plan of a supervisor's run, from its spec's ``fields`` and descriptors by role.
+
+    ``inherited`` are descriptors this process inherited for the command, at
+    the same numbers (a supervisor forked from ``tether run``); the API's
+    arrive by role (``pass:N``, N their number in the command). A field of the
+    wrong kind is left at its default (see the module).
+    """
+    path, env, umask = fields.get("cwd"), fields.get("env"), fields.get("umask")
+    ignored, group = fields.get("ignored_signals"), fields.get("join_group")
+    limits = fields.get("limits")
+    # The caller's directory, held by descriptor where the door could (role ``cwd``).
+    cwd = fds["cwd"] if "cwd" in fds else (path if isinstance(path, str) else None)
+    return LaunchPlan(
+        argv=tuple(fields["argv"]),  # type: ignore[arg-type]  # its words: the check's
+        cwd=cwd,
+        env=env if isinstance(env, dict) else None,
+        umask=umask if isinstance(umask, int) else None,
+        ignored_signals=tuple(ignored) if isinstance(ignored, list | tuple) else (),
+        join_group=group if isinstance(group, int) else None,
+        limits=limits if isinstance(limits, dict) else None,
+        stdin=fds["stdin"],
+        stdout=fds["stdout"],
+        stderr=fds["stderr"],
+        pass_fds=tuple((fd, fd) for fd in inherited)
+        + tuple(
+            (int(role.removeprefix(PASSED_ROLE)), fd)
+            for role, fd in fds.items()
+            if role.startswith(PASSED_ROLE)
+        ),
+        # Only the command needs these: the caller's stdio, and its working directory.
+        close_after_launch=tuple(
+            fds[role] for role in ("stdin", "stdout", "stderr", "cwd") if role in fds
+        ),
+        lifeline=fds["lifeline"],
+        deadline_at=_deadline_at(fields),
+        stop_signal=str(fields.get("stop_signal", "SIGTERM")),
+    )
+
+
+def _deadline_at(fields: Mapping[str, object]) -> float | None:
+    """The deadline in the spec's fields; ``None`` if none (or none that makes sense).
+
+    A deadline that cannot be read here is the spec's check to refuse, after the launch.
+    """
+    asked_at, seconds = fields.get("asked_at"), fields.get("deadline_seconds")
+    if isinstance(asked_at, int | float) and isinstance(seconds, int | float):
+        return float(asked_at) + float(seconds)
+    return None
+
+
+def launch(
+    plan: LaunchPlan, status: StatusWriter, containment: Containment | None = None
+) -> LaunchAttempt:
+    """Start the command of ``plan`` under a supervisor that is ready to watch it.
+
+    ``status`` is the channel to the caller (``spawned``, ``started``);
+    ``containment`` is the run's cgroup as the supervisor prepared it early
+    (:mod:`tether.supervisor.run_cgroup`), from the plan's limits. What the
+    plan's fields mean: :class:`LaunchPlan`.
     """
     become_a_supervisor()
     wakeup = SignalWakeup()
     set_child_subreaper()
     try:
-        _check_descriptors(close_after_launch)
-        command = start_command(
-            argv,
-            cwd=cwd,
-            env=env,
-            umask=umask,
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            announce=_announcer(status),
-            ignored_signals=ignored_signals,
-            join_group=join_group,
-            limits=limits,
-            containment=containment,
-            pass_fds=pass_fds,
-        )
+        _check_descriptors(plan.close_after_launch)
+        command = start_command(plan, announce=_announcer(status), containment=containment)
     except CommandNotStarted as failure:
         _discard(containment)
         result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), failure=failure)
@@ -189,16 +281,7 @@ def launch(
     else:
         result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), command=command)
         if _LOOP not in sys.modules:
-            result.sentry = _post_sentry(
-                lifeline=lifeline,
-                wakeup=wakeup.read_fd,
-                wakeup_write=wakeup.write_fd,
-                leader=command.pid,
-                pgid=command.pgid,
-                own_group=command.own_group,
-                deadline_at=deadline_at,
-                stop_signal=_signal_number(stop_signal),
-            )
+            result.sentry = _post_sentry(plan, wakeup, command)
         status.send(
             Started(
                 supervisor_pid=os.getpid(),
@@ -207,7 +290,7 @@ def launch(
                 cgroups=[] if command.cgroup is None else command.cgroup.directories,
             )
         )
-    for fd in close_after_launch:
+    for fd in plan.close_after_launch:
         with contextlib.suppress(OSError):
             os.close(fd)
     if result.command is not None:
@@ -220,17 +303,7 @@ def launch(
 _LOOP: Final = "tether.supervisor.loop"
 
 
-def _post_sentry(
-    *,
-    lifeline: int | None,
-    wakeup: int,
-    wakeup_write: int,
-    leader: int,
-    pgid: int,
-    own_group: bool,
-    deadline_at: float | None,
-    stop_signal: int,
-) -> Sentry | None:
+def _post_sentry(plan: LaunchPlan, wakeup: SignalWakeup, command: Command) -> Sentry | None:
     """A sentry on the run, or ``None`` if none can be had (no thread, no descriptor left).
 
     Without one the run is still watched, only from the moment the loop runs:
@@ -242,14 +315,14 @@ def _post_sentry(
         from tether.supervisor.sentry import Sentry
 
         return Sentry(
-            lifeline=lifeline,
-            wakeup=wakeup,
-            wakeup_write=wakeup_write,
-            leader=leader,
-            pgid=pgid,
-            own_group=own_group,
-            deadline_at=deadline_at,
-            stop_signal=stop_signal,
+            lifeline=plan.lifeline,
+            wakeup=wakeup.read_fd,
+            wakeup_write=wakeup.write_fd,
+            leader=command.pid,
+            pgid=command.pgid,
+            own_group=command.own_group,
+            deadline_at=plan.deadline_at,
+            stop_signal=_signal_number(plan.stop_signal),
         )
     except (OSError, RuntimeError, ImportError):
         return None
