@@ -52,7 +52,7 @@ import sys
 import time
 
 from tether.linux.proctree import descendants
-from tether.shared.protocol import CANCEL, KILL_NOW
+from tether.shared.lifeline import CANCEL, KILL_NOW
 from tether.supervisor.launch import CANCEL_SIGNALS
 
 TYPE_CHECKING = False
