@@ -9,6 +9,10 @@ supervisor is spawned (the caller is never forked, because it may have
 threads), the caller keeps the lifeline's write end, and the one status client
 reads how the run goes. Their options are declared once
 (:class:`~tether.api.options.LaunchOptions`).
+
+``os.pidfd_open`` is called here directly, deliberately, as trio does: it
+waits for the spawned intermediate, this process's unreaped child, in the
+event loop (readable once it exits), a use with nothing to check first.
 """
 
 from __future__ import annotations

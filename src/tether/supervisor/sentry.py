@@ -40,6 +40,10 @@ includes the walk it counts descendants with, the loop's own
 module, once the command runs (about 0.2 ms before the thread starts, in a
 spawned supervisor that would load it for the loop moments later anyway; a
 zygote has it loaded already).
+
+It calls ``os.killpg`` and ``os.kill`` itself, deliberately: the group's
+leader cannot have been reaped yet (above), and a call into another module
+would be one more thing that must be loaded before the thread starts.
 """
 
 from __future__ import annotations
