@@ -21,10 +21,11 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Unpack, cast
 
-from tether.api.handle import Tether, _resolve, _wait_timeout
+from tether.api.handle import Tether, _wait_timeout
 from tether.api.options import PIPE, LaunchOptions, RunOptions, StdioPlan, request_of
 from tether.api.outcome import Outcome, TimeoutExpired
 from tether.caller.capture import DEFAULT_MAX_OUTPUT_BYTES, Exchange
+from tether.caller.output_stream import resolve
 from tether.caller.start import Spawn, close_spec_pipe, send_spec, spawn_supervisor
 from tether.core.durations import DurationError, duration_seconds
 from tether.core.reasons import Reason
@@ -259,7 +260,7 @@ async def _send_spec_async(loop: asyncio.AbstractEventLoop, spawn: Spawn) -> Non
                 data = data[os.write(fd, data) :]
             except BlockingIOError:
                 writable: asyncio.Future[None] = loop.create_future()
-                loop.add_writer(fd, _resolve, writable)
+                loop.add_writer(fd, resolve, writable)
                 try:
                     await writable
                 finally:
@@ -281,7 +282,7 @@ async def _reap_async(loop: asyncio.AbstractEventLoop, intermediate: Any) -> Non
         return
     try:
         exited: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(pidfd, _resolve, exited)
+        loop.add_reader(pidfd, resolve, exited)
         try:
             await exited
         finally:
