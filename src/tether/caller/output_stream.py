@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
     from typing import Any
 
-__all__ = ["OutputStream", "resolve"]
+__all__ = ["OutputStream", "ready", "resolve"]
 
 
 class OutputStream:
@@ -128,30 +128,18 @@ class OutputStream:
 
     # -- asyncio ----------------------------------------------------------------
 
-    async def _readable(self) -> None:
-        import asyncio
-
-        loop = asyncio.get_running_loop()
-        fd = self.fileno()
-        readable: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(fd, resolve, readable)
-        try:
-            await readable
-        finally:
-            loop.remove_reader(fd)
-
     async def readline_async(self) -> Any:
         """:meth:`readline`, waiting through the running event loop."""
         while (line := self._line()) is None:
             if not self._take():
-                await self._readable()
+                await ready(self.fileno())
         return line
 
     async def read_async(self) -> Any:
         """:meth:`read`, waiting through the running event loop."""
         while not self._eof:
             if not self._take():
-                await self._readable()
+                await ready(self.fileno())
         return self._buffer.everything()
 
     def __aiter__(self) -> AsyncIterator[Any]:
@@ -225,6 +213,30 @@ class _Pieces:
         if index > 64 and 2 * index > len(self._pieces):  # amortised: each piece moves once
             del self._pieces[:index]
             self._first = 0
+
+
+async def ready(fd: int, *, writable: bool = False) -> None:
+    """Wait through the running event loop (never a thread) until ``fd`` is readable or writable.
+
+    The caller's one way to await a descriptor in asyncio code: a stream's
+    pipe here, the spec's pipe and a spawned intermediate's pidfd in
+    :mod:`tether.api.functions`.
+    """
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[None] = loop.create_future()
+    if writable:
+        loop.add_writer(fd, resolve, woken)
+    else:
+        loop.add_reader(fd, resolve, woken)
+    try:
+        await woken
+    finally:
+        if writable:
+            loop.remove_writer(fd)
+        else:
+            loop.remove_reader(fd)
 
 
 def resolve(future: asyncio.Future[None]) -> None:
