@@ -4,7 +4,7 @@
 programs, so they may fork (a Python program using the API may have threads,
 and is never forked: its supervisors come from its zygote or a fresh
 interpreter, :mod:`tether.caller.start`). Fork, ``setsid``, fork (the last
-two :mod:`tether.shared.double_fork`'s, as the zygote's): the grandchild
+two :mod:`tether.linux.double_fork`'s, as the zygote's): the grandchild
 becomes the supervisor, with no second interpreter (which costs
 tens of milliseconds and a second copy of everything already loaded), and the
 caller reaps the middle child, which is gone within a millisecond. The
@@ -31,8 +31,9 @@ from tether.caller.descriptors import completed, open_run
 from tether.caller.launch_errors import cannot_start
 from tether.caller.lifeline import close_all, kept_by_the_next_fork
 from tether.caller.start import handed_over_forked, send_spec, spawn_supervisor
+from tether.core.reasons import TETHER_FAILED
 from tether.linux.descriptors import above_stdio, close_all_but
-from tether.shared.double_fork import detach_and_become
+from tether.linux.double_fork import detach_and_become
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -164,7 +165,7 @@ def _check_headroom(null: int) -> None:
 def _become_detached(
     keep: tuple[int, ...], null: int, become: Callable[[], object], *, new_session: bool
 ) -> NoReturn:
-    """In the forked child: detached (:mod:`tether.shared.double_fork`), a clean slate, ``become``.
+    """In the forked child: detached (:mod:`tether.linux.double_fork`), a clean slate, ``become``.
 
     (Not a new session for a command that joins its caller's group to use its
     terminal: that needs the caller's session, and the child only leaves the
@@ -183,7 +184,7 @@ def _become_detached(
         close_all_but((*keep, *_handed_on))
         become()
 
-    detach_and_become(from_a_clean_slate, new_session=new_session)
+    detach_and_become(from_a_clean_slate, failed=TETHER_FAILED, new_session=new_session)
 
 
 def _reset_signals() -> None:

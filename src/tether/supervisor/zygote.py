@@ -18,7 +18,7 @@ instead (:mod:`tether.caller.zygote` on the caller's side), which
    (``SCM_RIGHTS``: the command's stdio, the caller's working directory, the
    record's directory, the lifeline's and the status channel's ends). It
    forks, the child calls ``setsid`` and forks again
-   (:mod:`tether.shared.double_fork`, as ``tether run`` does), and the grandchild,
+   (:mod:`tether.linux.double_fork`, as ``tether run`` does), and the grandchild,
    detached, takes on the request's process state and becomes the
    supervisor (:func:`tether.supervisor.detach.become`); the zygote answers
    with the child's pid and its own, and reaps the child.
@@ -47,8 +47,8 @@ import sys
 from tether.core.reasons import TETHER_FAILED
 from tether.linux.cgroup import warm_attach_lock
 from tether.linux.descriptors import close_all_but
+from tether.linux.double_fork import detach_and_become
 from tether.linux.prctl import set_parent_death_signal
-from tether.shared.double_fork import detach_and_become
 from tether.supervisor.detach import loaded, loading
 from tether.supervisor.run_cgroup import Containment, prepare_containment
 
@@ -165,7 +165,11 @@ def _fork_supervisor(server: socket.socket, header: bytes, fds: list[int]) -> in
             if containment is not None and containment.descriptors():
                 warm_attach_lock()  # only a cgroup to join needs the lock ready
 
-        detach_and_become(lambda: _become(header, fds, containment), in_intermediate=warm_the_join)
+        detach_and_become(
+            lambda: _become(header, fds, containment),
+            failed=TETHER_FAILED,
+            in_intermediate=warm_the_join,
+        )
     if containment is not None:
         containment.release()
     return child

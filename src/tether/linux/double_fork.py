@@ -19,17 +19,18 @@ python-daemon takes them (PEP 3143):
 
 Every branch ends in ``os._exit``, never in the forker's cleanup (its
 ``atexit`` handlers, its buffered output written twice): the intermediate
-with 0, and the grandchild with :data:`~tether.core.reasons.TETHER_FAILED` if
-becoming the supervisor returns or fails, which its caller then sees as a
-lost supervisor. Nothing is imported here beyond ``os``: the zygote loads this
-before its first fork.
+with 0, and the grandchild with the status it is given
+(:data:`~tether.core.reasons.TETHER_FAILED`) if becoming the supervisor
+returns or fails, which its caller then sees as a lost supervisor.
+
+In :mod:`tether.linux`, with only ``os``, because both forkers load it before
+their fork, where a millisecond counts: both have this package loaded already,
+and a zygote loads nothing of :mod:`tether.shared` before its first fork.
 """
 
 from __future__ import annotations
 
 import os
-
-from tether.core.reasons import TETHER_FAILED
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,12 +43,15 @@ __all__ = ["detach_and_become"]
 def detach_and_become(
     become: Callable[[], object],
     *,
+    failed: int,
     new_session: bool = True,
     in_intermediate: Callable[[], object] | None = None,
 ) -> NoReturn:
     """In a forked child: leave the session, fork again, and ``become`` in the grandchild.
 
-    ``in_intermediate`` runs in the intermediate before it exits. Never returns.
+    ``in_intermediate`` runs in the intermediate before it exits; the
+    grandchild exits with ``failed`` if ``become`` returns or raises. Never
+    returns.
     """
     try:
         _leave_the_session(new_session)
@@ -55,7 +59,7 @@ def detach_and_become(
         become()
     except BaseException:  # noqa: S110 - nobody to tell; the caller sees a lost supervisor
         pass
-    os._exit(TETHER_FAILED)
+    os._exit(failed)
 
 
 def _leave_the_session(new_session: bool) -> None:
