@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 
 import tether
 from conftest import ReadyPipe, alive, fixture
-from tether.caller.capture import HeadTail, _Pieces, decode_output
+from tether.caller.capture import HeadTail, decode_output
+from tether.caller.output_stream import _Pieces
 
 PIPE_BUFFER = 65536
 

@@ -6,8 +6,15 @@ import signal
 
 import pytest
 
-from tether.shared.lifeline import BASIC, TOLD_REQUESTS, LifelineDecoder
-from tether.shared.protocol import RESUME, SUSPEND, TIME_OUT, pass_on_request
+from tether.shared.lifeline import (
+    BASIC,
+    RESUME,
+    SUSPEND,
+    TIME_OUT,
+    TOLD_REQUESTS,
+    LifelineDecoder,
+    pass_on_request,
+)
 
 INT = pass_on_request(signal.SIGINT)
 

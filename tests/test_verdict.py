@@ -13,6 +13,7 @@ import pytest
 import tether
 from conftest import BOUND, Processes, ReadyPipe, fixture, tether_argv, wait_gone
 from tether.caller.verdict import verdict_line
+from tether.shared.protocol import Finished
 
 BASE: dict[str, object] = {
     "reason": "completed",
@@ -71,7 +72,11 @@ BASE: dict[str, object] = {
 def test_the_verdict_line_says_what_ended_the_run(
     changes: dict[str, object], expected: str
 ) -> None:
-    assert verdict_line(**{**BASE, **changes}) == expected  # type: ignore[arg-type]
+    fields = {**BASE, **changes}
+    beside = {name: fields.pop(name) for name in ("deadline_seconds", "record")}
+    beside["no_record_reason"] = fields.pop("no_record_reason", None)
+    told = Finished(**fields)  # type: ignore[arg-type]
+    assert verdict_line(told, **beside) == expected  # type: ignore[arg-type]
 
 
 def test_verbose_run_says_what_tether_stopped(

@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     from tether.api.handle import Tether
     from tether.api.options import DEVNULL, PIPE, STDOUT
     from tether.api.outcome import CommandFailed, Outcome, TimeoutExpired
-    from tether.caller.capture import OutputStream
     from tether.caller.launch_errors import CommandNotExecutable, CommandNotFound, LaunchError
+    from tether.caller.output_stream import OutputStream
 
 __all__ = [
     "DEVNULL",
@@ -74,7 +74,7 @@ _LAZY = {
     "DEVNULL": "tether.api.options",
     "PIPE": "tether.api.options",
     "STDOUT": "tether.api.options",
-    "OutputStream": "tether.caller.capture",
+    "OutputStream": "tether.caller.output_stream",
     "CommandFailed": "tether.api.outcome",
     "CommandNotExecutable": "tether.caller.launch_errors",
     "CommandNotFound": "tether.caller.launch_errors",

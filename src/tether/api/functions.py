@@ -9,24 +9,26 @@ supervisor is spawned (the caller is never forked, because it may have
 threads), the caller keeps the lifeline's write end, and the one status client
 reads how the run goes. Their options are declared once
 (:class:`~tether.api.options.LaunchOptions`).
+
+``os.pidfd_open`` is called here directly, deliberately, as trio does: it
+waits for the spawned intermediate, this process's unreaped child, in the
+event loop (readable once it exits), a use with nothing to check first.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Unpack, cast
+from typing import Any, Unpack, cast
 
-from tether.api.handle import Tether, _resolve, _wait_timeout
+from tether.api.handle import Tether, _wait_timeout
 from tether.api.options import PIPE, LaunchOptions, RunOptions, StdioPlan, request_of
 from tether.api.outcome import Outcome, TimeoutExpired
 from tether.caller.capture import DEFAULT_MAX_OUTPUT_BYTES, Exchange
+from tether.caller.output_stream import ready
 from tether.caller.start import Spawn, close_spec_pipe, send_spec, spawn_supervisor
 from tether.core.durations import DurationError, duration_seconds
 from tether.core.reasons import Reason
-
-if TYPE_CHECKING:
-    import asyncio
 
 __all__ = ["launch", "launch_async", "run", "run_async"]
 
@@ -214,17 +216,16 @@ async def launch_async(argv: Argv, **options: Unpack[LaunchOptions]) -> Tether:
     """
     import asyncio
 
-    loop = asyncio.get_running_loop()
     tether, spawn = _spawn("launch_async", argv, options)
     try:
         try:
-            await _send_spec_async(loop, spawn)
+            await _send_spec_async(spawn)
             await tether._wait_async(tether._is_launched)
         except asyncio.CancelledError:
             await tether._stop_async()
             raise
     finally:
-        await _reap_async(loop, spawn.intermediate)
+        await _reap_async(spawn.intermediate)
     return tether._launched_or_raise()
 
 
@@ -243,7 +244,7 @@ async def run_async(argv: Argv, *, check: bool = False, **options: Unpack[RunOpt
     return _verdict(outcome, check, timeout, exchange)
 
 
-async def _send_spec_async(loop: asyncio.AbstractEventLoop, spawn: Spawn) -> None:
+async def _send_spec_async(spawn: Spawn) -> None:
     """Write the spec without blocking the loop (it fits the pipe at once unless it is huge)."""
     fd, data = spawn.spec_fd, memoryview(spawn.spec_data)
     if fd < 0:
@@ -254,19 +255,14 @@ async def _send_spec_async(loop: asyncio.AbstractEventLoop, spawn: Spawn) -> Non
             try:
                 data = data[os.write(fd, data) :]
             except BlockingIOError:
-                writable: asyncio.Future[None] = loop.create_future()
-                loop.add_writer(fd, _resolve, writable)
-                try:
-                    await writable
-                finally:
-                    loop.remove_writer(fd)
+                await ready(fd, writable=True)
     except OSError:
         pass  # the supervisor died before reading: seen as a status pipe without "started"
     finally:
         close_spec_pipe(fd)
 
 
-async def _reap_async(loop: asyncio.AbstractEventLoop, intermediate: Any) -> None:
+async def _reap_async(intermediate: Any) -> None:
     """Reap the intermediate (gone within milliseconds of the spawn) through a pidfd."""
     if intermediate.poll() is not None:
         return
@@ -276,12 +272,7 @@ async def _reap_async(loop: asyncio.AbstractEventLoop, intermediate: Any) -> Non
         intermediate.wait()
         return
     try:
-        exited: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(pidfd, _resolve, exited)
-        try:
-            await exited
-        finally:
-            loop.remove_reader(pidfd)
+        await ready(pidfd)
     finally:
         os.close(pidfd)
     intermediate.wait()

@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tether.api.outcome import Outcome, TimeoutExpired
-from tether.caller.capture import Exchange, OutputStream, decode_output
+from tether.caller.capture import Exchange, decode_output
 from tether.caller.launch_errors import LaunchError, launch_error
+from tether.caller.output_stream import OutputStream, resolve
 from tether.caller.start import Spawn
 from tether.core.durations import DurationError, duration_seconds
 from tether.core.reasons import Reason
@@ -526,7 +527,7 @@ class Tether:
             waiters, self._async_waiters = self._async_waiters, []
         for loop, future in waiters:
             with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits there
-                loop.call_soon_threadsafe(_resolve, future)
+                loop.call_soon_threadsafe(resolve, future)
 
     # -- the end of a launch -----------------------------------------------
 
@@ -556,11 +557,6 @@ class Tether:
             exit_status=outcome.exit_status,
             record_path=outcome.record_path,
         )
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 def _remaining(end: float | None) -> float | None:

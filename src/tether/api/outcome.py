@@ -214,17 +214,10 @@ class Outcome:
         from tether.caller.verdict import verdict_line
 
         return verdict_line(
-            reason=self.reason.value,
-            exit_status=self.exit_status,
-            returncode=self.returncode,
+            self,
             deadline_seconds=self.deadline_seconds,
-            escalated_to_sigkill=self.escalated_to_sigkill,
-            processes_stopped=self.processes_stopped,
-            outside_group=self.outside_group,
-            shutdown_seconds=self.shutdown_seconds,
             record=None if self.record_path is None else str(self.record_path),
             no_record_reason=self.no_record_reason,
-            message=self.message,
         )
 
     @classmethod

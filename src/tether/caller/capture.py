@@ -13,8 +13,8 @@ and the last bytes of a stream up to a limit and counts what it dropped in
 between, because the start of a log says what the command was doing and the
 end says how it failed; the middle is what a runaway loop repeats.
 
-:class:`OutputStream` is a stream of ``launch(..., stdout=PIPE)``: read whole,
-by line in a ``for`` loop, or ``async for`` through the running loop.
+This is how ``run()`` reads; a stream of ``launch(..., stdout=PIPE)``, read
+at the pace of the code that reads it, is :mod:`tether.caller.output_stream`.
 
 Caller side: standard library only, and nothing heavy at import.
 """
@@ -24,22 +24,19 @@ from __future__ import annotations
 import codecs
 import contextlib
 import errno
-import io
 import os
 import select
 import signal
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import asyncio
-    from collections.abc import AsyncIterator, Iterator
-    from typing import Any, Final
+    from typing import Final
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "PIPE_CHUNK",
     "Exchange",
     "HeadTail",
-    "OutputStream",
     "decode_output",
     "default_encoding",
 ]
@@ -48,8 +45,9 @@ __all__ = [
 #: default: 16 MiB, the first half and the last half.
 DEFAULT_MAX_OUTPUT_BYTES: Final = 16 * 1024 * 1024
 
-#: How much one read takes from a pipe.
-_CHUNK: Final = 65536
+#: How much one read takes from a pipe (or one write gives it), here and in
+#: :mod:`tether.caller.output_stream`.
+PIPE_CHUNK: Final = 65536
 
 
 def default_encoding() -> str:
@@ -131,12 +129,6 @@ def _newlines(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _wait_readable(fd: int, events: int = select.POLLIN) -> None:
-    poller = select.poll()
-    poller.register(fd, events)
-    poller.poll()
-
-
 class Exchange:
     """The pipes of one ``run()``: input to write, outputs to collect, all at once.
 
@@ -180,7 +172,7 @@ class Exchange:
     def _write(self) -> None:
         assert self._stdin is not None
         try:
-            written = _write_without_sigpipe(self._stdin, self._input[:_CHUNK])
+            written = _write_without_sigpipe(self._stdin, self._input[:PIPE_CHUNK])
         except BlockingIOError:
             return
         except OSError as error:
@@ -201,7 +193,7 @@ class Exchange:
     def _read(self, name: str, fd: int) -> bool:
         """Read one chunk; return whether more may come (``False``: end of file, closed)."""
         try:
-            chunk = os.read(fd, _CHUNK)
+            chunk = os.read(fd, PIPE_CHUNK)
         except BlockingIOError:
             return True
         if chunk:
@@ -258,204 +250,3 @@ def _write_without_sigpipe(fd: int, data: memoryview) -> int:
         raise
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
-
-
-class OutputStream:
-    """The command's stdout or stderr, read by the caller while it runs (``launch(stdout=PIPE)``).
-
-    Bytes, or text with ``encoding`` (newlines translated as in
-    :mod:`subprocess`). Iterate it for lines — ``for line in t.stdout`` in
-    plain code, ``async for line in t.stdout`` in a coroutine, which waits
-    through the running event loop (``add_reader``), not in a thread — or
-    :meth:`read` (:meth:`read_async`) it whole. Unread output fills the pipe
-    and then blocks the command, exactly as with :class:`subprocess.Popen`.
-    """
-
-    def __init__(self, fd: int, *, encoding: str | None = None, errors: str | None = None) -> None:
-        os.set_blocking(fd, False)
-        self._fd: int | None = fd
-        self._eof = False
-        self._decoder: io.IncrementalNewlineDecoder | None = None
-        if encoding is not None:
-            inner = codecs.getincrementaldecoder(encoding)(errors or "strict")
-            self._decoder = io.IncrementalNewlineDecoder(inner, translate=True)
-        self._buffer = _Pieces("" if encoding is not None else b"")
-
-    def fileno(self) -> int:
-        """The pipe's read end (non-blocking); ``ValueError`` once closed."""
-        if self._fd is None:
-            raise ValueError("the stream is closed")
-        return self._fd
-
-    @property
-    def closed(self) -> bool:
-        """Whether the stream was closed (by :meth:`close`, or when the run handed it on)."""
-        return self._fd is None
-
-    def close(self) -> None:
-        """Let go of the pipe; a command still writing to it then gets ``EPIPE``."""
-        fd, self._fd = getattr(self, "_fd", None), None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-    def __del__(self) -> None:
-        # As a file object does: a stream dropped unread lets go of its pipe.
-        self.close()
-
-    def detach(self) -> int:
-        """Hand the descriptor over (to ``run()``'s collector); the stream is closed after."""
-        fd = self.fileno()
-        self._fd = None
-        return fd
-
-    # -- the one step both sides share ---------------------------------------
-
-    def _take(self) -> bool:
-        """Read what the pipe holds now into the buffer; ``False`` if it would block."""
-        if self._eof or self._fd is None:
-            self._eof = True
-            return True
-        try:
-            chunk = os.read(self._fd, _CHUNK)
-        except BlockingIOError:
-            return False
-        if not chunk:
-            self._eof = True
-        if self._decoder is not None:
-            self._buffer.add(self._decoder.decode(chunk, final=not chunk))
-        else:
-            self._buffer.add(chunk)
-        return True
-
-    def _line(self) -> Any:
-        """A whole line from the buffer (or the last, unterminated one at the end), or ``None``."""
-        line = self._buffer.line()
-        if line is None and self._eof:
-            return self._buffer.everything()
-        return line
-
-    # -- blocking ---------------------------------------------------------------
-
-    def readline(self) -> Any:
-        """The next line with its newline; empty at the end."""
-        while (line := self._line()) is None:
-            if not self._take():
-                _wait_readable(self.fileno())
-        return line
-
-    def read(self) -> Any:
-        """Everything up to the end (the command and all it started have closed the pipe)."""
-        while not self._eof:
-            if not self._take():
-                _wait_readable(self.fileno())
-        return self._buffer.everything()
-
-    def __iter__(self) -> Iterator[Any]:
-        while line := self.readline():
-            yield line
-
-    # -- asyncio ----------------------------------------------------------------
-
-    async def _readable(self) -> None:
-        import asyncio
-
-        loop = asyncio.get_running_loop()
-        fd = self.fileno()
-        readable: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(fd, _resolve, readable)
-        try:
-            await readable
-        finally:
-            loop.remove_reader(fd)
-
-    async def readline_async(self) -> Any:
-        """:meth:`readline`, waiting through the running event loop."""
-        while (line := self._line()) is None:
-            if not self._take():
-                await self._readable()
-        return line
-
-    async def read_async(self) -> Any:
-        """:meth:`read`, waiting through the running event loop."""
-        while not self._eof:
-            if not self._take():
-                await self._readable()
-        return self._buffer.everything()
-
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self._lines_async()
-
-    async def _lines_async(self) -> AsyncIterator[Any]:
-        while line := await self.readline_async():
-            yield line
-
-
-class _Pieces:
-    """What was read and not yet returned: the reads as they came, each searched once.
-
-    Linear in what passes through, at any line length: a read is appended,
-    never concatenated onto what came before (that copies the whole buffer
-    per read); a line is looked for only in the reads not yet searched; and a
-    line returned takes its own bytes, never a copy of the rest.
-    """
-
-    __slots__ = ("_empty", "_first", "_newline", "_pieces", "_searched", "_start")
-
-    def __init__(self, empty: Any) -> None:
-        self._empty = empty
-        self._newline: Any = empty.__class__("\n" if isinstance(empty, str) else b"\n")
-        self._pieces: list[Any] = []
-        #: The first piece not yet returned whole, and where in it the rest begins.
-        self._first = 0
-        self._start = 0
-        #: Pieces (from ``_first``) known to hold no newline after ``_start``.
-        self._searched = 0
-
-    def add(self, piece: Any) -> None:
-        if piece:
-            self._pieces.append(piece)
-
-    def line(self) -> Any:
-        """The next whole line, newline included; ``None`` while it is not all here."""
-        pieces, first = self._pieces, self._first
-        for index in range(first + self._searched, len(pieces)):
-            start = self._start if index == first else 0
-            end = pieces[index].find(self._newline, start)
-            if end < 0:
-                self._searched += 1
-                continue
-            if index == first:
-                line = pieces[first][start : end + 1]
-            else:
-                parts = [pieces[first][self._start :], *pieces[first + 1 : index]]
-                line = self._empty.join([*parts, pieces[index][: end + 1]])
-            self._drop_to(index, end + 1)
-            return line
-        return None
-
-    def everything(self) -> Any:
-        """All that is left, at once (lines not taken included); the buffer is then empty."""
-        pieces, first = self._pieces, self._first
-        if first >= len(pieces):
-            rest = self._empty
-        elif first == len(pieces) - 1 and not self._start:
-            rest = pieces[first]
-        else:
-            rest = self._empty.join([pieces[first][self._start :], *pieces[first + 1 :]])
-        self._pieces, self._first, self._start, self._searched = [], 0, 0, 0
-        return rest
-
-    def _drop_to(self, index: int, start: int) -> None:
-        """Forget everything before ``start`` in piece ``index``."""
-        if start == len(self._pieces[index]):
-            index, start = index + 1, 0
-        self._first, self._start, self._searched = index, start, 0
-        if index > 64 and 2 * index > len(self._pieces):  # amortised: each piece moves once
-            del self._pieces[:index]
-            self._first = 0
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)

@@ -36,6 +36,10 @@ run``, ``tether timeout``, the API: they all read the status pipe through
    lost supervisor the same way (status 125).
 
 Caller side: standard library only.
+
+``os.killpg`` is called here directly, deliberately: a process group has no
+descriptor to pin it, and the guard (a live member, never the caller's own
+group) is this module's policy, not a mechanism.
 """
 
 from __future__ import annotations

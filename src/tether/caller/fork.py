@@ -3,8 +3,9 @@
 ``tether run`` and ``tether timeout`` are tether's own single-threaded
 programs, so they may fork (a Python program using the API may have threads,
 and is never forked: its supervisors come from its zygote or a fresh
-interpreter, :mod:`tether.caller.start`). Fork, ``setsid``, fork: the
-grandchild becomes the supervisor, with no second interpreter (which costs
+interpreter, :mod:`tether.caller.start`). Fork, ``setsid``, fork (the last
+two :mod:`tether.linux.double_fork`'s, as the zygote's): the grandchild
+becomes the supervisor, with no second interpreter (which costs
 tens of milliseconds and a second copy of everything already loaded), and the
 caller reaps the middle child, which is gone within a millisecond. The
 supervisor is then not a session leader, is nobody's child to reap, and
@@ -32,6 +33,7 @@ from tether.caller.lifeline import close_all, kept_by_the_next_fork
 from tether.caller.start import handed_over_forked, send_spec, spawn_supervisor
 from tether.core.reasons import TETHER_FAILED
 from tether.linux.descriptors import above_stdio, close_all_but
+from tether.linux.double_fork import detach_and_become
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -163,7 +165,7 @@ def _check_headroom(null: int) -> None:
 def _become_detached(
     keep: tuple[int, ...], null: int, become: Callable[[], object], *, new_session: bool
 ) -> NoReturn:
-    """In the forked child: a new session, one more fork, a clean slate, then ``become``.
+    """In the forked child: detached (:mod:`tether.linux.double_fork`), a clean slate, ``become``.
 
     (Not a new session for a command that joins its caller's group to use its
     terminal: that needs the caller's session, and the child only leaves the
@@ -174,23 +176,15 @@ def _become_detached(
     descriptor, ``/dev/null`` as its own standard streams, and no descriptor
     but the run's and those the program inherited (for the command).
     """
-    try:
-        if new_session:
-            os.setsid()
-        else:
-            # The command is to join the caller's group, in this session: only
-            # leave the caller's group (as the spawned intermediate does).
-            os.setpgid(0, 0)
-        if os.fork() > 0:
-            os._exit(0)
+
+    def from_a_clean_slate() -> None:
         _reset_signals()
         for fd in (0, 1, 2):
             os.dup2(null, fd)
         close_all_but((*keep, *_handed_on))
         become()
-    except BaseException:  # noqa: S110 - nobody to tell; the caller sees a lost supervisor
-        pass
-    os._exit(TETHER_FAILED)
+
+    detach_and_become(from_a_clean_slate, failed=TETHER_FAILED, new_session=new_session)
 
 
 def _reset_signals() -> None:

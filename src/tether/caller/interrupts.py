@@ -22,7 +22,7 @@ from tether.caller.lifeline import Lifeline
 from tether.caller.relay import relay_job_control
 from tether.caller.start import Spawn
 from tether.core.spec import RunSpec
-from tether.shared.protocol import CANCEL, KILL_NOW
+from tether.shared.lifeline import CANCEL, KILL_NOW
 
 __all__ = ["LifelineRequests", "start_interruptible"]
 

@@ -32,7 +32,7 @@ import os
 import sys
 
 from tether.linux.descriptors import above_stdio
-from tether.shared.protocol import CANCEL, KILL_NOW
+from tether.shared.lifeline import CANCEL, KILL_NOW
 
 __all__ = [
     "Lifeline",

@@ -33,7 +33,7 @@ import os
 import signal
 from types import FrameType
 
-from tether.shared.protocol import RESUME, SUSPEND, TIME_OUT, pass_on_request
+from tether.shared.lifeline import RESUME, SUSPEND, TIME_OUT, pass_on_request
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

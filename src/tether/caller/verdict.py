@@ -6,6 +6,11 @@ tell them: ``deadline 2s passed; stopped 3 processes (1 outside the group) in
 1.2 ms; record /home/me/.local/state/tether/runs/...json``. It is built from
 the ``finished`` message and the request alone: no file is read to say it.
 
+Both doors hand over what they hold as it is (the ``finished`` message, or the
+:class:`~tether.api.outcome.Outcome` made from it), so the line is read field by
+field here and nowhere else; only what ``finished`` does not carry (the
+deadline asked for, where the record is, why there is none) comes beside it.
+
 Caller side: standard library only, and nothing imported until it is used.
 """
 
@@ -14,28 +19,45 @@ from __future__ import annotations
 from tether.core.reasons import Reason
 from tether.shared.signals import described
 
+# Imported by ``str(outcome)`` and after a run: no ``typing`` at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class Told(Protocol):
+        """What a run's end says, as ``Finished`` and ``Outcome`` both carry it."""
+
+        @property
+        def reason(self) -> str: ...
+        @property
+        def exit_status(self) -> int: ...
+        @property
+        def returncode(self) -> int | None: ...
+        @property
+        def escalated_to_sigkill(self) -> bool: ...
+        @property
+        def processes_stopped(self) -> int | None: ...
+        @property
+        def outside_group(self) -> int | None: ...
+        @property
+        def shutdown_seconds(self) -> float | None: ...
+        @property
+        def message(self) -> str | None: ...
+
+
 __all__ = ["verdict_line"]
 
 
 def verdict_line(
+    told: Told,
     *,
-    reason: str,
-    exit_status: int,
-    returncode: int | None,
     deadline_seconds: float | None,
-    escalated_to_sigkill: bool,
-    processes_stopped: int | None,
-    outside_group: int | None,
-    shutdown_seconds: float | None,
     record: str | None,
     no_record_reason: str | None = None,
-    message: str | None = None,
 ) -> str:
     """The verdict: what ended the run; what stopping took; where the record is, or why none."""
-    parts = [_what_ended(reason, exit_status, returncode, deadline_seconds, message)]
-    stopped = _what_tether_did(
-        processes_stopped, outside_group, shutdown_seconds, escalated_to_sigkill
-    )
+    parts = [_what_ended(told, deadline_seconds)]
+    stopped = _what_tether_did(told)
     if stopped:
         parts.append(stopped)
     if record is not None:
@@ -47,13 +69,8 @@ def verdict_line(
     return "; ".join(parts)
 
 
-def _what_ended(
-    reason: str,
-    exit_status: int,
-    returncode: int | None,
-    deadline_seconds: float | None,
-    message: str | None,
-) -> str:
+def _what_ended(told: Told, deadline_seconds: float | None) -> str:
+    reason, exit_status, returncode = told.reason, told.exit_status, told.returncode
     if reason == Reason.COMPLETED:
         if returncode is not None and returncode < 0:
             return f"the command was killed by {described(-returncode)} (status {exit_status})"
@@ -64,7 +81,7 @@ def _what_ended(
         limit = "" if deadline_seconds is None else f" {format_duration(deadline_seconds)}"
         return f"deadline{limit} passed (status {exit_status})"
     if reason == Reason.LAUNCH_FAILED:
-        return f"the command could not be started: {message or '?'} (status {exit_status})"
+        return f"the command could not be started: {told.message or '?'} (status {exit_status})"
     words = _ENDINGS.get(reason, reason)
     return f"{words} (status {exit_status})"
 
@@ -76,9 +93,8 @@ _ENDINGS: dict[str, str] = {
 }
 
 
-def _what_tether_did(
-    processes: int | None, outside: int | None, seconds: float | None, escalated: bool
-) -> str | None:
+def _what_tether_did(told: Told) -> str | None:
+    processes, outside, seconds = told.processes_stopped, told.outside_group, told.shutdown_seconds
     if not processes:
         return None
     noun = "process" if processes == 1 else "processes"
@@ -87,7 +103,7 @@ def _what_tether_did(
         text += f" ({outside} outside the group)"
     if seconds is not None:
         text += f" in {_short_time(seconds)}"
-    if escalated:
+    if told.escalated_to_sigkill:
         text += ", SIGKILL needed"
     return text
 

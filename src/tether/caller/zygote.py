@@ -51,6 +51,11 @@ the plain path rather than wait for the exchange it interrupted.
 ``TETHER_ZYGOTE=0`` in the caller's environment turns the zygote off (every
 supervisor is then spawned), for a program that would rather not have a
 process of its own waiting beside it.
+
+``os.pidfd_open`` and ``signal.pidfd_send_signal`` are called here directly,
+deliberately, as trio names its own: the pidfd is opened on the zygote
+``subprocess`` just started, still its child, and held until it is let go
+of, so there is no check for :mod:`tether.linux.pidfd` to make.
 """
 
 from __future__ import annotations

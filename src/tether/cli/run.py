@@ -192,17 +192,10 @@ def run(argv: list[str], asked_at: float) -> int:
 
         warn(
             verdict_line(
-                reason=finished.reason,
-                exit_status=finished.exit_status,
-                returncode=finished.returncode,
+                finished,
                 deadline_seconds=spec.deadline_seconds,
-                escalated_to_sigkill=finished.escalated_to_sigkill,
-                processes_stopped=finished.processes_stopped,
-                outside_group=finished.outside_group,
-                shutdown_seconds=finished.shutdown_seconds,
                 record=finished.record,
                 no_record_reason=spec.no_record_reason,
-                message=finished.message,
             )
         )
     return finished.exit_status

@@ -9,7 +9,8 @@ ways around it, each only as strong as its condition:
   (:func:`signal_through_pidfd`);
 * a **child** of this process, until this process reaps it, is named by its
   pid and by nothing else, alive or a zombie; ``waitid`` with ``WNOWAIT``
-  asks without reaping and without a descriptor (:func:`is_my_child`).
+  asks without reaping and without a descriptor (:func:`is_my_child`, and
+  how it exited: :func:`exit_returncode`).
 
 The supervisor's containment uses both; the policy (which processes, which
 signals) is :mod:`tether.supervisor.containment`'s.
@@ -25,7 +26,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["is_my_child", "signal_through_pidfd"]
+__all__ = ["exit_returncode", "is_my_child", "signal_through_pidfd"]
 
 
 def is_my_child(pid: int) -> bool:
@@ -39,6 +40,20 @@ def is_my_child(pid: int) -> bool:
     except ChildProcessError:
         return False
     return True
+
+
+def exit_returncode(pid: int) -> int | None:
+    """The return code of child ``pid`` once it exited (``subprocess`` style), without reaping it.
+
+    ``None`` while it runs. Raise :class:`ChildProcessError` if ``pid`` is no
+    unreaped child of this process.
+    """
+    result = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    if result is None:
+        return None
+    if result.si_code == os.CLD_EXITED:
+        return result.si_status
+    return -result.si_status
 
 
 def signal_through_pidfd(pid: int, signum: int, still_ours: Callable[[int], bool]) -> None:

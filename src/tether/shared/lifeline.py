@@ -1,9 +1,20 @@
-"""The lifeline's decoder: bytes in, the requests to act on out, in bounded work and words.
+"""The lifeline's bytes: what a caller writes on it, and how its supervisor reads them.
 
-The encoder is :mod:`tether.shared.protocol` (one byte per request). Whatever
-arrives on a lifeline — a caller's requests, a buggy worker's junk written to
-the wrong descriptor, a million job-control requests — the supervisor must
-stay able to act on end of file at once and keep its event log short. So:
+**The lifeline** (caller to supervisor) is a Unix socket pair
+(:mod:`tether.shared.protocol` says why not a pipe). The caller holds its end
+and never shares it. Its end of file is the one message a dead caller can
+still send, whatever killed it, SIGKILL included: the kernel closes the
+caller's end when the last holder exits. One byte on it is a request:
+:data:`CANCEL` (stop gracefully), :data:`KILL_NOW`, :data:`TIME_OUT`,
+:data:`SUSPEND` and :data:`RESUME` (job control), or a signal to pass on
+(:func:`pass_on_request`). A request on the lifeline tells *cancelled* apart
+from *caller lost* without signalling a pid that may have been reused.
+
+The encoder (those bytes) and the decoder live together here, so that what
+one side writes and the other reads cannot drift apart. Whatever arrives on a
+lifeline — a caller's requests, a buggy worker's junk written to the wrong
+descriptor, a million job-control requests — the supervisor must stay able to
+act on end of file at once and keep its event log short. So:
 
 * a chunk is decoded in bulk, in C (``bytes.translate``, ``set``,
   ``rfind``), never byte by byte in Python: the work per byte is bounded;
@@ -24,23 +35,60 @@ whose lifeline is a socket pair tether made, and for a seed-door worker that
 asks with ``--all-lifeline-requests``). In the basic vocabulary every other
 byte is junk, counted and otherwise ignored.
 
-Pure and stdlib only: both the sentry and the loop use it.
+Pure and stdlib only: every caller writes with it, and both the sentry and the
+loop read with it. A caller loads it before its launch, so its tables are built
+in C, not byte by byte.
 """
 
 from __future__ import annotations
 
-from tether.shared.protocol import CANCEL, KILL_NOW, PASS_ON_BASE, RESUME, SUSPEND, TIME_OUT
 from tether.shared.signals import signal_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["ALL", "BASIC", "LifelineDecoder", "Vocabulary"]
+__all__ = [
+    "ALL",
+    "BASIC",
+    "CANCEL",
+    "KILL_NOW",
+    "PASS_ON_BASE",
+    "RESUME",
+    "SUSPEND",
+    "TIME_OUT",
+    "LifelineDecoder",
+    "Vocabulary",
+    "pass_on_request",
+]
+
+CANCEL: Final = b"c"
+KILL_NOW: Final = b"k"
+#: Time is up now (``timeout`` got SIGALRM, its own timer): the deadline, at once.
+TIME_OUT: Final = b"t"
+#: The caller was stopped (Ctrl-Z) or continued (``fg``): stop or continue the tree.
+SUSPEND: Final = b"z"
+RESUME: Final = b"r"
+#: A signal to pass on to the tree is one byte too: this plus its number (1 to 64).
+PASS_ON_BASE: Final = 0x80
+
+
+def pass_on_request(number: int) -> bytes:
+    """The lifeline byte that asks to pass signal ``number`` on to the tree.
+
+    One byte, so that a request can never be split between two reads.
+    """
+    if not 0 < number < 0x80:
+        raise ValueError(f"no request for signal {number}")
+    return bytes((PASS_ON_BASE + number,))
+
 
 #: How many repeatable requests (job control, signals to pass on) are told one
 #: by one, in the log, the record and the status channel; the rest are counted.
 TOLD_REQUESTS: Final = 64
+
+
+_EVERY_BYTE: Final = bytes(range(256))
 
 
 class Vocabulary:
@@ -51,7 +99,7 @@ class Vocabulary:
     def __init__(self, name: str, requests: frozenset[int]) -> None:
         self.name = name
         self.requests = requests
-        self.strip = bytes(byte for byte in range(256) if byte not in requests)
+        self.strip = _EVERY_BYTE.translate(None, bytes(requests))
 
     def __repr__(self) -> str:
         return f"Vocabulary({self.name!r})"

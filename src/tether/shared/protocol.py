@@ -1,18 +1,12 @@
-"""The two channels between a caller and its supervisor, and what travels on them.
+"""The two channels between a caller and its supervisor, and what travels on the status one.
 
 Both are Unix socket pairs made by the caller, not pipes: a pipe can be opened
 again through ``/proc/PID/fd/N`` by any process of the same user, the command
 included, which could then hold the lifeline open or write the caller a status
 of its own; a socket cannot be opened that way.
 
-**The lifeline** (caller to supervisor). The caller holds its end and never
-shares it. Its end of file is the one message a dead caller can still send,
-whatever killed it, SIGKILL included: the kernel closes the caller's end when
-the last holder exits. One byte on it is a request: :data:`CANCEL` (stop
-gracefully), :data:`KILL_NOW`, :data:`TIME_OUT`, :data:`SUSPEND` and
-:data:`RESUME` (job control), or a signal to pass on
-(:func:`pass_on_request`). A request on the lifeline tells *cancelled*
-apart from *caller lost* without signalling a pid that may have been reused.
+**The lifeline** (caller to supervisor): its bytes, how a caller writes them
+and how a supervisor reads them are :mod:`tether.shared.lifeline`.
 
 **The status channel** (supervisor to caller). One JSON object per line, each
 a message class here: :class:`Spawned` (written by the command itself between
@@ -43,13 +37,7 @@ if TYPE_CHECKING:
     from typing import Final, Self
 
 __all__ = [
-    "CANCEL",
-    "KILL_NOW",
     "PASSED_ROLE",
-    "PASS_ON_BASE",
-    "RESUME",
-    "SUSPEND",
-    "TIME_OUT",
     "Finished",
     "Garbled",
     "Message",
@@ -59,31 +47,11 @@ __all__ = [
     "Started",
     "StatusWriter",
     "decode",
-    "pass_on_request",
 ]
 
 #: The spec's role of a descriptor the API's ``pass_fds`` hands on: ``pass:N``,
 #: N its number in the command (in the supervisor it may arrive at another).
 PASSED_ROLE: Final = "pass:"
-CANCEL: Final = b"c"
-KILL_NOW: Final = b"k"
-#: Time is up now (``timeout`` got SIGALRM, its own timer): the deadline, at once.
-TIME_OUT: Final = b"t"
-#: The caller was stopped (Ctrl-Z) or continued (``fg``): stop or continue the tree.
-SUSPEND: Final = b"z"
-RESUME: Final = b"r"
-#: A signal to pass on to the tree is one byte too: this plus its number (1 to 64).
-PASS_ON_BASE: Final = 0x80
-
-
-def pass_on_request(number: int) -> bytes:
-    """The lifeline byte that asks to pass signal ``number`` on to the tree.
-
-    One byte, so that a request can never be split between two reads.
-    """
-    if not 0 < number < 0x80:
-        raise ValueError(f"no request for signal {number}")
-    return bytes((PASS_ON_BASE + number,))
 
 
 def _int(value: object) -> int | None:

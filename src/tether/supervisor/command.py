@@ -29,6 +29,10 @@ A failure to start is reported with the errno and with *where* it failed:
 ``exec`` when the program cannot be executed (127 for not found, 126
 otherwise, as ``timeout`` says) and ``setup`` when tether could not prepare
 the launch (a missing working directory: 125).
+
+``os.pidfd_open`` is called here directly, deliberately: on the command just
+forked, still an unreaped child, so the pidfd names it for certain, and
+everything that signals through it later is :mod:`tether.supervisor.containment`'s.
 """
 
 from __future__ import annotations

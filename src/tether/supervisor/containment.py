@@ -64,6 +64,11 @@ table), the tree is still stopped, or said not to be:
   SIGKILL and the record says ``unkillable`` rather than claim a clean stop.
   The group (``killpg``) and the cgroup (``cgroup.kill``) are signalled all
   the same; the first needs no descriptor at all.
+
+Platform calls made here directly, deliberately (the rest are :mod:`tether.linux`'s):
+``os.killpg`` on the group, whose only guard is this module's policy (the
+leader unreaped), and ``signal.pidfd_send_signal`` on the leader's pidfd,
+held open since the launch: neither has a mechanism left to hide.
 """
 
 from __future__ import annotations
@@ -78,7 +83,7 @@ import signal
 import time
 
 from tether.linux import proctree
-from tether.linux.pidfd import is_my_child, signal_through_pidfd
+from tether.linux.pidfd import exit_returncode, is_my_child, signal_through_pidfd
 from tether.linux.run_cgroups import RunCgroups
 from tether.shared.record_document import ResourceUsage
 from tether.shared.signals import signal_name
@@ -163,12 +168,7 @@ class ProcessTree:
 
     def leader_returncode(self) -> int | None:
         """The leader's return code once it exited (``subprocess`` style), without reaping it."""
-        result = os.waitid(os.P_PID, self.leader, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        if result is None:
-            return None
-        if result.si_code == os.CLD_EXITED:
-            return result.si_status
-        return -result.si_status
+        return exit_returncode(self.leader)
 
     def others(self) -> list[int]:
         """The live processes of the tree other than the leader (after reaping adopted zombies).

@@ -35,6 +35,11 @@ and the last resort reads that, never the loop's own fields.
 Imported before the command starts (it must be there when anything after the
 launch fails), so it imports only what the launch already loaded; the sweep
 (:mod:`tether.supervisor.containment`) is imported when it is needed.
+
+Its bare kill (:func:`_kill_group_bare`) calls ``os.waitid``, ``os.killpg``
+and ``signal.pidfd_send_signal`` itself, deliberately: it must work when
+nothing more can be imported, so it names the platform's calls rather than
+:mod:`tether.linux`'s.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The supervisor's end of the lifeline: what the caller wrote, as the core's events.
 
-The caller's end is :mod:`tether.caller.lifeline`, the bytes are spelt in
-:mod:`tether.shared.protocol` and decoded by :mod:`tether.shared.lifeline`,
-which the sentry uses too, before the core is loaded. What is left is the
+The caller's end is :mod:`tether.caller.lifeline`; the bytes are spelt and
+decoded in :mod:`tether.shared.lifeline`, which the sentry uses too, before
+the core is loaded. What is left is the
 loop's: reading what is waiting without ever blocking (the seed door's
 caller chose whether the descriptor blocks), turning each request into the
 core's event, and saying what was heard, in few enough lines that a caller
@@ -27,8 +27,15 @@ from tether.core.events import (
     SuspendRequested,
     TimeOutRequested,
 )
-from tether.shared.lifeline import LifelineDecoder
-from tether.shared.protocol import CANCEL, KILL_NOW, PASS_ON_BASE, RESUME, SUSPEND, TIME_OUT
+from tether.shared.lifeline import (
+    CANCEL,
+    KILL_NOW,
+    PASS_ON_BASE,
+    RESUME,
+    SUSPEND,
+    TIME_OUT,
+    LifelineDecoder,
+)
 from tether.shared.signals import signal_name
 
 # Loaded once the command runs, while its caller waits: no ``typing`` at run time.
@@ -111,7 +118,7 @@ class LifelineReader:
 
 
 def _request_event(request: bytes, now: float) -> Event:
-    """The core's event for one lifeline request (see :mod:`tether.shared.protocol`)."""
+    """The core's event for one lifeline request (see :mod:`tether.shared.lifeline`)."""
     if request == CANCEL:
         return CancelRequested(now)
     if request == KILL_NOW:

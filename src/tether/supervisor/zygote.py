@@ -17,7 +17,8 @@ instead (:mod:`tether.caller.zygote` on the caller's side), which
    mask *at the time of the request*) with the run's descriptors attached
    (``SCM_RIGHTS``: the command's stdio, the caller's working directory, the
    record's directory, the lifeline's and the status channel's ends). It
-   forks, the child calls ``setsid`` and forks again, and the grandchild,
+   forks, the child calls ``setsid`` and forks again
+   (:mod:`tether.linux.double_fork`, as ``tether run`` does), and the grandchild,
    detached, takes on the request's process state and becomes the
    supervisor (:func:`tether.supervisor.detach.become`); the zygote answers
    with the child's pid and its own, and reaps the child.
@@ -46,6 +47,7 @@ import sys
 from tether.core.reasons import TETHER_FAILED
 from tether.linux.cgroup import warm_attach_lock
 from tether.linux.descriptors import close_all_but
+from tether.linux.double_fork import detach_and_become
 from tether.linux.prctl import set_parent_death_signal
 from tether.supervisor.detach import loaded, loading
 from tether.supervisor.run_cgroup import Containment, prepare_containment
@@ -156,15 +158,18 @@ def _fork_supervisor(server: socket.socket, header: bytes, fds: list[int]) -> in
     if child == 0:
         try:
             server.close()
-            os.setsid()
-            if os.fork() > 0:
-                if containment is not None and containment.descriptors():
-                    warm_attach_lock()  # only a cgroup to join needs the lock ready
-                os._exit(0)
-            _become(header, fds, containment)
-        except BaseException:  # noqa: S110 - nobody to tell; the caller sees a lost supervisor
-            pass
-        os._exit(TETHER_FAILED)
+        except BaseException:
+            os._exit(TETHER_FAILED)
+
+        def warm_the_join() -> None:
+            if containment is not None and containment.descriptors():
+                warm_attach_lock()  # only a cgroup to join needs the lock ready
+
+        detach_and_become(
+            lambda: _become(header, fds, containment),
+            failed=TETHER_FAILED,
+            in_intermediate=warm_the_join,
+        )
     if containment is not None:
         containment.release()
     return child
