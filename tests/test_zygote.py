@@ -213,17 +213,22 @@ tether.run(["true"], record=False)
 # On a loaded machine a zygote slower than its answer's bound is abandoned (its
 # launch takes the plain path): then there is no zygote to lose, and the case
 # is tried again with a fresh one, each try with a record of its own.
+# The zygote is signalled through a pidfd opened first: once killed, it may be
+# reaped (and its pid free) before this script could open one.
 for attempt in range(5):
     record = f"{sys.argv[1]}.{attempt}.json"
     handle = tether.launch(["sleep", "600"], record=record)
-    gone = zygote.zygote_pid()
+    pid = zygote.zygote_pid()
     try:
-        os.kill(gone, signal.SIGKILL)
+        if pid is None:  # abandoned already: no zygote to lose
+            raise ProcessLookupError
+        gone = os.pidfd_open(pid)
+        signal.pidfd_send_signal(gone, signal.SIGKILL)
         break
     except ProcessLookupError:
         handle.cancel()
         handle.wait()
-select.select([os.pidfd_open(gone)], [], [], 10)
+select.select([gone], [], [], 10)
 handle.cancel()
 outcome = handle.wait()
 print(outcome.reason.value, handle.pid, record)
