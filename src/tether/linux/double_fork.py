@@ -2,7 +2,9 @@
 
 Two forkers use it: ``tether run`` and ``tether timeout``, which fork their
 own supervisor (:mod:`tether.caller.fork`), and the API caller's zygote, which
-forks one per request (:mod:`tether.supervisor.zygote`). Each has forked a
+forks one per request (:mod:`tether.supervisor.zygote`). A supervisor spawned
+as a fresh interpreter in a session of its own (:mod:`tether.supervisor.detach`)
+takes step 2 alone. Each has forked a
 child already; in that child the same steps follow, in this order, as
 python-daemon takes them (PEP 3143):
 
@@ -11,7 +13,7 @@ python-daemon takes them (PEP 3143):
    supervisor; or, for a command that joins its caller's group to use its
    terminal, only leave the forker's group (``setpgid``), as that command
    needs the caller's session;
-2. fork once more and let the intermediate exit (:func:`_fork_again`): the
+2. fork once more and let the intermediate exit (:func:`fork_again`): the
    grandchild is no session leader (it can never take a controlling terminal
    by opening one) and nobody's child to reap; the intermediate may do one
    last thing first, for a forker that has a use for it;
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import NoReturn
 
-__all__ = ["detach_and_become"]
+__all__ = ["detach_and_become", "fork_again"]
 
 
 def detach_and_become(
@@ -55,7 +57,7 @@ def detach_and_become(
     """
     try:
         _leave_the_session(new_session)
-        _fork_again(in_intermediate)
+        fork_again(in_intermediate)
         become()
     except BaseException:  # noqa: S110 - nobody to tell; the caller sees a lost supervisor
         pass
@@ -69,7 +71,7 @@ def _leave_the_session(new_session: bool) -> None:
         os.setpgid(0, 0)
 
 
-def _fork_again(in_intermediate: Callable[[], object] | None) -> None:
+def fork_again(in_intermediate: Callable[[], object] | None = None) -> None:
     """Fork; the intermediate exits (after ``in_intermediate``), the grandchild returns."""
     if os.fork() > 0:
         if in_intermediate is not None:

@@ -66,12 +66,6 @@ def exit_now(status: int) -> NoReturn:
     os._exit(status)
 
 
-def _leave_intermediate() -> None:
-    """Fork; the intermediate exits without running any cleanup, the child carries on."""
-    if os.fork() > 0:
-        os._exit(0)
-
-
 def _read_all(fd: int) -> bytes:
     chunks: list[bytes] = []
     while chunk := os.read(fd, 65536):
@@ -83,7 +77,10 @@ def _read_all(fd: int) -> bytes:
 def main(spec_fd: int) -> int:
     """Become the detached supervisor of the run described on ``spec_fd``."""
     loading()
-    _leave_intermediate()
+    # Spawned in a session of its own already: the double fork's second step alone.
+    from tether.linux.double_fork import fork_again
+
+    fork_again()
     try:
         raw = _read_all(spec_fd)
     except OSError:
