@@ -117,6 +117,21 @@ class RunSpec(DeclaredValue):
 
         try:
             data = json.loads(raw)
+        except ValueError as error:
+            raise SpecError(f"not a tether run spec: {error}") from None
+        return cls.from_fields(data)
+
+    @classmethod
+    def from_fields(cls, fields: object) -> RunSpec:
+        """Read a spec from the fields of its JSON, already parsed (they are not changed).
+
+        Raise :class:`SpecError` if they are not a spec's: :meth:`from_json`
+        without the parse, for a process that has parsed them already.
+        """
+        if not isinstance(fields, dict):
+            raise SpecError("not a tether run spec: not a JSON object")
+        try:
+            data = dict(fields)
             data["argv"] = tuple(data["argv"])
             data["ignored_signals"] = tuple(data.get("ignored_signals", ()))
             data["grace_seconds"] = seconds_from_json(data["grace_seconds"])

@@ -48,7 +48,15 @@ if TYPE_CHECKING:
     from tether.core.spec import RunSpec
     from tether.supervisor.run_cgroup import Containment
 
-__all__ = ["become", "exit_now", "loaded", "loading", "main", "supervise_raw"]
+__all__ = [
+    "become",
+    "exit_now",
+    "loaded",
+    "loading",
+    "main",
+    "supervise_fields",
+    "supervise_raw",
+]
 
 
 def exit_now(status: int) -> NoReturn:
@@ -91,28 +99,41 @@ def main(spec_fd: int) -> int:
 def supervise_raw(raw: bytes, containment: Containment | None = None) -> int:
     """Supervise the run whose spec is ``raw`` (JSON, descriptors by role); exit when done.
 
-    The command starts from the spec's raw fields
-    (:func:`~tether.supervisor.launch.plan_from_spec`), before the spec's own
-    class is even loaded; the spec is checked whole right after. Returns only
-    if ``raw`` is not a spec at all. ``containment``: the run's cgroup, if the
-    process that forked this one made it already.
+    Returns only if ``raw`` is not a spec at all. ``containment``: the run's
+    cgroup, if the process that forked this one made it already.
     """
     import json
 
     try:
-        data = json.loads(raw)
-        fds = data["fds"]
-    except (ValueError, KeyError, TypeError):
+        fields = json.loads(raw)
+    except ValueError:
         return TETHER_FAILED
-    if "argv" not in data:
+    return supervise_fields(fields, containment)
+
+
+def supervise_fields(fields: object, containment: Containment | None = None) -> int:
+    """Supervise the run whose spec's JSON, already parsed, is ``fields``; exit when done.
+
+    The command starts from these raw fields
+    (:func:`~tether.supervisor.launch.plan_from_spec`), before the spec's own
+    class is even loaded; the spec is checked whole right after
+    (:meth:`~tether.core.spec.RunSpec.from_fields`, as one read from a pipe).
+    A zygote's supervisor takes them parsed: its zygote read the request once,
+    before forking. Returns only if ``fields`` are not a spec's at all.
+    """
+    try:
+        fds = fields["fds"]  # type: ignore[index]
+    except (KeyError, TypeError, IndexError):
+        return TETHER_FAILED
+    if not isinstance(fields, dict) or "argv" not in fields:
         return TETHER_FAILED
 
     def checked_spec() -> RunSpec:
         from tether.core.spec import RunSpec
 
-        return RunSpec.from_json(raw)
+        return RunSpec.from_fields(fields)
 
-    return _supervise(data, fds, checked_spec, containment)
+    return _supervise(fields, fds, checked_spec, containment)
 
 
 def become(spec: RunSpec, pass_fds: tuple[int, ...] = ()) -> NoReturn:

@@ -79,6 +79,7 @@ def main(sock_fd: int, caller: int) -> int:
         os._exit(0)  # the caller is gone already, before the signal was asked for
     os.chdir("/")
     server = socket.socket(fileno=sock_fd)
+    ignored = _ignored_here()
     warm = False
     while True:
         try:
@@ -88,7 +89,7 @@ def main(sock_fd: int, caller: int) -> int:
         if request is None:
             os._exit(0)  # the caller is gone
         header, fds = request
-        child = _fork_supervisor(server, header, fds)
+        child = _fork_supervisor(server, header, fds, ignored)
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -138,17 +139,23 @@ def _warm_up() -> None:
     loaded()
 
 
-def _fork_supervisor(server: socket.socket, header: bytes, fds: list[int]) -> int:
+def _fork_supervisor(
+    server: socket.socket, header: bytes, fds: list[int], ignored: frozenset[int]
+) -> int:
     """Fork the request's supervisor (detached: ``setsid``, fork); return the child's pid, or -1.
 
-    The run's cgroup is made here, before the forks, and the intermediate,
+    The request is read once, here, before the forks: the child, whose every
+    first touch of a page copies it, takes it parsed. The run's cgroup is made
+    here too, and the intermediate,
     which has nothing else to do, takes the join's lock for nothing before it
     exits: the kernel's wait for that lock then passes while the supervisor
     takes on the request, not in the command's path
     (:mod:`tether.supervisor.run_cgroup`). The cgroup is named after the
     zygote, which outlives the moment it stays empty (until the command joins).
+    ``ignored``: the signals the zygote ignores (:func:`_ignored_here`).
     """
-    containment = _prepare(header)
+    request = _Request.read(header)
+    containment = None if request is None else _prepare(request)
     try:
         child = os.fork()
     except OSError:
@@ -165,54 +172,85 @@ def _fork_supervisor(server: socket.socket, header: bytes, fds: list[int]) -> in
             if containment is not None and containment.descriptors():
                 warm_attach_lock()  # only a cgroup to join needs the lock ready
 
-        detach_and_become(
-            lambda: _become(header, fds, containment),
-            failed=TETHER_FAILED,
-            in_intermediate=warm_the_join,
-        )
+        def become() -> NoReturn:
+            if request is None:
+                os._exit(TETHER_FAILED)  # not a request: the caller sees a lost supervisor
+            _become(request, fds, containment, ignored)
+
+        detach_and_become(become, failed=TETHER_FAILED, in_intermediate=warm_the_join)
     if containment is not None:
         containment.release()
     return child
 
 
-def _prepare(header: bytes) -> Containment | None:
+class _Request:
+    """One request's header, parsed: the spec's fields and the caller's process state."""
+
+    __slots__ = ("environ", "ignored", "rlimits", "roles", "sigmask", "spec")
+
+    def __init__(self, fields: dict[str, object], spec: dict[str, object]) -> None:
+        self.spec = spec
+        self.roles: list[str] = fields["roles"]  # type: ignore[assignment]  # checked by use
+        self.environ: dict[str, str] = fields["environ"]  # type: ignore[assignment]
+        self.rlimits: dict[str, list[int]] = fields["rlimits"]  # type: ignore[assignment]
+        self.ignored: list[int] = fields["ignored"]  # type: ignore[assignment]
+        self.sigmask: list[int] = fields["sigmask"]  # type: ignore[assignment]
+
+    @classmethod
+    def read(cls, header: bytes) -> _Request | None:
+        """The request in ``header``; ``None`` if it is not one (the child then fails)."""
+        try:
+            fields = json.loads(header)
+            spec = json.loads(fields["spec"])
+            request = cls(fields, spec)
+        except (ValueError, KeyError, TypeError):
+            return None
+        if not isinstance(spec, dict) or not isinstance(request.environ, dict):
+            return None
+        return request
+
+
+def _prepare(request: _Request) -> Containment | None:
     """The request's containment, from its limits and its ``TETHER_CONTAINMENT``.
 
-    ``None`` for a request this cannot read: the supervisor reads it again,
-    and says what is wrong with it; ``None`` too where the limits need a
-    scope of the user's systemd, which the supervisor asks for itself.
+    ``None`` for limits this cannot read: the supervisor reads them again, and
+    says what is wrong with them; ``None`` too where the limits need a scope of
+    the user's systemd, which the supervisor asks for itself.
     """
-    try:
-        request = json.loads(header)
-        environ = request["environ"]
-        limits = json.loads(request["spec"]).get("limits")
-    except (ValueError, KeyError, TypeError, AttributeError):
+    limits = request.spec.get("limits")
+    if not isinstance(limits, dict | None):
         return None
-    if not isinstance(environ, dict) or not isinstance(limits, dict | None):
-        return None
+    environ = request.environ
     containment = prepare_containment(limits, warm=False, environ=environ, supervisor=False)
     # A systemd scope takes the process that asks for it: the supervisor asks, once forked.
     return None if containment.deferred else containment
 
 
-def _become(header: bytes, fds: list[int], containment: Containment | None) -> NoReturn:
-    """Take on the caller's process state as the request says, then become its supervisor."""
+def _become(
+    request: _Request, fds: list[int], containment: Containment | None, ignored: frozenset[int]
+) -> NoReturn:
+    """Take on the caller's process state as the request says, then become its supervisor.
+
+    Only what differs from the zygote's own is set: the environment is
+    rewritten only if the caller's changed since the zygote started (most
+    requests: it did not), and only the signals whose disposition differs are
+    touched. ``ignored``: what the zygote ignores (:func:`_ignored_here`).
+    """
     loading()
-    request = json.loads(header)
-    roles = dict(zip(request["roles"], fds, strict=True))
+    roles = dict(zip(request.roles, fds, strict=True))
     # Every descriptor above the standard streams but the run's, above any limit.
     close_all_but(fds if containment is None else fds + containment.descriptors())
-    environment = request["environ"]
-    os.environ.clear()
-    os.environ.update(environment)
-    for name, (soft, hard) in request["rlimits"].items():
+    if os.environ != request.environ:
+        os.environ.clear()
+        os.environ.update(request.environ)
+    for name, (soft, hard) in request.rlimits.items():
         _set_limit(name, soft, hard)
-    _ignore_as_the_caller(set(request["ignored"]))
-    signal.pthread_sigmask(signal.SIG_SETMASK, request["sigmask"])
+    _ignore_as_the_caller(set(request.ignored), ignored)
+    signal.pthread_sigmask(signal.SIG_SETMASK, request.sigmask)
 
-    from tether.supervisor.detach import supervise_raw
+    from tether.supervisor.detach import supervise_fields
 
-    supervise_raw(json.dumps({**json.loads(request["spec"]), "fds": roles}).encode(), containment)
+    supervise_fields({**request.spec, "fds": roles}, containment)
     os._exit(TETHER_FAILED)
 
 
@@ -221,16 +259,25 @@ def _become(header: bytes, fds: list[int], containment: Containment | None) -> N
 _NOT_PASSED: Final = frozenset({signal.SIGPIPE, signal.SIGXFSZ, signal.SIGKILL, signal.SIGSTOP})
 
 
-def _ignore_as_the_caller(ignored: set[int]) -> None:
-    """Ignore what the caller ignores now, and only that (the zygote's may be older)."""
-    for number in signal.valid_signals():
+def _ignored_here() -> frozenset[int]:
+    """The signals this process ignores, of those whose disposition a request passes on."""
+    return frozenset(
+        number
+        for number in signal.valid_signals()
+        if number not in _NOT_PASSED and signal.getsignal(number) is signal.SIG_IGN
+    )
+
+
+def _ignore_as_the_caller(ignored: set[int], ignored_here: frozenset[int]) -> None:
+    """Ignore what the caller ignores now, and only that (the zygote's may be older).
+
+    ``ignored_here`` is what this process ignores already: only the difference changes.
+    """
+    for number in ignored_here.symmetric_difference(ignored):
         if number in _NOT_PASSED:
             continue
-        with contextlib.suppress(OSError, ValueError):
-            if number in ignored:
-                signal.signal(number, signal.SIG_IGN)
-            elif signal.getsignal(number) is signal.SIG_IGN:
-                signal.signal(number, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            signal.signal(number, signal.SIG_IGN if number in ignored else signal.SIG_DFL)
 
 
 def _set_limit(name: str, soft: int, hard: int) -> None:
