@@ -104,23 +104,29 @@ _DIGITS: Final = {8: "01234567", 16: "0123456789abcdefABCDEF"}
 
 
 def unescape(field: str, marker: str = "\\", width: int = 3, base: int = 8) -> str:
-    """Undo escapes of one character as ``marker`` and ``width`` digits in ``base``.
+    """Undo escapes of one byte as ``marker`` and ``width`` digits in ``base``.
 
     mountinfo's octal escapes by default (``\\040`` for a space, and so on);
-    a D-Bus address's ``%xx`` with ``"%", 2, 16``. By hand, as everything
-    here: no ``re`` on the path to a command's launch. A marker without its
-    digits stays as it is.
+    a D-Bus address's ``%xx`` with ``"%", 2, 16``. Each escape is a *byte*: a
+    path in UTF-8 escapes ``ü`` as two of them (``%c3%bc``), so the bytes are
+    put together first and decoded once, as the file system's names are
+    (:func:`os.fsdecode`). By hand, as everything here: no ``re`` on the path
+    to a command's launch. A marker without its digits, or with digits past a
+    byte, stays as it is.
     """
     digits = _DIGITS[base]
     first, *pieces = field.split(marker)
-    unescaped = [first]
+    if not pieces:
+        return field
+    unescaped = bytearray(os.fsencode(first))
     for piece in pieces:
         code = piece[:width]
-        if len(code) == width and all(digit in digits for digit in code):
-            unescaped.append(chr(int(code, base)) + piece[width:])
+        if len(code) == width and all(digit in digits for digit in code) and int(code, base) < 256:
+            unescaped.append(int(code, base))
+            unescaped += os.fsencode(piece[width:])
         else:
-            unescaped.append(marker + piece)
-    return "".join(unescaped)
+            unescaped += os.fsencode(marker + piece)
+    return os.fsdecode(bytes(unescaped))
 
 
 def _creator_of(name: str) -> str | None:
