@@ -41,9 +41,12 @@ the caller forks, like every lifeline: its end of file is how the zygote
 learns that its caller is gone. A stopped zygote cannot read it, so the
 zygote also has a parent-death signal (:class:`_Zygote`).
 
-**Every exchange is bounded**, by :data:`ANSWER_LIMIT` (:data:`START_LIMIT`
-for a fresh zygote) and by the request's deadline: the wait for the lock
-too. A zygote that has not answered in time is SIGKILLed, and the request
+**Every exchange is bounded**, by the request's deadline and by
+:data:`START_LIMIT`; by :data:`ANSWER_LIMIT` once the zygote is seen stopped
+(a zygote that runs but waits for a CPU on a busy machine is given the
+time a fresh one has, where a one-second bound abandoned it at a load
+average of 6 on two cores). The wait for the lock is bounded by
+:data:`ANSWER_LIMIT`. A zygote that has not answered in time is SIGKILLed, and the request
 is one lost with the zygote (above): never started twice. A launch
 re-entered on a thread already in an exchange (a signal handler's) takes
 the plain path rather than wait for the exchange it interrupted.
@@ -108,10 +111,14 @@ _BOOTSTRAP: Final = (
     "raise SystemExit(main(int(sys.argv[2]), int(sys.argv[3])))"
 )
 
-#: How long a running zygote may take to answer a request (a fork: about a millisecond),
-#: and how long a fresh one may take to start and answer its first (an interpreter's start).
+#: How long a zygote may take to answer a request (a fork: about a millisecond) while it is
+#: not running (stopped or traced: it may never answer), and how long one that runs may take
+#: (on a busy machine a fork can wait seconds for a CPU), a fresh one included (an
+#: interpreter's start).
 ANSWER_LIMIT: Final = 1.0
 START_LIMIT: Final = 5.0
+#: How often a zygote that has not answered yet is looked at (:meth:`_Zygote.stopped`).
+_LOOK_EVERY: Final = 0.1
 
 
 class _Zygote:
@@ -134,6 +141,8 @@ class _Zygote:
         #: The zygote's pid, once it has answered a request.
         self.pid: int | None = None
         self._pidfd: int | None = None
+        #: The zygote's pid as started (``pid`` is the one it answers with).
+        self._child = -1
         self._error: BaseException | None = None
         argv = [sys.executable, "-P", "-c", _BOOTSTRAP, package_root, str(theirs.fileno())]
         argv.append(str(os.getpid()))
@@ -165,6 +174,7 @@ class _Zygote:
                     pass_fds=(theirs.fileno(),),
                     start_new_session=True,
                 )
+            self._child = zygote.pid
             self._pidfd = os.pidfd_open(zygote.pid)
         except BaseException as error:  # told to the launching thread
             self._error = error
@@ -198,22 +208,39 @@ class _Zygote:
         return child
 
     def _answer(self, limit: float) -> list[bytes]:
-        """The zygote's answer, in words; none if it was lost, or did not answer within ``limit``
-        seconds (it is then abandoned)."""
-        end = time.monotonic() + limit
+        """The zygote's answer, in words; none if it was lost, or did not answer in time (it is
+        then abandoned).
+
+        In time: within ``limit`` seconds while it runs, but within
+        :data:`ANSWER_LIMIT` once it is seen stopped (looked at every
+        :data:`_LOOK_EVERY`): a zygote waiting for a CPU on a busy machine is
+        not taken for a lost one, and a stopped one holds the launch up no
+        longer than it did.
+        """
+        start = time.monotonic()
+        end = start + limit
         poller = select.poll()
         poller.register(self.socket, select.POLLIN)
         while True:
             try:
                 return self.socket.recv(64, socket.MSG_DONTWAIT).split()
             except BlockingIOError:
-                remaining = end - time.monotonic()
-                if remaining <= 0:
+                now = time.monotonic()
+                if now >= end or (now - start >= ANSWER_LIMIT and self.stopped()):
                     self.abandon()
                     return []
-                poller.poll(math.ceil(remaining * 1000))
+                poller.poll(math.ceil(min(end - now, _LOOK_EVERY) * 1000))
             except OSError:
                 return []
+
+    def stopped(self) -> bool:
+        """Whether the zygote is stopped or traced (or gone), as ``/proc`` says now."""
+        try:
+            with open(f"/proc/{self._child}/stat", "rb") as stat:
+                state = stat.read().rpartition(b")")[2].split()[0]
+        except (OSError, IndexError):
+            return True
+        return state in (b"T", b"t", b"Z", b"X")
 
     def abandon(self) -> None:
         """SIGKILL the zygote (it did not answer in time), through its pidfd: never a reused pid."""
@@ -305,9 +332,10 @@ def fork_supervisor(
     forked, ``None`` if it was not and the caller must spawn one, or
     :data:`UNKNOWN` if the zygote was lost (or abandoned) with the request.
 
-    Bounded: the wait for another thread's exchange, the zygote's start and
-    its answer each take at most :data:`ANSWER_LIMIT` (:data:`START_LIMIT`
-    for a fresh zygote), and never beyond the deadline. A zygote that does
+    Bounded: the wait for another thread's exchange takes at most
+    :data:`ANSWER_LIMIT`, the zygote's start and its answer at most
+    :data:`START_LIMIT` (:data:`ANSWER_LIMIT` once it is seen stopped), and
+    never beyond the deadline. A zygote that does
     not answer in time is SIGKILLed and forgotten. A call re-entered on a
     thread already in an exchange (from a signal handler) takes the plain
     path at once.
@@ -349,15 +377,13 @@ def _exchange(
         if zygote is not None and zygote.identity != identity:
             zygote.close()  # it cannot take on what changed; a fresh one can
             zygote = _zygote = None
-        limit = ANSWER_LIMIT
         if zygote is None:
             try:
                 zygote = _zygote = _Zygote(package_root, identity, left(START_LIMIT))
             except (OSError, RuntimeError):
                 return None
             started += 1
-            limit = START_LIMIT
-        answer = zygote.exchange(request, fds, left(limit))
+        answer = zygote.exchange(request, fds, left(START_LIMIT))
         if answer is None or answer == UNKNOWN:
             zygote.close()
             _zygote = None
