@@ -598,6 +598,9 @@ def _stop_politely(run: Started) -> None:
 # -- 8. scale ---------------------------------------------------------------------------------
 
 GROUP = 10
+#: Up to this many tethers are launched at once (issue 23: "100 callers → all commands
+#: running"); more are launched a few at a time, as a machine of two cores can take them.
+AT_ONCE = 100
 
 
 def scale(bench: Bench, sizes: tuple[int, ...], never_after: float) -> list[dict[str, object]]:
@@ -618,6 +621,10 @@ class _Many:
     callers: list[int]
     group: int
     caller_is: str
+    #: From the first launch until the last command's ``ready`` was read (a shell says it).
+    all_running_ms: float | None
+    #: Whether every caller was started before any command had to be running.
+    at_once: bool
 
 
 def _launch_many(bench: Bench, door: str, size: int) -> _Many:
@@ -626,8 +633,9 @@ def _launch_many(bench: Bench, door: str, size: int) -> _Many:
     tokens = [doors.token() for _ in range(size)]
     callers: list[int] = []
     group = 0
-    in_flight = 8
+    in_flight = size if size <= AT_ONCE else 8
     waiter = Waiter(bench.channel)
+    asked = time.monotonic()
     try:
         step = 1 if kind == "tether run" else GROUP
         for start in range(0, size, step):
@@ -650,12 +658,14 @@ def _launch_many(bench: Bench, door: str, size: int) -> _Many:
         waiter.until(lambda: bench.channel.count("ready", set(tokens)) == size, BOUND * 4)
     finally:
         waiter.close()
+    seen = [m.seen for m in bench.channel.messages if m.kind == "ready" and m.token in tokens]
+    all_running = _ms(max(seen) - asked) if len(seen) == size else None
     caller_is = {
         "tether run": "one `tether run` process per tether",
         "seed door": f"one holder process per {GROUP} seed-door supervisors",
         "timeout": f"one /bin/sh per {GROUP} `timeout` processes",
     }[kind]
-    return _Many(tokens, callers, group, caller_is)
+    return _Many(tokens, callers, group, caller_is, all_running, in_flight >= size)
 
 
 def _enough_ready(bench: Bench, started: set[str], in_flight: int) -> Callable[[], bool]:
@@ -675,6 +685,8 @@ def _scale_trial(bench: Bench, door: str, size: int, never_after: float) -> dict
         many = _launch_many(bench, door, size)
         tokens = many.tokens
         result["callers"] = many.caller_is
+        result["all_running_ms"] = many.all_running_ms
+        result["launched_at_once"] = many.at_once
         ready = [m for m in bench.channel.messages if m.kind == "ready" and m.token in set(tokens)]
         result["announced"] = len(ready)
         supervisors = sorted({m.ppid for m in ready})
