@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 
@@ -770,3 +770,39 @@ def test_a_new_machine_is_launching_with_no_timer() -> None:
     assert machine.phase is Phase.LAUNCHING
     assert machine.next_deadline is None
     assert machine.reason is None
+
+
+def test_the_table_is_built_once_per_process_not_once_per_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run's machine is a copy of the table built at import: a millisecond a run saved."""
+    import transitions
+
+    built: list[object] = []
+    original = transitions.Machine.__init__
+
+    def counting(self: transitions.Machine, *args: Any, **kwargs: Any) -> None:
+        built.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(transitions.Machine, "__init__", counting)
+    machine = watching()
+    machine.feed(CommandExited(now=105.0, returncode=0, others_alive=False))
+    assert machine.phase is Phase.RECORDED
+    assert built == []
+
+
+def test_runs_interleaved_keep_their_own_phases_queues_and_effects() -> None:
+    first, second = watching(), watching()
+    assert first._machine is not second._machine
+    assert first._machine._transition_queue is not second._machine._transition_queue
+    assert first._machine.events["tick"].machine is first._machine
+    assert second.feed(CancelRequested(now=101.0)) == [
+        SignalTree("SIGTERM"),
+        SignalTree("SIGCONT"),
+    ]
+    phases_before = (first.phase, second.phase)
+    effects = first.feed(CommandExited(now=102.0, returncode=3, others_alive=False))
+    assert [type(effect) for effect in effects] == [WriteRecord, Exit]
+    assert phases_before == (Phase.WATCHING, Phase.TERMINATING)
+    assert (first.phase, second.phase) == (Phase.RECORDED, Phase.TERMINATING)

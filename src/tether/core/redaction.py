@@ -44,6 +44,7 @@ event log and the tests all share it.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from enum import Enum
@@ -253,6 +254,19 @@ def _describe(value: object) -> str:
     return str(value)
 
 
+@functools.lru_cache(maxsize=16)
+def _pattern_for(literals: tuple[str, ...]) -> re.Pattern[str]:
+    """One pattern for ``literals`` (longest first) and the credential shapes, compiled once.
+
+    Compiling it costs about a millisecond, and a supervisor forked from a
+    zygote builds the redactor of the same environment as its siblings and the
+    zygote did: the zygote builds it first (:func:`tether.shared.secrets.prepare`),
+    and every fork finds the pattern here instead of compiling it again. A
+    handful of sets is enough: a caller's environment changes seldom.
+    """
+    return re.compile("|".join([*(re.escape(value) for value in literals), _SHAPES]))
+
+
 class Redactor:
     """Scrubs secrets out of values on their way to a file.
 
@@ -271,9 +285,8 @@ class Redactor:
     def __init__(
         self, secret_values: Iterable[str] = (), *, own_keys: frozenset[str] = frozenset()
     ) -> None:
-        literals = sorted({value for value in secret_values if value}, key=len, reverse=True)
-        alternatives = [*(re.escape(value) for value in literals), _SHAPES]
-        self._pattern = re.compile("|".join(alternatives))
+        literals = sorted({value for value in secret_values if value}, key=lambda v: (-len(v), v))
+        self._pattern = _pattern_for(tuple(literals))
         self._own_keys = own_keys
 
     def __call__(
