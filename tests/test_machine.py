@@ -770,3 +770,42 @@ def test_a_new_machine_is_launching_with_no_timer() -> None:
     assert machine.phase is Phase.LAUNCHING
     assert machine.next_deadline is None
     assert machine.reason is None
+
+
+# -- what an adapter may send ahead of the core --------------------------------
+
+
+def _names(effects: Sequence[Effect]) -> list[str]:
+    return [effect.signal for effect in effects if isinstance(effect, SignalTree)]
+
+
+@pytest.mark.parametrize(
+    ("event", "promised"),
+    [
+        (CallerLost(now=105.0), ("SIGTERM", "SIGCONT")),
+        (CancelRequested(now=105.0), ("SIGTERM", "SIGCONT")),
+        (KillRequested(now=105.0), ("SIGKILL",)),
+        # The deadline passed first: the stop it calls for comes before the request's.
+        (CallerLost(now=111.0), ("SIGTERM", "SIGCONT")),
+        (KillRequested(now=111.0), ("SIGTERM", "SIGCONT", "SIGKILL")),
+        (Tick(now=111.0), ("SIGTERM", "SIGCONT")),
+        (Tick(now=105.0), ()),
+        (CommandExited(now=105.0, returncode=0, others_alive=True), ()),
+    ],
+)
+def test_a_watching_run_promises_the_signals_it_then_sends_first(
+    event: Event, promised: tuple[str, ...]
+) -> None:
+    machine = watching(deadline_at=110.0)
+    assert machine.first_signals(event) == promised
+    assert machine.phase is Phase.WATCHING  # asking changes nothing
+    assert _names(machine.feed(event))[: len(promised)] == list(promised)
+
+
+def test_a_stopping_run_promises_nothing() -> None:
+    machine = watching()
+    machine.feed(CancelRequested(now=101.0))
+    assert machine.first_signals(CallerLost(now=102.0)) == ()
+    assert machine.first_signals(KillRequested(now=102.0)) == ()
+    launching = RunMachine(deadline_at=None, grace_seconds=1.0)
+    assert launching.first_signals(CallerLost(now=1.0)) == ()
