@@ -150,5 +150,7 @@ def test_the_group_is_signalled_before_the_core_is_fed_the_callers_death(
     assert int(pending, 16) & (1 << (signal.SIGTERM - 1)), lines
     data = read_json(record)
     assert data["reason"] == "parent_lost"
-    assert [entry["signal"] for entry in data["signals"]] == ["SIGTERM", "SIGCONT"]
+    signals = data["signals"]
+    assert isinstance(signals, list)
+    assert [entry["signal"] for entry in signals] == ["SIGTERM", "SIGCONT"]
     assert data["eval_exit_code"] == -signal.SIGTERM
