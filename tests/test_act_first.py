@@ -6,6 +6,14 @@ sentry, which writes nothing) has the watch: a line about the event in the
 log while SIGTERM is not yet pending proves the supervisor told before it
 acted. Each event that stops the tree is tried: the caller lost, a cancel,
 a signal the caller relays, the deadline, a signal to the seed door.
+
+Nor does the group wait on the core: a stop the core will certainly decide
+goes to the group before the core is fed (and so before its step and the
+walk of ``/proc`` that follows from it). The command
+(``fixtures/term_pending.py``) blocks SIGTERM, and the test hook
+``fixtures/slow_loop`` (``TETHER_TEST_LOOP_FED``) reads the command's pending
+signals each time the loop is about to feed the core: SIGTERM must already be
+pending when ``CallerLost`` is fed.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from conftest import (
     Processes,
     ReadyPipe,
     fixture,
+    hooked_env,
     parent_of,
     read_json,
     seed_door_true,
@@ -103,3 +112,45 @@ def test_the_seed_door_signals_before_it_logs_a_signal_it_received(
         os.close(write_end)
     assert _verdict(result, record) == "acted first"
     assert read_json(record)["reason"] == "cancelled"
+
+
+@pytest.mark.parametrize("door", ["run", "seed"])
+def test_the_group_is_signalled_before_the_core_is_fed_the_callers_death(
+    tmp_path: Path, processes: Processes, ready: ReadyPipe, door: str
+) -> None:
+    record, fed = tmp_path / "r.json", tmp_path / "fed"
+    running = ReadyPipe(tmp_path / "running.fifo")
+    env = hooked_env(
+        tmp_path,
+        "slow_loop",
+        TETHER_TEST_LOOP_RUNNING=str(running.path),
+        TETHER_TEST_LOOP_FED=str(fed),
+    )
+    command = fixture("term_pending", str(ready.path), str(fed))
+    if door == "run":
+        argv = tether_argv("run", "--record", str(record), "--", *command)
+    else:
+        argv = fixture("seed_caller", str(record), "--", *command)
+    caller = processes.start(argv, env=env, stdout=subprocess.DEVNULL)
+    (pid,) = ready.ready_pids()
+    supervisor = parent_of(pid)
+    assert supervisor is not None
+    processes.track(pid, supervisor)
+    try:
+        assert running.line()[0] == "running"  # the loop has the watch, not the sentry
+    finally:
+        running.close()
+    caller.kill()
+    caller.wait(timeout=BOUND)
+    assert wait_gone(pid)
+    assert wait_gone(supervisor)
+    lines = [line.split() for line in fed.read_text().splitlines()]
+    [pending] = [mask for event, mask in lines if event == "CallerLost"]
+    assert pending != "gone"
+    assert int(pending, 16) & (1 << (signal.SIGTERM - 1)), lines
+    data = read_json(record)
+    assert data["reason"] == "parent_lost"
+    signals = data["signals"]
+    assert isinstance(signals, list)
+    assert [entry["signal"] for entry in signals] == ["SIGTERM", "SIGCONT"]
+    assert data["eval_exit_code"] == -signal.SIGTERM

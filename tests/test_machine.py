@@ -806,3 +806,42 @@ def test_runs_interleaved_keep_their_own_phases_queues_and_effects() -> None:
     assert [type(effect) for effect in effects] == [WriteRecord, Exit]
     assert phases_before == (Phase.WATCHING, Phase.TERMINATING)
     assert (first.phase, second.phase) == (Phase.RECORDED, Phase.TERMINATING)
+
+
+# -- what an adapter may send ahead of the core --------------------------------
+
+
+def _names(effects: Sequence[Effect]) -> list[str]:
+    return [effect.signal for effect in effects if isinstance(effect, SignalTree)]
+
+
+@pytest.mark.parametrize(
+    ("event", "promised"),
+    [
+        (CallerLost(now=105.0), ("SIGTERM", "SIGCONT")),
+        (CancelRequested(now=105.0), ("SIGTERM", "SIGCONT")),
+        (KillRequested(now=105.0), ("SIGKILL",)),
+        # The deadline passed first: the stop it calls for comes before the request's.
+        (CallerLost(now=111.0), ("SIGTERM", "SIGCONT")),
+        (KillRequested(now=111.0), ("SIGTERM", "SIGCONT", "SIGKILL")),
+        (Tick(now=111.0), ("SIGTERM", "SIGCONT")),
+        (Tick(now=105.0), ()),
+        (CommandExited(now=105.0, returncode=0, others_alive=True), ()),
+    ],
+)
+def test_a_watching_run_promises_the_signals_it_then_sends_first(
+    event: Event, promised: tuple[str, ...]
+) -> None:
+    machine = watching(deadline_at=110.0)
+    assert machine.first_signals(event) == promised
+    assert machine.phase is Phase.WATCHING  # asking changes nothing
+    assert _names(machine.feed(event))[: len(promised)] == list(promised)
+
+
+def test_a_stopping_run_promises_nothing() -> None:
+    machine = watching()
+    machine.feed(CancelRequested(now=101.0))
+    assert machine.first_signals(CallerLost(now=102.0)) == ()
+    assert machine.first_signals(KillRequested(now=102.0)) == ()
+    launching = RunMachine(deadline_at=None, grace_seconds=1.0)
+    assert launching.first_signals(CallerLost(now=1.0)) == ()

@@ -15,7 +15,9 @@ tether makes must hold:
 * at most one record, and the exit right after it iff the run is recorded;
   nothing after that;
 * the record's exit status agrees with its reason;
-* an illegal event, wherever it comes, raises and changes nothing.
+* an illegal event, wherever it comes, raises and changes nothing;
+* the signals the core promises before it is fed (``first_signals``, which an
+  adapter sends the group ahead) are the first ones it then sends.
 """
 
 from __future__ import annotations
@@ -191,8 +193,14 @@ def drive(scenario: Scenario) -> tuple[RunMachine, Trace]:
 
 def feed(machine: RunMachine, event: Event, trace: Trace, scenario: Scenario) -> None:
     before = machine.phase
+    promised = machine.first_signals(event)
 
     effects = machine.feed(event)
+    # What the core promised an adapter may send ahead is where its answer starts.
+    sent = [effect.signal for effect in effects if isinstance(effect, SignalTree)]
+    assert sent[: len(promised)] == list(promised)
+    if promised:
+        assert before is Phase.WATCHING
     trace.steps.append((event, effects))
     if isinstance(event, CallerLost) and before in (Phase.WATCHING, Phase.TERMINATING):
         trace.caller_lost = True

@@ -54,6 +54,7 @@ from tether.core.events import (
     TimeOutRequested,
     TreeEmptied,
 )
+from tether.core.first_signals import first_signals, stop_signals
 from tether.core.reasons import (
     CANNOT_EXECUTE,
     DEADLINE_EXCEEDED,
@@ -355,9 +356,8 @@ class _Run:
     def _terminate(self, reason: Reason) -> None:
         self.reason = reason
         self.stop_started_at = self.now
-        self._signal(self.stop_signal)
-        # A stopped process cannot act on SIGTERM until it is continued.
-        self._signal("SIGCONT")
+        for name in stop_signals(self.stop_signal):
+            self._signal(name)
         self.timer_at = self.now + self.grace_seconds
 
     def _signal(self, name: SignalName) -> None:
@@ -479,6 +479,22 @@ class RunMachine:
     def reason(self) -> Reason | None:
         """Why the run is ending, once that is decided."""
         return self._run.reason
+
+    def first_signals(self, event: Event) -> tuple[SignalName, ...]:
+        """The signals :meth:`feed` would certainly send the tree first for ``event``; may be none.
+
+        Asked before feeding, by an adapter that sends them to the command's
+        group at once and feeds the core afterwards (see
+        :mod:`tether.core.first_signals`). Only a watching run promises
+        anything: once the tree is stopping, what comes next depends on what
+        was already sent. Changes nothing.
+        """
+        run = self._run
+        if run.state is not Phase.WATCHING or event.now < run.now:
+            return ()
+        overdue = run.timer_at is not None and event.now >= run.timer_at
+        trigger = _TRIGGER[type(event)]
+        return first_signals(trigger, overdue=overdue, stop_signal=run.stop_signal)
 
     def feed(self, event: Event) -> list[Effect]:
         """Advance the run by one event and return the effects to carry out, in order."""

@@ -108,7 +108,9 @@ if TYPE_CHECKING:
 __all__ = ["UNSEEN", "ProcessTree"]
 
 #: How many times :meth:`ProcessTree.others` walks the tree to get an answer
-#: it can trust; each walk that finds nothing is confirmed by a second one.
+#: it can trust (each walk that finds nothing is confirmed by a second one), and
+#: how many rounds a walk after the group's signal reads the supervisor's
+#: children again for processes that moved there meanwhile.
 _WALKS: Final = 8
 
 #: In an answer of :meth:`ProcessTree.others`: the tree could not be read, so
@@ -231,15 +233,27 @@ class ProcessTree:
         """Send ``signum`` to the whole tree; return how many live processes it was sent to.
 
         The tree is walked *before* anything is sent: a process that dies of
-        the group's signal in the meantime was still reached by it. With
-        ``group=False`` the command's group (or its leader, when the group is
-        not its own) is not signalled, because it already got ``signum`` (from
-        the sentry, before the loop ran); the rest of the tree still is.
-        Between the walk and the group's signal nothing else is done (the
-        cgroup's list of a gentle signal waits until after): the command's
-        group is what a caller's death or a deadline must reach first.
+        the group's signal in the meantime was still reached by it. Between
+        the walk and the group's signal nothing else is done (the cgroup's
+        list of a gentle signal waits until after): the command's group is
+        what a caller's death or a deadline must reach first.
+
+        With ``group=False`` the command's group (or its leader, when the
+        group is not its own) already got ``signum`` (:meth:`signal_group`:
+        the sentry sent it before the loop ran, or the loop before it fed the
+        core), and only the rest of the tree is signalled. The walk then
+        comes *after* the group's signal, and counts what it reached all the
+        same (:meth:`_walk_after_group`): the group's members that died of it
+        are still zombies in the walk (their parents are in the tree, and the
+        supervisor, which adopts the orphans, reaps nothing until the turn is
+        over), and those that moved to the supervisor while the walk ran, as
+        the processes whose parent died of it, are found by reading its
+        children again until nothing new turns up.
         """
-        snapshot = self._read(self._snapshot) or []
+        if group:
+            snapshot = self._read(self._snapshot) or []
+        else:
+            snapshot = self._read(self._walk_after_group) or []
         walked = {pid for pid, _stat in snapshot}
         if signum not in WHOLE_TREE_SIGNALS:
             snapshot = without_nested_runs(snapshot)
@@ -249,9 +263,7 @@ class ProcessTree:
         members = self._members() if signum == signal.SIGKILL else None
         killed_by_cgroup = signum == signal.SIGKILL and self._kill_cgroup()
         if group:
-            self._signal_group(signum)
-        if not self.own_group and group:
-            self._signal_leader(signum)
+            self.signal_group(signum)
         if members is None:
             members = self._members()
         still_below = _below(walked | {self._me})
@@ -262,11 +274,34 @@ class ProcessTree:
             self._reached.add(pid)
             if stat.pgid != self.pgid:
                 self.outside_group.add(pid)
-            if stat.pgid != self.pgid or not self.own_group:
+            if stat.state != "Z" and (stat.pgid != self.pgid or not self.own_group):
                 self._signal_one(pid, signum, still_below)
         outside_walk = [pid for pid in members if pid not in walked and pid != self.leader]
         self._signal_members(outside_walk, signum, already=killed_by_cgroup)
         return len(walked) + len(outside_walk)
+
+    def signal_group(self, signum: int) -> bool:
+        """Send ``signum`` to the command's group alone; return whether it went out.
+
+        Its leader alone (through its pidfd) when the group is its caller's,
+        and nothing once the leader is reaped (its group id may then name a
+        stranger's group). Nothing is walked or read first: this is what a
+        stop the core is certain of sends at once
+        (:mod:`tether.core.first_signals`), before the core is fed; the rest
+        of the tree follows, with :meth:`signal` and ``group=False``.
+        """
+        if self.leader_reaped:
+            return False
+        try:
+            if self.own_group:
+                if not is_my_child(self.leader):
+                    return False
+                os.killpg(self.pgid, signum)
+            else:
+                signal.pidfd_send_signal(self.pidfd, signum)
+        except OSError:
+            return False
+        return True
 
     def catch_up(self, signums: Sequence[int]) -> int:
         """Send ``signums``, in order, to each process outside the group no walk has reached.
@@ -311,17 +346,48 @@ class ProcessTree:
             if (stat := proctree.stat_of(pid)) is not None and stat.state != "Z"
         ]
 
-    def _signal_leader(self, signum: int) -> None:
-        """Signal the leader alone, through its pidfd (a command in its caller's group)."""
-        if not self.leader_reaped:
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(self.pidfd, signum)
+    def _walk_after_group(self) -> list[tuple[int, proctree.ProcStat]]:
+        """The tree as the group's signal found it, walked after it: its dead members included.
 
-    def _signal_group(self, signum: int) -> None:
-        """Signal the command's group, only while its leader is unreaped (so the id is its)."""
-        if self.own_group and not self.leader_reaped and is_my_child(self.leader):
-            with contextlib.suppress(OSError):
-                os.killpg(self.pgid, signum)
+        A zombie is counted if the group's signal reached it: the leader, and
+        in a group of the command's own, every member. A process that moved
+        to the supervisor while the walk ran (its parent died of the signal
+        after the walk read the supervisor's children, before it read the
+        parent's) is found by reading the supervisor's children again, and
+        its subtree walked, until a read finds nobody new (bounded).
+
+        Exact but for two races, and both only undercount: a member that died
+        of the signal *and was reaped by its own parent in the tree* (one that
+        handles the stop signal by waiting for its children) before the walk
+        reached it is not counted; nor is one that moved to a subreaper of its
+        own below this one (a nested run) while the walk was between them. A
+        member that was already a zombie when the signal went out, unreaped by
+        its parent, is counted as reached (the sentry's walk counts it too).
+        """
+        order: list[int] = []
+        seen = {self._me}
+        roots = [self._me]
+        for _attempt in range(_WALKS):
+            for root in roots:
+                for pid, _parent in proctree.descendants(root):
+                    if pid not in seen:
+                        seen.add(pid)
+                        order.append(pid)
+            roots = [pid for pid in proctree.children(self._me) if pid not in seen]
+            if not roots:
+                break
+            seen.update(roots)
+            order.extend(roots)
+        return [
+            (pid, stat)
+            for pid in order
+            if (stat := proctree.stat_of(pid)) is not None
+            and (
+                stat.state != "Z"
+                or pid == self.leader
+                or (self.own_group and stat.pgid == self.pgid)
+            )
+        ]
 
     def _kill_cgroup(self) -> bool:
         if self.cgroup is None:

@@ -22,8 +22,12 @@ that a signal the core asks for reaches the command's group before the event
 log hears a word of why: what the loop has to say in a turn (the lifeline's
 end, the step, the signal sent) is held, stamped with the time of what it
 reports, and written once the turn has acted, and before the record and the
-exit. A caller's death costs its command one ``kill()`` after the wake-up,
-not two structlog lines first.
+exit. Nor does the group wait on the core itself: when the core will
+certainly answer a turn with a stop (the caller gone, a cancel, a kill, the
+deadline), it says so before it is fed (:meth:`RunMachine.first_signals`),
+the group gets those signals at once, as from the sentry, and the core's
+step and the walk of the rest of the tree follow. A caller's death costs its
+command the lifeline's read and one ``kill()`` after the wake-up.
 
 The rest is done elsewhere, so that this module is the loop and no more: the
 lifeline's bytes become events in :mod:`tether.supervisor.lifeline`; the event
@@ -113,8 +117,9 @@ class Supervision:
         self.on_message = on_message
         self.wakeup = attempt.wakeup
         self.sentry = attempt.sentry
-        #: Signals the sentry sent to the command's group before the loop ran, and when.
-        self.sent_by_sentry: dict[int, float] = {}
+        #: Signals the command's group got ahead of the core's decision, and when: from
+        #: the sentry before the loop ran, or from the loop before it fed the core.
+        self.sent_ahead: dict[int, float] = {}
         self.watch = Watch()
         self.command = command = attempt.command
         self.evidence = Evidence(spec)
@@ -170,6 +175,7 @@ class Supervision:
             ready = self.watch.wait(timeout)
             now = time.monotonic()
             events = self._translate(ready, now) or [Tick(now)]
+            self._send_ahead(events[0])
             for event in events:
                 self._feed(event)
                 if self._recorded():
@@ -198,7 +204,7 @@ class Supervision:
         else:
             self._feed(first)
             now = handover.acted_at
-            self.sent_by_sentry = {number: at for number, at in reversed(handover.sent)}
+            self.sent_ahead = {number: at for number, at in reversed(handover.sent)}
             if self.tree is not None:
                 self.tree.stopped.update(handover.walked - {self.tree.leader})
         if handover is None:
@@ -280,6 +286,28 @@ class Supervision:
             return [TreeEmptied(now)]
         return []
 
+    def _send_ahead(self, event: Event) -> None:
+        """Send the group what the core will certainly answer ``event`` with, before it is fed.
+
+        The core still decides: it is asked what it will send first
+        (:meth:`RunMachine.first_signals`, the sentry's rule too), and the
+        group gets exactly that, at once, as the sentry does before the loop
+        runs: the caller's death costs the command the lifeline's read and one
+        ``kill()``, not the core's step (through ``transitions``) and a walk of
+        ``/proc`` as well. Fed next, the core answers with those signals, and
+        :meth:`_signal` sends them to the rest of the tree only, counting what
+        the group's reached (:meth:`ProcessTree.signal`). Nothing between
+        here and that walk reaps a process (the turn's reaping came before).
+        """
+        tree = self.tree
+        if tree is None:
+            return
+        for name in self.machine.first_signals(event):
+            number = signal_number(name)
+            if not tree.signal_group(number):
+                return
+            self.sent_ahead[number] = event.now
+
     def _feed(self, event: Event) -> None:
         """Feed ``event`` to the core and carry out what it decides; act first, then tell.
 
@@ -332,8 +360,8 @@ class Supervision:
         tree = self.tree
         assert tree is not None
         number = signal_number(effect.signal)
-        # The sentry sent it to the group already: the rest of the tree still needs it.
-        sent_at = self.sent_by_sentry.pop(number, None)
+        # The group has it already (:meth:`_send_ahead`): the rest of the tree still needs it.
+        sent_at = self.sent_ahead.pop(number, None)
         reached = tree.signal(number, group=sent_at is None)
         if self.machine.phase is Phase.TERMINATING:
             self.stopping_with.append(number)

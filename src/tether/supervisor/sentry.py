@@ -9,13 +9,16 @@ would be noticed late, and the command would run on past its deadline.
 
 So the moment the command runs, a thread takes the watch: one ``poll()`` on
 the lifeline and the signal wakeup pipe, with the deadline as its timeout.
-It acts on what cannot wait, exactly as the core would, and nothing more:
+It acts on what cannot wait, exactly as the core would, and nothing more: it
+sends the command's process group (its leader alone when the group is its
+caller's, for a command on its caller's terminal) the signals the core
+certainly sends first (:func:`tether.core.first_signals.first_signals`, the
+rule the loop asks the core before it feeds it):
 
 * the caller gone (end of file), a ``c`` on the lifeline, a cancel signal to
-  the supervisor, or the deadline: the stop signal, then SIGCONT, to the
-  command's process group (to its leader alone when the group is its
-  caller's, for a command on its caller's terminal);
-* a ``k`` on the lifeline: SIGKILL, the same way.
+  the supervisor, or the deadline: the stop signal, then SIGCONT;
+* a ``k`` on the lifeline: SIGKILL (after the stop, if the deadline had
+  passed), and SIGKILL at once once the group is stopping.
 
 Everything else (the sweep of descendants that left the group, the grace,
 the escalation, the record) is the loop's, which takes over from the sentry
@@ -58,8 +61,10 @@ import signal
 import sys
 import time
 
+from tether.core.first_signals import CALLER_LOST, CANCEL, KILL, TICK, first_signals
 from tether.linux.proctree import descendants
-from tether.shared.lifeline import CANCEL, KILL_NOW
+from tether.shared.lifeline import CANCEL as CANCEL_BYTE
+from tether.shared.lifeline import KILL_NOW
 from tether.supervisor.launch import CANCEL_SIGNALS
 
 TYPE_CHECKING = False
@@ -75,6 +80,9 @@ _READ: Final = 1 << 16
 
 #: Written to the signal wakeup pipe to stand the sentry down: no signal is numbered 0.
 _STAND_DOWN: Final = b"\0"
+
+#: The stop signal, as the sentry names it to :func:`first_signals`.
+_STOP: Final = "stop signal"
 
 #: How long to wait for the sentry before writing the word to stand down again.
 _RETRY_SECONDS: Final = 0.05
@@ -126,7 +134,9 @@ class Sentry:
         self._pgid = pgid
         self._own_group = own_group
         self._deadline_at = deadline_at
-        self._stop_signal = stop_signal
+        #: The numbers of the names :func:`first_signals` answers with (the stop
+        #: signal under a name of its own: it may have no name :mod:`signal` knows).
+        self._numbers = {_STOP: stop_signal, "SIGCONT": signal.SIGCONT, "SIGKILL": signal.SIGKILL}
         self._seen = Handover()
         self._stopping = False
         self._killed = False
@@ -187,7 +197,7 @@ class Sentry:
                 self._read_lifeline(poller, now)
             deadline = self._deadline_at
             if deadline is not None and now >= deadline:
-                self._stop(now)
+                self._answer(TICK, now)
 
     def _timeout_ms(self) -> int | None:
         deadline = self._deadline_at
@@ -209,13 +219,13 @@ class Sentry:
             self._seen.lifeline_closed = True
             poller.unregister(lifeline)
             self._lifeline = None
-            self._stop(now)
+            self._answer(CALLER_LOST, now)
             return
         self._seen.lifeline += chunk
         if KILL_NOW in chunk:
-            self._kill(now)
-        elif CANCEL in chunk:
-            self._stop(now)
+            self._answer(KILL, now)
+        elif CANCEL_BYTE in chunk:
+            self._answer(CANCEL, now)
 
     def _read_signals(self, now: float) -> bool:
         """Read the wakeup pipe; act on a cancel; return whether the word to stand down came."""
@@ -227,20 +237,25 @@ class Sentry:
         chunk = chunk.replace(_STAND_DOWN, b"")
         self._seen.signals += chunk
         if any(number in CANCEL_SIGNALS for number in chunk):
-            self._stop(now)
+            self._answer(CANCEL, now)
         return standing_down
 
-    def _stop(self, now: float) -> None:
-        if self._stopping:
-            return
-        self._stopping = True
-        self._send(self._stop_signal, now)
-        # A stopped process cannot act on the stop signal until it is continued.
-        self._send(signal.SIGCONT, now)
+    def _answer(self, trigger: str, now: float) -> None:
+        """Send the group what the core certainly sends first for ``trigger`` (a machine's trigger).
 
-    def _kill(self, now: float) -> None:
-        self._stopping = self._killed = True
-        self._send(signal.SIGKILL, now)
+        Once the group is stopping, only a kill asks for more: the core
+        escalates it to SIGKILL at once.
+        """
+        if self._stopping:
+            names: tuple[str, ...] = ("SIGKILL",) if trigger == KILL else ()
+        else:
+            self._stopping = True
+            deadline = self._deadline_at
+            overdue = deadline is not None and now >= deadline
+            names = first_signals(trigger, overdue=overdue, stop_signal=_STOP)
+        for name in names:
+            self._send(self._numbers[name], now)
+        self._killed = self._killed or "SIGKILL" in names
 
     def _send(self, number: int, now: float) -> None:
         if self._seen.acted_at is None:
