@@ -27,6 +27,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,6 +38,50 @@ SCHEMA = ROOT / "src" / "tether" / "schema" / "record.v1.json"
 
 #: The upper bound of every wait in the tests (a bound, not an expectation).
 BOUND = 15.0
+
+
+#: The start of a script that plays a supervisor over a small tree (tests of
+#: :class:`~tether.supervisor.containment.ProcessTree`): as a child subreaper it
+#: forks a leader in a group of its own, with one member of that group and one
+#: child that left it with ``setsid()``; it prints ``[leader, member, escapee]``
+#: as JSON and waits for a line on stdin (the test has tracked the pids). The
+#: script goes on from there, with ``leader``, ``member`` and ``escapee`` bound.
+SMALL_TREE_SCRIPT = """
+import json, os, signal, sys
+from tether.linux.prctl import set_child_subreaper
+from tether.supervisor.containment import ProcessTree
+
+def pause_for_ever():
+    while True:
+        signal.pause()
+
+set_child_subreaper(True)
+report_r, report_w = os.pipe()
+leader = os.fork()
+if leader == 0:
+    os.setpgid(0, 0)
+    member = os.fork()
+    if member == 0:
+        pause_for_ever()
+    os.write(report_w, f"member {member}\\n".encode())
+    if os.fork() == 0:
+        os.setsid()  # reported once it has left the group, never before
+        os.write(report_w, f"escapee {os.getpid()}\\n".encode())
+        pause_for_ever()
+    pause_for_ever()
+try:
+    os.setpgid(leader, leader)
+except OSError:
+    pass
+reported = {}
+with os.fdopen(report_r, "rb") as reports:
+    while len(reported) < 2:
+        kind, pid = reports.readline().split()
+        reported[kind] = int(pid)
+member, escapee = reported[b"member"], reported[b"escapee"]
+print(json.dumps([leader, member, escapee]), flush=True)
+sys.stdin.readline()  # the test has tracked the pids
+"""
 
 #: Every field of the seed supervisor's record, which must keep its name and meaning.
 SEED_FIELDS = (
@@ -293,6 +338,20 @@ class Processes:
             stderr=subprocess.PIPE,
             bufsize=0,
         )
+
+    def small_tree(self, script: str) -> tuple[subprocess.Popen[bytes], list[int], Any]:
+        """Run a :data:`SMALL_TREE_SCRIPT` script: track its tree, let it go on, read its answer.
+
+        Returns the script (still running, for ``communicate()``), the pids
+        ``[leader, member, escapee]``, and the JSON line it answers with.
+        """
+        started = self.script(script, stdin=subprocess.PIPE)
+        assert started.stdin is not None
+        assert started.stdout is not None
+        pids = json.loads(started.stdout.readline())
+        self.track(*pids)
+        started.stdin.write(b"go\n")
+        return started, pids, json.loads(started.stdout.readline())
 
     def cleanup(self) -> list[int]:
         """Kill what is left; return the pids that were still alive (a leak)."""

@@ -13,50 +13,15 @@ subreaper), so the catch-up is exercised without racing for the window.
 
 from __future__ import annotations
 
-import json
-import subprocess
-
-from conftest import BOUND, Processes, alive, wait_gone
+from conftest import BOUND, SMALL_TREE_SCRIPT, Processes, alive, wait_gone
 
 #: The script: a leader in a group of its own with one member of that group
 #: and one child that left it with ``setsid()``; then two trees over them, one
 #: that signalled everything (SIGCONT, harmless) and one fresh. Answers in one
 #: JSON line; the tree is SIGKILLed and reaped before the script ends.
-SCRIPT = """
-import json, os, signal, sys
-from tether.linux.prctl import set_child_subreaper
-from tether.supervisor.containment import ProcessTree
-
-def pause_for_ever():
-    while True:
-        signal.pause()
-
-set_child_subreaper(True)
-report_r, report_w = os.pipe()
-leader = os.fork()
-if leader == 0:
-    os.setpgid(0, 0)
-    member = os.fork()
-    if member == 0:
-        pause_for_ever()
-    os.write(report_w, f"member {member}\\n".encode())
-    if os.fork() == 0:
-        os.setsid()  # reported once it has left the group, never before
-        os.write(report_w, f"escapee {os.getpid()}\\n".encode())
-        pause_for_ever()
-    pause_for_ever()
-try:
-    os.setpgid(leader, leader)
-except OSError:
-    pass
-reported = {}
-with os.fdopen(report_r, "rb") as reports:
-    while len(reported) < 2:
-        kind, pid = reports.readline().split()
-        reported[kind] = int(pid)
-member, escapee = reported[b"member"], reported[b"escapee"]
-print(json.dumps([leader, member, escapee]), flush=True)
-sys.stdin.readline()  # the test has tracked the pids
+SCRIPT = (
+    SMALL_TREE_SCRIPT
+    + """
 
 reports = []
 def report(event, /, **fields):
@@ -80,19 +45,13 @@ os.killpg(leader, signal.SIGKILL)
 os.kill(escapee, signal.SIGKILL)
 os.waitpid(leader, 0)
 """
+)
 
 
 def test_a_process_outside_the_group_that_no_walk_reached_gets_the_signals(
     processes: Processes,
 ) -> None:
-    script = processes.script(SCRIPT, stdin=subprocess.PIPE)
-    assert script.stdin is not None
-    assert script.stdout is not None
-    pids = json.loads(script.stdout.readline())
-    processes.track(*pids)
-    leader, member, escapee = pids
-    script.stdin.write(b"go\n")
-    answers = json.loads(script.stdout.readline())
+    script, (leader, member, escapee), answers = processes.small_tree(SCRIPT)
     # What a walk reached, itself or through the group, is left alone.
     assert answers["after_a_walk"] == 0
     # The setsid child no walk reached gets SIGTERM (it dies of it); the group's
@@ -107,6 +66,7 @@ def test_a_process_outside_the_group_that_no_walk_reached_gets_the_signals(
     assert wait_gone(escapee)
     assert alive(leader)
     assert alive(member)
+    assert script.stdin is not None
     script.stdin.write(b"done\n")
     _out, err = script.communicate(timeout=BOUND)
     assert script.returncode == 0, err.decode()

@@ -13,51 +13,16 @@ the worst case for the count.
 
 from __future__ import annotations
 
-import json
-import subprocess
-
-from conftest import BOUND, Processes
+from conftest import BOUND, SMALL_TREE_SCRIPT, Processes
 
 #: The script: a leader in a group of its own, one member of that group and one
 #: child that left it with ``setsid()``. The group is SIGKILLed first; once the
 #: leader and the member are zombies (the member re-parented to the script),
 #: the tree is walked and signalled, twice. Answers in one JSON line; everything
 #: is reaped before the script ends.
-SCRIPT = """
-import json, os, signal, sys
-from tether.linux.prctl import set_child_subreaper
-from tether.supervisor.containment import ProcessTree
-
-def pause_for_ever():
-    while True:
-        signal.pause()
-
-set_child_subreaper(True)
-report_r, report_w = os.pipe()
-leader = os.fork()
-if leader == 0:
-    os.setpgid(0, 0)
-    member = os.fork()
-    if member == 0:
-        pause_for_ever()
-    os.write(report_w, f"member {member}\\n".encode())
-    if os.fork() == 0:
-        os.setsid()  # reported once it has left the group, never before
-        os.write(report_w, f"escapee {os.getpid()}\\n".encode())
-        pause_for_ever()
-    pause_for_ever()
-try:
-    os.setpgid(leader, leader)
-except OSError:
-    pass
-reported = {}
-with os.fdopen(report_r, "rb") as reports:
-    while len(reported) < 2:
-        kind, pid = reports.readline().split()
-        reported[kind] = int(pid)
-member, escapee = reported[b"member"], reported[b"escapee"]
-print(json.dumps([leader, member, escapee]), flush=True)
-sys.stdin.readline()  # the test has tracked the pids
+SCRIPT = (
+    SMALL_TREE_SCRIPT
+    + """
 
 tree = ProcessTree(leader=leader, pgid=leader, pidfd=os.pidfd_open(leader))
 answers = {"sent": tree.signal_group(signal.SIGKILL)}
@@ -74,20 +39,13 @@ for pid in (leader, member, escapee):
     os.waitpid(pid, 0)
 print(json.dumps(answers), flush=True)
 """
+)
 
 
 def test_the_members_the_groups_signal_killed_before_the_walk_are_counted(
     processes: Processes,
 ) -> None:
-    script = processes.script(SCRIPT, stdin=subprocess.PIPE)
-    assert script.stdin is not None
-    assert script.stdout is not None
-    pids = json.loads(script.stdout.readline())
-    processes.track(*pids)
-    leader, member, escapee = pids
-    script.stdin.write(b"go\n")
-    script.stdin.flush()
-    answers = json.loads(script.stdout.readline())
+    script, (leader, member, escapee), answers = processes.small_tree(SCRIPT)
     assert answers["sent"] is True
     # The leader and its member, zombies already, and the escapee, signalled now.
     assert answers["reached"] == 3
