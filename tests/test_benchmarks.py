@@ -120,6 +120,8 @@ def _results() -> dict[str, object]:
                 "door": "seed door",
                 "tethers": 2,
                 "callers": "one holder",
+                "all_running_ms": 250.0,
+                "launched_at_once": True,
                 "commands_gone": 2,
                 "last_command_gone_ms": 12.0,
                 "median_command_gone_ms": 11.0,
@@ -145,13 +147,16 @@ def test_markdown_says_what_met_its_target() -> None:
     assert "| 5. `true`: whole-run wall time | tether run -- true | 2 | 55.0 (+53.9) |" in text
     assert "| seed door: supervisor | 2 s | 0.000 | 0 | 0 | 0 | **yes** | 20.0 |" in text
     assert (
-        "| seed door | 2 | one holder | — | 12.0 | 11.0 | 40.0 | 2 of 2 (2 parent_lost) |" in text
+        "| seed door | 2 | one holder | 250 (at once) | — | 12.0 | 11.0 | 40.0 "
+        "| 2 of 2 (2 parent_lost) |" in text
     )
     for line in text.splitlines():
         if line.startswith("| 1.") and "| tether run |" in line:
             assert line.endswith("| **yes** |")
     assert "| 5. `true`: overhead over a bare `true` | ≤ +100 | +53.9 | — | **yes** |" in text
     assert "| 7. peak RSS of a supervisor | ≤ 15 MiB | — | 20.0 MiB | **no** |" in text
+    # A run from before the launch at once has no such column: a dash, not an error.
+    assert "| timeout | 2 | one sh | — | never (∞)" in text
     assert "| 8. 2 callers SIGKILLed: last command gone | ≤ 1000, all records | — |" in text
 
 
