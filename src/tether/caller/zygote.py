@@ -235,12 +235,14 @@ class _Zygote:
 
     def stopped(self) -> bool:
         """Whether the zygote is stopped or traced (or gone), as ``/proc`` says now."""
+        # Only for a zygote late to answer: no launch on time loads the walk's module.
+        from tether.linux.proctree import state_of
+
         try:
-            with open(f"/proc/{self._child}/stat", "rb") as stat:
-                state = stat.read().rpartition(b")")[2].split()[0]
-        except (OSError, IndexError):
+            state = state_of(self._child)
+        except OSError:
             return True
-        return state in (b"T", b"t", b"Z", b"X")
+        return state in (None, "T", "t", "Z", "X")
 
     def abandon(self) -> None:
         """SIGKILL the zygote (it did not answer in time), through its pidfd: never a reused pid."""

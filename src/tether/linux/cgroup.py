@@ -121,8 +121,10 @@ def unescape(field: str, marker: str = "\\", width: int = 3, base: int = 8) -> s
     unescaped = bytearray(os.fsencode(first))
     for piece in pieces:
         code = piece[:width]
-        if len(code) == width and all(digit in digits for digit in code) and int(code, base) < 256:
-            unescaped.append(int(code, base))
+        escaped = len(code) == width and all(digit in digits for digit in code)
+        value = int(code, base) if escaped else 256
+        if value < 256:
+            unescaped.append(value)
             unescaped += os.fsencode(piece[width:])
         else:
             unescaped += os.fsencode(marker + piece)

@@ -121,12 +121,9 @@ def supervise_fields(fields: object, containment: Containment | None = None) -> 
     A zygote's supervisor takes them parsed: its zygote read the request once,
     before forking. Returns only if ``fields`` are not a spec's at all.
     """
-    try:
-        fds = fields["fds"]  # type: ignore[index]
-    except (KeyError, TypeError, IndexError):
+    if not isinstance(fields, dict) or "argv" not in fields or "fds" not in fields:
         return TETHER_FAILED
-    if not isinstance(fields, dict) or "argv" not in fields:
-        return TETHER_FAILED
+    fds = fields["fds"]
 
     def checked_spec() -> RunSpec:
         from tether.core.spec import RunSpec

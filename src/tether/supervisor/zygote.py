@@ -265,7 +265,11 @@ _NOT_PASSED: Final = frozenset({signal.SIGPIPE, signal.SIGXFSZ, signal.SIGKILL, 
 
 
 def _ignored_here() -> frozenset[int]:
-    """The signals this process ignores, of those whose disposition a request passes on."""
+    """The signals this process ignores, of those whose disposition a request passes on.
+
+    Read once, as the zygote starts: it never changes a disposition after
+    that, so every supervisor it forks starts with these.
+    """
     return frozenset(
         number
         for number in signal.valid_signals()
