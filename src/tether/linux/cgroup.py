@@ -21,11 +21,12 @@ supervisor, or the zygote that forks it, and lives at least until the command
 has joined: an empty cgroup whose creator is gone is stale); creating it,
 finding ``cgroup.kill`` in it and opening its ``cgroup.procs`` must all
 succeed, or :class:`CgroupUnavailable` says why and the caller falls back to
-the sweep. The command joins the cgroup itself, between fork and exec, by
-writing ``0`` to the ``cgroup.procs`` descriptor it inherited
-(:meth:`RunCgroup.join`): it runs nothing of its own outside the cgroup, and
-no child it starts can be born outside it. That write is the only step that
-can still fail late (``EBUSY`` from the no-internal-process rule, a cgroup
+the sweep. The command is born in the cgroup where the kernel allows it
+(:attr:`RunCgroup.clone_descriptor`, :mod:`tether.linux.clone3`); otherwise it
+joins the cgroup itself, between fork and exec, by writing ``0`` to the
+``cgroup.procs`` descriptor it inherited (:meth:`RunCgroup.join`). Either way
+it runs nothing of its own outside the cgroup, and no child it starts can be
+born outside it. That fork or write is the only step that can still fail late (``EBUSY`` from the no-internal-process rule, a cgroup
 removed under our feet); the supervisor then looks at the leader's
 ``/proc/<pid>/cgroup`` to learn which containment it really got.
 
@@ -36,7 +37,8 @@ supervisor that was SIGKILLed cannot remove its cgroup; the next supervisor
 that creates one beside it removes stale ones whose creator is gone and which
 are empty (:func:`remove_stale`).
 
-The join waits, and :func:`warm_attach_lock` shortens the wait. Every write of
+A join by writing waits, and :func:`warm_attach_lock` shortens the wait (a
+command born in its cgroup never writes, and never waits). Every write of
 a pid to a ``cgroup.procs`` takes one lock shared by the whole machine (the
 kernel's ``cgroup_threadgroup_rwsem``), and taking it after a pause waits for
 an RCU grace period first: 5 to 20 ms measured on the 2-core machine, the
@@ -354,6 +356,12 @@ class RunCgroup(JoinableCgroup):
         super().__init__(directory, procs_fd)
         #: The cgroup's path in the hierarchy, as ``/proc/<pid>/cgroup`` shows it.
         self.path = path
+        # Held from the moment it is made, as cgroup.procs is: the command is born in it.
+        self._directory_fd: int | None
+        try:
+            self._directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            self._directory_fd = None  # the command joins by writing instead
 
     @classmethod
     def create(
@@ -381,6 +389,19 @@ class RunCgroup(JoinableCgroup):
         return cls(path, directory, fd)
 
     # -- joining: JoinableCgroup ----------------------------------------------
+
+    @property
+    def clone_descriptor(self) -> int | None:
+        """This cgroup's directory, open: a child forked into it never has to join it
+        (:func:`tether.linux.clone3.fork_into_cgroup`); ``None`` once closed."""
+        return self._directory_fd
+
+    def close_join(self) -> None:
+        super().close_join()
+        if self._directory_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._directory_fd)
+            self._directory_fd = None
 
     def holds(self, pid: int) -> bool:
         """Whether ``pid`` (alive or a zombie) belongs to this cgroup."""

@@ -43,6 +43,7 @@ from tether.linux.cgroup import (
     run_cgroup_name,
 )
 from tether.linux.cgroup1 import Hierarchy, V1Cgroup, find_hierarchies, read_usage_v1
+from tether.linux.clone3 import clone_into_cgroup_likely
 from tether.linux.systemd_scope import (
     hierarchy_controllers,
     run_cgroup_in_scope,
@@ -256,15 +257,35 @@ class RunCgroups:
     def _all(self) -> list[RunCgroup | V1Cgroup]:
         return [*self.v1, *([] if self.v2 is None else [self.v2])]
 
-    def join(self) -> None:
-        """Move the calling process into every cgroup of the run (between fork and exec)."""
-        for cgroup in self._all():
+    def join(self, *, born_in_v2: bool = False) -> None:
+        """Move the calling process into every cgroup of the run (between fork and exec).
+
+        ``born_in_v2``: the process was forked into the v2 cgroup
+        (:attr:`clone_descriptor`) and joins only the v1 ones: a move to where
+        it already is would wait for the lock all the same.
+        """
+        for cgroup in self.v1 if born_in_v2 else self._all():
             cgroup.join()
 
     @property
+    def clone_descriptor(self) -> int | None:
+        """The v2 cgroup's directory, for a child to be born in; ``None`` if there is none."""
+        return None if self.v2 is None else self.v2.clone_descriptor
+
+    @property
+    def join_takes_lock(self) -> bool:
+        """Whether the command's join will write a ``cgroup.procs``, and so take the lock
+        that :func:`~tether.linux.cgroup.warm_attach_lock` readies: a v1 cgroup to join,
+        or a v2 one the command is not likely to be born in."""
+        return bool(self.v1) or self.clone_descriptor is None or not clone_into_cgroup_likely()
+
+    @property
     def join_descriptors(self) -> list[int]:
-        """The descriptors :meth:`join` writes to: ones a fork must keep."""
-        return [fd for cgroup in self._all() if (fd := cgroup.join_descriptor) is not None]
+        """The descriptors :meth:`join` writes to, and the one a child is born in by: ones
+        a fork must keep."""
+        kept = [fd for cgroup in self._all() if (fd := cgroup.join_descriptor) is not None]
+        born_in = self.clone_descriptor
+        return kept if born_in is None else [*kept, born_in]
 
     def close_join(self) -> None:
         for cgroup in self._all():

@@ -107,9 +107,11 @@ def _prepare_child(
     directory: int | None,
     announce: Announce | None,
     ignored_signals: Sequence[int] = (),
+    born_in_cgroup: bool = False,
 ) -> None:
     """Run in the child between fork and exec: the backstop, the announcement, the directory,
-    then the cgroup.
+    then the cgroup (only its v1 ones, if ``born_in_cgroup``: the fork put the child in
+    the v2 one).
 
     The announcement comes once the backstop holds: from then on, a supervisor
     that dies takes the child with it before its exec, and a caller that hears
@@ -130,7 +132,7 @@ def _prepare_child(
         os.fchdir(directory)
     if cgroup is not None:
         try:
-            cgroup.join()
+            cgroup.join(born_in_v2=born_in_cgroup)
         except OSError:
             if required:
                 raise
@@ -167,7 +169,7 @@ def start_command(
     required = containment.required
     path, directory = (cwd, None) if not isinstance(cwd, int) else (None, cwd)
 
-    def prepare() -> None:
+    def prepare(born_in_cgroup: bool) -> None:
         _prepare_child(
             supervisor,
             cgroup,
@@ -175,6 +177,7 @@ def start_command(
             directory=directory,
             announce=announce,
             ignored_signals=plan.ignored_signals,
+            born_in_cgroup=born_in_cgroup,
         )
 
     try:
@@ -187,6 +190,7 @@ def start_command(
             prepare=prepare,
             process_group=0 if join_group is None else join_group,
             pass_fds=plan.pass_fds,
+            born_in=None if cgroup is None else cgroup.clone_descriptor,
         )
     except OSError as error:  # the fork itself: EAGAIN under ulimit -u, ENOMEM
         _discard(cgroup)

@@ -11,7 +11,11 @@ The join (the command writing ``0`` to its cgroup's ``cgroup.procs``, between
 fork and exec) takes a lock the whole machine shares, and after a pause that
 lock waits out an RCU grace period: 5 to 20 ms on the 2-core machine, the
 largest single cost between a supervisor's start and its command's ``exec``
-(:func:`tether.linux.cgroup.warm_attach_lock` says more). A process that
+(:func:`tether.linux.cgroup.warm_attach_lock` says more). A command born in
+its cgroup v2 (:mod:`tether.linux.clone3`) never writes, and needs none of
+what follows; it is for a command that must still join by writing (a cgroup
+v1 that a limit needs, a kernel that cannot fork into a cgroup:
+:meth:`Containment.join_takes_lock`). A process that
 takes the lock while nobody needs it pays that wait for whoever comes within
 the next grace period. So :func:`prepare_containment`, once the cgroup is
 made, forks a child that takes the lock for nothing and exits, and the
@@ -135,6 +139,11 @@ class Containment:
         """The descriptors this holds, which a process closing every other one must keep."""
         return [] if self._cgroup is None else self._cgroup.join_descriptors
 
+    def join_takes_lock(self) -> bool:
+        """Whether the command's join will wait for the lock a warm-up readies
+        (:attr:`RunCgroups.join_takes_lock`): not for a command born in its only cgroup."""
+        return self._cgroup is not None and self._cgroup.join_takes_lock
+
     def release(self) -> None:
         """Hand the cgroup on to a forked child: this process keeps no descriptor of it."""
         if self._cgroup is not None:
@@ -188,7 +197,9 @@ def prepare_containment(
         cgroup=cgroup,
         required=setting == "cgroup" or bool(checked),
         limited=bool(checked),
-        warming=_start_warming() if warm and cgroup is not None else None,
+        warming=_start_warming()
+        if warm and cgroup is not None and cgroup.join_takes_lock
+        else None,
     )
 
 

@@ -22,6 +22,7 @@ import fcntl
 import os
 import signal
 
+from tether.linux.clone3 import CloneUnavailable, fork_into_cgroup
 from tether.linux.descriptors import close_all_but
 
 TYPE_CHECKING = False
@@ -51,9 +52,10 @@ def spawn(
     cwd: str | None,
     umask: int | None,
     stdio: tuple[int | None, int | None, int | None],
-    prepare: Callable[[], None],
+    prepare: Callable[[bool], None],
     process_group: int = 0,
     pass_fds: tuple[tuple[int, int], ...] = (),
+    born_in: int | None = None,
 ) -> int:
     """Start ``argv`` in a new process group; return its pid, or raise :class:`SpawnFailed`.
 
@@ -68,7 +70,10 @@ def spawn(
     ``stdio`` are the descriptors that become the command's 0, 1 and 2
     (``None``: the supervisor's own); ``env`` ``None`` means the supervisor's.
     ``process_group`` is the group to join, ``0`` for one of its own (``Popen``'s
-    ``process_group``). A fork that fails raises :class:`OSError`.
+    ``process_group``). ``born_in``: a cgroup v2's directory for the child to
+    be born in (:func:`~tether.linux.clone3.fork_into_cgroup`) where the
+    kernel allows it; ``prepare`` is told whether it was. A fork that fails
+    raises :class:`OSError`.
     """
     environment = os.environ if env is None else env
     held = tuple(source for _number, source in pass_fds)
@@ -80,7 +85,7 @@ def spawn(
         raise
     go_r, go_w = os.pipe2(os.O_CLOEXEC) if pass_fds else (-1, -1)
     try:
-        pid = os.fork()
+        pid, in_cgroup = _fork(born_in)
     except OSError:
         _close_all((errors_r, errors_w, *held, go_r, go_w))
         raise
@@ -93,7 +98,7 @@ def spawn(
             cwd=cwd,
             umask=umask,
             stdio=stdio,
-            prepare=prepare,
+            prepare=lambda: prepare(in_cgroup),
             process_group=process_group,
             errors=errors_w,
             pass_fds=pass_fds,
@@ -115,6 +120,14 @@ def spawn(
     number, _, message = rest.partition(":")
     errno = int(number) if number.isdigit() else None
     raise SpawnFailed(stage, errno, message or (os.strerror(errno) if errno else stage))
+
+
+def _fork(born_in: int | None) -> tuple[int, bool]:
+    """Fork, into the cgroup ``born_in`` names where the kernel allows; and whether it did."""
+    if born_in is not None:
+        with contextlib.suppress(CloneUnavailable, OSError):  # fork and join instead
+            return fork_into_cgroup(born_in), True
+    return os.fork(), False
 
 
 def _check(argv: Sequence[str], environment: Mapping[str, str]) -> None:

@@ -174,8 +174,8 @@ def _fork_supervisor(
             os._exit(TETHER_FAILED)
 
         def warm_the_join() -> None:
-            if containment is not None and containment.descriptors():
-                warm_attach_lock()  # only a cgroup to join needs the lock ready
+            if containment is not None and containment.join_takes_lock():
+                warm_attach_lock()  # only a cgroup joined by writing needs the lock ready
 
         def become() -> NoReturn:
             if request is None:
