@@ -22,11 +22,12 @@ duration.
 
 Before the command is spawned, the supervisor checks that it will have the
 descriptors it needs at all (:data:`NEEDED`: a pidfd on the command, its
-event log, one free for the walk, and one the spawn itself needs: the
-cgroup's ``cgroup.procs``; its selector is ``poll()``, which holds none), and refuses to start a
+event log, one free for the walk, and two the spawn itself needs: the
+cgroup's ``cgroup.procs`` and its directory; its selector is ``poll()``, which
+holds none), and refuses to start a
 command it could not stop (:func:`free_descriptors`). The reserve itself is
 taken right after the spawn, never before: the spawn needs descriptors of
-its own (its error pipe, the cgroup's ``cgroup.procs``), and a reserve taken
+its own (its error pipe, the cgroup's ``cgroup.procs`` and directory), and a reserve taken
 first would make a launch fail, or silently lose its cgroup, under a limit it
 would otherwise fit. Nothing is opened between the spawn and the reserve. It
 never takes the last few free descriptors (:data:`HEADROOM`): the supervisor
@@ -58,9 +59,10 @@ __all__ = ["HEADROOM", "NEEDED", "SIZE", "DescriptorReserve", "exhausted", "free
 
 #: How many free descriptors a supervisor needs when its command starts: a
 #: pidfd on the command, its event log, one for the walk of the tree (which
-#: opens one file at a time), and one for the spawn (the cgroup's
-#: ``cgroup.procs``). Its selector, ``poll()``, holds none.
-NEEDED: Final = 4
+#: opens one file at a time), and two for the spawn (the cgroup's
+#: ``cgroup.procs``, and its directory, which the command is born in). Its
+#: selector, ``poll()``, holds none.
+NEEDED: Final = 5
 
 #: How many spares the reserve holds at most: what one step of the stop path
 #: holds at once (a pidfd while ``/proc/<pid>/stat`` is read), and one more.
