@@ -323,11 +323,13 @@ print(json.dumps(said))
 
 
 @pytest.mark.timeout(120)
-def test_the_cgroup_is_made_by_the_zygote_as_the_request_says(tmp_path: Path) -> None:
-    """The zygote makes the run's cgroup (named after itself) from the request's setting.
+def test_the_cgroup_is_made_as_the_request_says(tmp_path: Path) -> None:
+    """The run's cgroup is made from the request's setting, by the run's own supervisor.
 
     ``TETHER_CONTAINMENT`` as the caller has it at the request, not as it was
-    when the zygote started: a cgroup, then the sweep, then a refusal.
+    when the zygote (or its spare supervisor) started: a cgroup, then the sweep,
+    then a refusal. The second run's supervisor is the zygote's spare, which
+    makes the cgroup itself, named after itself.
     """
     skip_without_cgroup()
     out = tmp_path / "cgroup"
@@ -336,7 +338,8 @@ def test_the_cgroup_is_made_by_the_zygote_as_the_request_says(tmp_path: Path) ->
     assert said["started"] == 1
     assert read_json(tmp_path / "auto.json")["containment"] == "cgroup"
     line = next(line for line in out.read_text().splitlines() if line.startswith("0::"))
-    assert Path(line[3:]).name.startswith(f"tether-{said['zygote']}-")
+    supervisor = read_json(tmp_path / "auto.json")["supervisor_pid"]
+    assert Path(line[3:]).name.startswith(f"tether-{supervisor}-")
     assert read_json(tmp_path / "sweep.json")["containment"] == "sweep"
     assert "TETHER_CONTAINMENT must be one of" in said["bogus"]
 

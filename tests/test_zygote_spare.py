@@ -1,0 +1,124 @@
+"""The zygote's spare: the next request's supervisor, forked and detached before it is asked for.
+
+The caller in each test is a child subreaper, so that the spare (detached, as
+every supervisor is) is re-parented to it and can be found among its
+children: a process that is neither the zygote nor a supervisor the caller
+already knows of.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import BOUND, Processes, alive, api_caller, read_json, wait_gone
+
+_FIND_THE_SPARE = """
+import json, os, signal, sys, time
+from tether.linux.prctl import set_child_subreaper
+set_child_subreaper(True)
+import tether
+from tether.caller import zygote
+
+def spare(known):
+    '''The one live child of this caller that is neither the zygote nor in ``known``.'''
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        with open(f"/proc/self/task/{os.getpid()}/children") as listed:
+            children = [int(pid) for pid in listed.read().split()]
+        found = []
+        for pid in children:
+            if pid == zygote.zygote_pid() or pid in known:
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    state = stat.read().rpartition(")")[2].split()[0]
+            except OSError:
+                continue
+            if state == "Z":
+                os.waitpid(pid, 0)  # a supervisor that ended: this caller reaps it
+            else:
+                found.append(pid)
+        if len(found) == 1:
+            return found[0]
+        time.sleep(0.01)
+    raise SystemExit(f"no spare among {children}")
+"""
+
+_USED_THEN_LOST = (
+    _FIND_THE_SPARE
+    + """
+records = sys.argv[1]
+first = tether.run(["true"], record=f"{records}/first.json")
+waiting = spare(set())
+handle = tether.launch(["sleep", "60"], record=f"{records}/second.json")
+second = handle.supervisor_pid
+following = spare({second})
+os.kill(following, signal.SIGKILL)  # a spare lost: the next launch forks as before
+while True:
+    try:
+        os.waitpid(following, 0)
+        break
+    except ChildProcessError:  # not re-parented here yet
+        time.sleep(0.01)
+third = tether.run(["true"], record=f"{records}/third.json")
+handle.cancel()
+print(json.dumps({
+    "spare": waiting, "second": second, "following": following,
+    "reasons": [first.reason.value, handle.wait().reason.value, third.reason.value],
+    "started": zygote.started,
+}))
+"""
+)
+
+
+def test_the_next_launch_is_the_spare_and_a_lost_spare_costs_only_the_fork(
+    tmp_path: Path,
+) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    done = api_caller(["-c", _USED_THEN_LOST, str(runs)], tmp_path)
+    said = json.loads(done.stdout)
+    assert said["second"] == said["spare"]  # forked before the launch was asked for
+    assert said["following"] not in (said["spare"], said["second"])  # a spare per launch
+    assert said["reasons"] == ["completed", "cancelled", "completed"]
+    assert said["started"] == 1  # one zygote throughout
+    third = read_json(runs / "third.json")
+    assert third["supervisor_pid"] != said["following"]
+    assert read_json(runs / "second.json")["supervisor_pid"] == said["spare"]
+
+
+_HOLD_A_SPARE = (
+    _FIND_THE_SPARE
+    + """
+tether.run(["true"], record=False)
+print(json.dumps({"zygote": zygote.zygote_pid(), "spare": spare(set())}), flush=True)
+sys.stdin.readline()
+"""
+)
+
+
+def test_the_spare_ends_with_its_caller(tmp_path: Path, processes: Processes) -> None:
+    caller = processes.start(
+        [sys.executable, "-c", _HOLD_A_SPARE],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=_environment(tmp_path),
+    )
+    assert caller.stdout is not None
+    said = json.loads(caller.stdout.readline())
+    processes.track(said["zygote"], said["spare"])
+    assert alive(said["spare"])
+    caller.kill()
+    caller.wait(timeout=BOUND)
+    assert wait_gone(said["zygote"])
+    assert wait_gone(said["spare"])
+
+
+def _environment(tmp_path: Path) -> dict[str, str]:
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path)}
+    env.pop("TETHER_ZYGOTE", None)
+    return env
