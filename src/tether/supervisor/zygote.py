@@ -49,11 +49,17 @@ import sys
 
 from tether.core.reasons import TETHER_FAILED
 from tether.linux.cgroup import warm_attach_lock
+from tether.linux.clone3 import clone_into_cgroup_likely
 from tether.linux.descriptors import close_all_but
 from tether.linux.double_fork import detach_and_become
 from tether.linux.prctl import set_parent_death_signal
 from tether.supervisor.detach import loaded, loading
-from tether.supervisor.run_cgroup import Containment, prepare_containment
+from tether.supervisor.run_cgroup import (
+    CommandNotStarted,
+    Containment,
+    containment_setting,
+    prepare_containment,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -263,23 +269,63 @@ class _Spare:
 
 
 def _serve_as_spare(requests: socket.socket, ignored: frozenset[int]) -> NoReturn:
-    """In the spare: wait for the one request, then become its supervisor.
+    """In the spare: make the usual run's cgroup, wait for the one request, become its supervisor.
 
     End of file (the zygote is gone, and with it the caller, or it closed
-    this spare) means no request will come: exit, quietly.
+    this spare) means no request will come: remove the cgroup, and exit
+    quietly.
     """
+    ahead = _made_ahead()
     try:
         header, fds, _flags, _address = socket.recv_fds(requests, MAX_REQUEST, MAX_DESCRIPTORS)
     except OSError:
-        os._exit(0)
+        header, fds = b"", []
     requests.close()
+    request = _Request.read(header) if header else None
+    containment = None if ahead is None else ahead.for_request(request)
     if not header:
         os._exit(0)
-    request = _Request.read(header)
     if request is None:
         os._exit(TETHER_FAILED)  # not a request: the caller sees a lost supervisor
-    # The cgroup is made by the supervisor, from the environment the request brings.
-    _become(request, fds, None, ignored)
+    _become(request, fds, containment, ignored)
+
+
+class _MadeAhead:
+    """The containment of a run without limits under the zygote's setting, made before the request.
+
+    Making a cgroup takes about 1.5 ms (most of it finding this process's own
+    cgroup, whose ``cgroup.procs`` is read whole); a spare has the time before
+    its request. Only worth it, and only done, for a command that will be born
+    in the cgroup: a join by writing needs its lock warmed just before it
+    (:mod:`tether.supervisor.run_cgroup`).
+    """
+
+    __slots__ = ("containment", "setting")
+
+    def __init__(self, setting: str, containment: Containment) -> None:
+        self.setting = setting
+        self.containment = containment
+
+    def for_request(self, request: _Request | None) -> Containment | None:
+        """This containment if ``request`` would make the same; else ``None``, and it is removed."""
+        if request is not None and request.spec.get("limits") is None:
+            with contextlib.suppress(CommandNotStarted):
+                if containment_setting(request.environ) == self.setting:
+                    return self.containment
+        self.containment.discard()
+        return None
+
+
+def _made_ahead() -> _MadeAhead | None:
+    if not clone_into_cgroup_likely():
+        return None
+    try:
+        setting = containment_setting(os.environ)
+    except CommandNotStarted:
+        return None
+    if setting == "sweep":
+        return None  # nothing to make
+    return _MadeAhead(setting, prepare_containment(None, warm=False))
 
 
 class _Request:
