@@ -42,6 +42,7 @@ from tether.core.machine import IllegalEvent
 from tether.core.spec import SpecError
 from tether.linux import UnsupportedPlatform
 from tether.linux.cgroup import CgroupUnavailable
+from tether.linux.clone3 import CloneUnavailable
 from tether.review._text import ReviewError
 from tether.shared.record_file import JSONRefused, RecordError
 from tether.supervisor.command import CommandNotStarted
@@ -209,6 +210,7 @@ EXAMPLES: dict[type[BaseException], Callable[[], BaseException]] = {
     ReviewError: lambda: ReviewError("nothing"),
     UnsupportedPlatform: lambda: UnsupportedPlatform("not Linux"),
     CgroupUnavailable: lambda: CgroupUnavailable("no v2"),
+    CloneUnavailable: lambda: CloneUnavailable("no clone3 here"),
     LimitError: lambda: LimitError("--memory-max: no"),
     SpecError: lambda: SpecError("empty"),
     IllegalEvent: lambda: IllegalEvent("no"),

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import BOUND, Processes, alive, api_caller, read_json, wait_gone
+from conftest import BOUND, Processes, alive, api_caller, read_json, skip_without_cgroup, wait_gone
 
 _FIND_THE_SPARE = """
 import json, os, signal, sys, time
@@ -53,10 +53,10 @@ _USED_THEN_LOST = (
     + """
 records = sys.argv[1]
 first = tether.run(["true"], record=f"{records}/first.json")
-waiting = spare(set())
+waiting = spare({first.supervisor_pid})  # that one may not have exited yet
 handle = tether.launch(["sleep", "60"], record=f"{records}/second.json")
 second = handle.supervisor_pid
-following = spare({second})
+following = spare({first.supervisor_pid, second})
 os.kill(following, signal.SIGKILL)  # a spare lost: the next launch forks as before
 while True:
     try:
@@ -94,8 +94,8 @@ def test_the_next_launch_is_the_spare_and_a_lost_spare_costs_only_the_fork(
 _HOLD_A_SPARE = (
     _FIND_THE_SPARE
     + """
-tether.run(["true"], record=False)
-print(json.dumps({"zygote": zygote.zygote_pid(), "spare": spare(set())}), flush=True)
+ran = tether.run(["true"], record=False)
+print(json.dumps({"zygote": zygote.zygote_pid(), "spare": spare({ran.supervisor_pid})}), flush=True)
 sys.stdin.readline()
 """
 )
@@ -122,3 +122,48 @@ def _environment(tmp_path: Path) -> dict[str, str]:
     env = {**os.environ, "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path)}
     env.pop("TETHER_ZYGOTE", None)
     return env
+
+
+_CGROUPS_LEFT = (
+    _FIND_THE_SPARE
+    + """
+from tether.linux.cgroup import own_cgroup
+parent = own_cgroup()[1]
+
+def made_by(pid):
+    return sorted(name for name in os.listdir(parent) if name.startswith(f"tether-{pid}-"))
+
+ran = tether.run(["true"], record=False)
+first = spare({ran.supervisor_pid})
+end = time.monotonic() + 10
+while not made_by(first) and time.monotonic() < end:  # made while it waits
+    time.sleep(0.01)
+ahead = made_by(first)
+os.environ["TETHER_CONTAINMENT"] = "sweep"
+swept = tether.run(["true"], record=f"{sys.argv[1]}/swept.json")
+del os.environ["TETHER_CONTAINMENT"]
+second = spare({ran.supervisor_pid, first})
+while not made_by(second) and time.monotonic() < end:
+    time.sleep(0.01)
+print(json.dumps({
+    "ahead": ahead, "after_sweep": made_by(first), "second": second,
+    "second_ahead": made_by(second), "parent": parent,
+}))
+"""
+)
+
+
+def test_a_spares_cgroup_is_used_or_removed(tmp_path: Path) -> None:
+    """Made while the spare waits; removed when the request wants none, or no request comes."""
+    skip_without_cgroup()
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    done = api_caller(["-c", _CGROUPS_LEFT, str(runs)], tmp_path)
+    said = json.loads(done.stdout)
+    assert len(said["ahead"]) == 1  # made before the request
+    assert said["after_sweep"] == []  # the request wanted the sweep: removed
+    assert read_json(runs / "swept.json")["containment"] == "sweep"
+    assert len(said["second_ahead"]) == 1
+    # The caller ended, its zygote with it, and the last spare saw no request.
+    assert wait_gone(said["second"])
+    assert not (Path(said["parent"]) / said["second_ahead"][0]).exists()

@@ -26,8 +26,9 @@ the sweep. The command is born in the cgroup where the kernel allows it
 joins the cgroup itself, between fork and exec, by writing ``0`` to the
 ``cgroup.procs`` descriptor it inherited (:meth:`RunCgroup.join`). Either way
 it runs nothing of its own outside the cgroup, and no child it starts can be
-born outside it. That fork or write is the only step that can still fail late (``EBUSY`` from the no-internal-process rule, a cgroup
-removed under our feet); the supervisor then looks at the leader's
+born outside it. That fork or write is the only step that can still fail
+late (``EBUSY`` from the no-internal-process rule, a cgroup removed under our
+feet); the supervisor then looks at the leader's
 ``/proc/<pid>/cgroup`` to learn which containment it really got.
 
 Removal is ``rmdir``, bottom-up through any cgroups the command created below
