@@ -154,19 +154,27 @@ def hooked_env(home: Path, hook: str, **variables: str) -> dict[str, str]:
     }
 
 
+def api_env(home: Path, *, zygote: bool = True) -> dict[str, str]:
+    """The environment of a Python program using the API in ``home`` (its records there),
+    with its zygote (the default, whatever this run of the tests says) or without."""
+    env = {**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(home)}
+    env.pop("TETHER_ZYGOTE", None)
+    if not zygote:
+        env["TETHER_ZYGOTE"] = "0"
+    return env
+
+
 def api_caller(
     args: list[str], home: Path, timeout: float = BOUND * 3
 ) -> subprocess.CompletedProcess[str]:
     """Run a Python program using the API (``python ARGS``) with its zygote, in ``home``; it
     must succeed, without a traceback."""
-    env = {**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(home)}
-    env.pop("TETHER_ZYGOTE", None)
     result = subprocess.run(
         [sys.executable, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=env,
+        env=api_env(home),
         check=False,
     )
     assert result.returncode == 0, result.stderr
@@ -323,6 +331,16 @@ class Processes:
         self.popens.append(popen)
         self.track(popen.pid)
         return popen
+
+    def api_program(self, args: list[str], home: Path) -> subprocess.Popen[bytes]:
+        """Start a Python program using the API (``python ARGS``) with its zygote, in ``home``,
+        its stdin and stdout on pipes: one that says what it started, then waits."""
+        return self.start(
+            [sys.executable, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=api_env(home),
+        )
 
     def script(self, source: str, *, stdin: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
         """Start ``python -c source`` with its stdout and stderr on pipes, unbuffered.

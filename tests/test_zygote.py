@@ -180,14 +180,7 @@ def test_the_caller_killed_takes_its_zygote_and_every_command(
     tmp_path: Path, processes: Processes
 ) -> None:
     runs = tmp_path / "runs"
-    env = {**os.environ, "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path)}
-    env.pop("TETHER_ZYGOTE", None)
-    caller = processes.start(
-        [sys.executable, "-c", "import json\n" + _HOLD, "unused", str(runs)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        env=env,
-    )
+    caller = processes.api_program(["-c", "import json\n" + _HOLD, "unused", str(runs)], tmp_path)
     assert caller.stdout is not None
     said = json.loads(caller.stdout.readline())
     zygote, pids, supervisors = said["zygote"], said["pids"], said["supervisors"]

@@ -19,15 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BOUND, Processes, fixture, wait_gone
-
-
-def _env(tmp_path: Path, *, zygote: bool = True) -> dict[str, str]:
-    env = {**os.environ, "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path)}
-    env.pop("TETHER_ZYGOTE", None)
-    if not zygote:
-        env["TETHER_ZYGOTE"] = "0"
-    return env
+from conftest import BOUND, Processes, api_env, fixture, wait_gone
 
 
 @pytest.mark.timeout(180)
@@ -47,7 +39,7 @@ def test_a_worker_forked_during_launches_keeps_no_command_alive(
         fixture("api_fork_while_launching", "60", *options, "--", "sleep", "1000"),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        env=_env(tmp_path, zygote=path != "plain"),
+        env=api_env(tmp_path, zygote=path != "plain"),
     )
     assert caller.stdout is not None
     said = json.loads(caller.stdout.readline())
@@ -70,7 +62,7 @@ def _caller(
         [sys.executable, "-c", script, *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        env=_env(tmp_path),
+        env=api_env(tmp_path),
         bufsize=0,  # unbuffered: communicate() later reads the pipe itself, past any read-ahead
     )
     assert caller.stdout is not None
@@ -164,12 +156,7 @@ sys.stdin.read()
 
 def test_a_stopped_zygote_dies_with_its_caller(tmp_path: Path, processes: Processes) -> None:
     """A stopped zygote cannot read its socket's end of file; its parent-death signal ends it."""
-    caller = processes.start(
-        [sys.executable, "-c", _HOLD],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        env=_env(tmp_path),
-    )
+    caller = processes.api_program(["-c", _HOLD], tmp_path)
     assert caller.stdout is not None
     zygote = int(caller.stdout.readline())
     processes.track(zygote)

@@ -9,9 +9,6 @@ already knows of.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from conftest import BOUND, Processes, alive, api_caller, read_json, skip_without_cgroup, wait_gone
@@ -102,12 +99,7 @@ sys.stdin.readline()
 
 
 def test_the_spare_ends_with_its_caller(tmp_path: Path, processes: Processes) -> None:
-    caller = processes.start(
-        [sys.executable, "-c", _HOLD_A_SPARE],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        env=_environment(tmp_path),
-    )
+    caller = processes.api_program(["-c", _HOLD_A_SPARE], tmp_path)
     assert caller.stdout is not None
     said = json.loads(caller.stdout.readline())
     processes.track(said["zygote"], said["spare"])
@@ -116,12 +108,6 @@ def test_the_spare_ends_with_its_caller(tmp_path: Path, processes: Processes) ->
     caller.wait(timeout=BOUND)
     assert wait_gone(said["zygote"])
     assert wait_gone(said["spare"])
-
-
-def _environment(tmp_path: Path) -> dict[str, str]:
-    env = {**os.environ, "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path)}
-    env.pop("TETHER_ZYGOTE", None)
-    return env
 
 
 _CGROUPS_LEFT = (
