@@ -110,6 +110,31 @@ def test_the_spare_ends_with_its_caller(tmp_path: Path, processes: Processes) ->
     assert wait_gone(said["spare"])
 
 
+_LET_GO_OF_A_STOPPED_SPARE = (
+    _FIND_THE_SPARE
+    + """
+ran = tether.run(["true"], record=False)
+stopped = spare({ran.supervisor_pid})
+os.kill(stopped, signal.SIGSTOP)
+while open(f"/proc/{stopped}/stat").read().rpartition(")")[2].split()[0] != "T":
+    time.sleep(0.001)
+zygote.forget()  # the zygote sees its end of file: a stopped spare never would see its own
+end = time.monotonic() + 10
+while time.monotonic() < end:
+    pid, status = os.waitpid(stopped, os.WNOHANG)
+    if pid:
+        break
+    time.sleep(0.01)
+print(json.dumps(pid == stopped and os.WIFSIGNALED(status) and os.WTERMSIG(status) == 9))
+"""
+)
+
+
+def test_a_zygote_that_ends_kills_its_stopped_spare(tmp_path: Path) -> None:
+    """Let go of (a fresh zygote for new credentials, ``forget()``), it leaves no spare stopped."""
+    assert json.loads(api_caller(["-c", _LET_GO_OF_A_STOPPED_SPARE], tmp_path).stdout) is True
+
+
 _CGROUPS_LEFT = (
     _FIND_THE_SPARE
     + """
@@ -153,3 +178,36 @@ def test_a_spares_cgroup_is_used_or_removed(tmp_path: Path) -> None:
     # The caller ended, its zygote with it, and the last spare saw no request.
     assert wait_gone(said["second"])
     assert not (Path(said["parent"]) / said["second_ahead"][0]).exists()
+
+
+_A_STOPPED_SPARE = (
+    _FIND_THE_SPARE
+    + """
+ran = tether.run(["true"], record=False)
+stopped = spare({ran.supervisor_pid})
+os.kill(stopped, signal.SIGSTOP)  # as any process of the user could, at leisure
+while open(f"/proc/{stopped}/stat").read().rpartition(")")[2].split()[0] != "T":
+    time.sleep(0.001)
+outcome = tether.run(["true"], record=False)
+end = time.monotonic() + 10
+while time.monotonic() < end:  # the zygote SIGKILLs it: this caller (its reaper) sees it
+    pid, status = os.waitpid(stopped, os.WNOHANG)
+    if pid:
+        break
+    time.sleep(0.01)
+print(json.dumps({
+    "reason": outcome.reason.value, "supervisor": outcome.supervisor_pid, "stopped": stopped,
+    "killed": pid == stopped and os.WIFSIGNALED(status) and os.WTERMSIG(status) == 9,
+    "next": spare({ran.supervisor_pid, outcome.supervisor_pid}),
+}))
+"""
+)
+
+
+def test_a_stopped_spare_is_passed_over_and_killed(tmp_path: Path) -> None:
+    """A spare stopped while it waits never holds a launch up: the zygote forks instead."""
+    said = json.loads(api_caller(["-c", _A_STOPPED_SPARE], tmp_path).stdout)
+    assert said["reason"] == "completed"
+    assert said["supervisor"] != said["stopped"]
+    assert said["killed"]
+    assert said["next"] not in (said["stopped"], said["supervisor"])

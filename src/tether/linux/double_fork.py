@@ -47,11 +47,12 @@ def detach_and_become(
     *,
     failed: int,
     new_session: bool = True,
-    in_intermediate: Callable[[], object] | None = None,
+    in_intermediate: Callable[[int], object] | None = None,
 ) -> NoReturn:
     """In a forked child: leave the session, fork again, and ``become`` in the grandchild.
 
-    ``in_intermediate`` runs in the intermediate before it exits; the
+    ``in_intermediate`` runs in the intermediate before it exits, given the
+    grandchild's pid (its child still: a pid nobody else can reap yet); the
     grandchild exits with ``failed`` if ``become`` returns or raises. Never
     returns.
     """
@@ -71,9 +72,10 @@ def _leave_the_session(new_session: bool) -> None:
         os.setpgid(0, 0)
 
 
-def fork_again(in_intermediate: Callable[[], object] | None = None) -> None:
+def fork_again(in_intermediate: Callable[[int], object] | None = None) -> None:
     """Fork; the intermediate exits (after ``in_intermediate``), the grandchild returns."""
-    if os.fork() > 0:
+    child = os.fork()
+    if child > 0:
         if in_intermediate is not None:
-            in_intermediate()
+            in_intermediate(child)
         os._exit(0)

@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -97,6 +98,8 @@ def main(sock_fd: int, caller: int) -> int:
         except OSError:
             request = None
         if request is None:
+            if spare is not None:
+                spare.let_go()
             os._exit(0)  # the caller is gone (and the spare, which sees this one go)
         header, fds = request
         child = -1 if spare is None else spare.take(header, fds)
@@ -188,7 +191,7 @@ def _fork_supervisor(
         except BaseException:
             os._exit(TETHER_FAILED)
 
-        def warm_the_join() -> None:
+        def warm_the_join(_supervisor: int) -> None:
             if containment is not None and containment.join_takes_lock():
                 warm_attach_lock()  # only a cgroup joined by writing needs the lock ready
 
@@ -220,14 +223,26 @@ class _Spare:
     fork it saved: the zygote then forks as before. One spare per zygote, idle
     until used: blocked in one ``recv``, and ending when the zygote does (its
     end of the pair closes), so a caller's death takes it too.
+
+    A spare sits idle for as long as its caller launches nothing, where any
+    process of the same user may stop it (``SIGSTOP``), and a request passed
+    to a stopped spare would hold its launch up for as long as it stays
+    stopped. So the intermediate, whose child the spare still is, sends the
+    zygote a pidfd of it before it exits, and the zygote looks at the spare
+    before it passes a request on: stopped (or traced), or gone, and the zygote
+    forks instead, and SIGKILLs a stopped spare through that pidfd (never a
+    reused pid) rather than leave it stopped for good, as it does with an
+    unused spare when it exits itself.
     """
 
-    __slots__ = ("intermediate", "socket")
+    __slots__ = ("intermediate", "pid", "pidfd", "socket")
 
-    def __init__(self, intermediate: int, ours: socket.socket) -> None:
+    def __init__(self, intermediate: int, ours: socket.socket, pid: int, pidfd: int) -> None:
         #: The spare's parent, reaped: the pid the zygote answers a request with.
         self.intermediate = intermediate
         self.socket = ours
+        self.pid = pid
+        self.pidfd = pidfd
 
     @classmethod
     def start(cls, server: socket.socket, ignored: frozenset[int]) -> _Spare | None:
@@ -248,24 +263,71 @@ class _Spare:
                 ours.close()
             except BaseException:
                 os._exit(TETHER_FAILED)
-            detach_and_become(lambda: _serve_as_spare(theirs, ignored), failed=TETHER_FAILED)
+
+            def tell_its_pidfd(spare: int) -> None:
+                pidfd = os.pidfd_open(spare)
+                socket.send_fds(theirs, [str(spare).encode()], [pidfd])
+
+            detach_and_become(
+                lambda: _serve_as_spare(theirs, ignored),
+                failed=TETHER_FAILED,
+                in_intermediate=tell_its_pidfd,
+            )
         theirs.close()
         with contextlib.suppress(ChildProcessError):
             os.waitpid(child, 0)
-        return cls(child, ours)
+        try:
+            said, pidfds, _flags, _address = socket.recv_fds(ours, 32, 1, socket.MSG_DONTWAIT)
+        except OSError:
+            said, pidfds = b"", []
+        if not said.isdigit() or len(pidfds) != 1:
+            for fd in pidfds:
+                os.close(fd)
+            ours.close()  # a spare without its pidfd here is not used: it sees end of file
+            return None
+        return cls(child, ours, int(said), pidfds[0])
 
     def take(self, header: bytes, fds: list[int]) -> int:
-        """Pass the request on to the spare; the pid to answer with, or ``-1`` if it is gone.
+        """Pass the request on to the spare; the pid to answer with, or ``-1`` if it cannot
+        take it (stopped, traced, gone).
 
         The zygote's copies of the descriptors stay the zygote's to close.
         """
         try:
+            if not self._running():
+                return -1
             socket.send_fds(self.socket, [header], fds, socket.MSG_NOSIGNAL)
         except OSError:
             return -1  # gone, or a request larger than the pair takes: fork instead
         finally:
-            self.socket.close()
+            self.close()
         return self.intermediate
+
+    def close(self) -> None:
+        """Close what the zygote holds of the spare: unused, it sees end of file and exits."""
+        self.socket.close()
+        with contextlib.suppress(OSError):
+            os.close(self.pidfd)
+
+    def let_go(self) -> None:
+        """The zygote is ending: close, after killing the spare if it is stopped (it would
+        never see the end of file)."""
+        with contextlib.suppress(OSError):
+            self._running()
+        self.close()
+
+    def _running(self) -> bool:
+        """Whether the spare runs (neither stopped nor traced); one that does not is killed."""
+        # Loaded with the warm-up already, as every spare is forked after it.
+        from tether.linux.proctree import state_of
+
+        state = state_of(self.pid)
+        if select.select([self.pidfd], [], [], 0)[0]:
+            return False  # gone: the state read was of another process, if of any
+        if state in ("T", "t"):
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            return False
+        return state is not None
 
 
 def _serve_as_spare(requests: socket.socket, ignored: frozenset[int]) -> NoReturn:
