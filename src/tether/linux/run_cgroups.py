@@ -43,7 +43,6 @@ from tether.linux.cgroup import (
     run_cgroup_name,
 )
 from tether.linux.cgroup1 import Hierarchy, V1Cgroup, find_hierarchies, read_usage_v1
-from tether.linux.clone3 import clone_into_cgroup_likely
 from tether.linux.systemd_scope import (
     hierarchy_controllers,
     run_cgroup_in_scope,
@@ -277,6 +276,10 @@ class RunCgroups:
         """Whether the command's join will write a ``cgroup.procs``, and so take the lock
         that :func:`~tether.linux.cgroup.warm_attach_lock` readies: a v1 cgroup to join,
         or a v2 one the command is not likely to be born in."""
+        # Here, not with the module: a caller checking its limits loads this module, and
+        # has no fork of a command to prepare (nor C functions to look up for one).
+        from tether.linux.clone3 import clone_into_cgroup_likely
+
         return bool(self.v1) or self.clone_descriptor is None or not clone_into_cgroup_likely()
 
     @property
