@@ -147,6 +147,10 @@ def test_the_group_is_signalled_before_the_core_is_fed_the_callers_death(
     assert wait_gone(pid)
     assert wait_gone(supervisor)
     lines = [line.split() for line in fed.read_text().splitlines()]
+    fed_events = [event for event, _ in lines]
+    # The wake the caller's death caused is the turn that hears it: no turn
+    # in between (a stale hand-over from the sentry once made it a Tick).
+    assert fed_events[fed_events.index("Launched") + 1] == "CallerLost", lines
     [pending] = [mask for event, mask in lines if event == "CallerLost"]
     assert pending != "gone"
     assert int(pending, 16) & (1 << (signal.SIGTERM - 1)), lines

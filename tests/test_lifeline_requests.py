@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 
 import pytest
@@ -15,6 +16,7 @@ from tether.shared.lifeline import (
     LifelineDecoder,
     pass_on_request,
 )
+from tether.supervisor.lifeline import LifelineReader
 
 INT = pass_on_request(signal.SIGINT)
 
@@ -60,3 +62,32 @@ def test_bytes_of_unnamed_signals_are_junk() -> None:
 def test_no_request_for_a_number_that_is_no_signal(number: int) -> None:
     with pytest.raises(ValueError, match="no request"):
         pass_on_request(number)
+
+
+def _ignore(event: str, mono: float | None = None, /, **fields: object) -> None:
+    """The loop's ``tell``, for a test that looks only at the events."""
+
+
+def _heard(reader: LifelineReader) -> tuple[list[str], bool]:
+    events, closed = reader.read(1.0, _ignore)
+    return [type(event).__name__ for event in events], closed
+
+
+def test_a_hand_over_of_nothing_leaves_the_next_read_to_the_pipe() -> None:
+    # What the sentry heard is heard first; when it heard nothing, the wake the
+    # caller's request (or death) caused reads the pipe in that same turn.
+    read_end, write_end = os.pipe()
+    try:
+        reader = LifelineReader(read_end, BASIC)
+        reader.take_over(b"", False)
+        os.write(write_end, b"c")
+        assert _heard(reader) == (["CancelRequested"], False)
+        reader.take_over(b"k", False)
+        os.close(write_end)
+        write_end = -1
+        assert _heard(reader) == (["KillRequested"], False)  # the sentry's, first
+        assert _heard(reader) == (["CallerLost"], True)
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)

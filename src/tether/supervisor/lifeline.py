@@ -72,8 +72,15 @@ class LifelineReader:
         self._untold: list[Event] = []
 
     def take_over(self, data: bytes, closed: bool) -> None:
-        """What the sentry read before the loop ran: heard at the next :meth:`read`."""
-        self._pending = (data, closed)
+        """What the sentry read before the loop ran: heard at the next :meth:`read`.
+
+        A sentry that heard nothing hands over nothing: the next :meth:`read`
+        then reads the descriptor. (Held as an empty hand-over, it stood in for
+        the first read after it: the wake that the caller's death or request
+        caused read nothing and turned into a ``Tick`` for the core, with its
+        ``step`` line, and the command's signal waited for the turn after.)
+        """
+        self._pending = (data, closed) if data or closed else None
 
     def read(self, now: float, tell: Tell) -> tuple[list[Event], bool]:
         """The requests the caller wrote since the last turn, then ``CallerLost`` at end of file.
