@@ -5,7 +5,8 @@ its launch imports only what it needs (see ``docs/performance.md``, "what is
 left before the launch"). Each test runs a door with
 ``fixtures/exec_modules`` on ``PYTHONPATH``: its ``sitecustomize`` records, in
 the child forked to run the command and right before its ``exec``, the names
-in ``sys.modules``, a copy of the supervisor's at the spawn. A module named in
+in ``sys.modules``: a copy of the supervisor's at the spawn, and what the child
+loaded itself on its way to the ``exec``. A module named in
 ``FORBIDDEN`` there fails the test: something on the launch path imports it
 again. Timings are for the benchmark, never for a test.
 """

@@ -1,0 +1,131 @@
+"""The command's ``exec``, searched along ``PATH`` as ``os.execvpe`` searches (``spawn``).
+
+The supervisor works out the candidates in the parent, as ``Popen`` does, so
+that the child imports nothing between its fork and its exec
+(``os.get_exec_path`` imports ``warnings``). The search must stay
+``os.execvpe``'s: the same candidates in the same order (checked against
+``os.get_exec_path`` for any ``PATH``), the first executable one run, and a
+candidate found but refused reported over one that is not there.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import BOUND, FIXTURES
+from tether.supervisor.spawn import SpawnFailed, exec_candidates, spawn
+
+_WORDS = st.text(st.characters(blacklist_characters="\0", codec="utf-8"), max_size=12)
+
+
+@given(path=st.none() | st.lists(_WORDS, max_size=5).map(os.pathsep.join), name=_WORDS)
+def test_the_candidates_are_os_execvpes(path: str | None, name: str) -> None:
+    env = {} if path is None else {"PATH": path}
+    if os.path.dirname(name):
+        expected: tuple[str, ...] = (name,)
+    else:
+        expected = tuple(os.path.join(directory, name) for directory in os.get_exec_path(env))
+    assert exec_candidates(name, env) == expected
+
+
+def _program(directory: Path, *, executable: bool, says: str) -> None:
+    directory.mkdir()
+    program = directory / "prog"
+    program.write_text(f"#!/bin/sh\necho {says}\n")
+    program.chmod(stat.S_IRWXU if executable else stat.S_IRUSR | stat.S_IWUSR)
+
+
+def _spawn_prog(path: str) -> str:
+    """Start ``prog`` along ``path``; what it printed."""
+    reading, writing = os.pipe()
+    try:
+        pid = spawn(
+            ["prog"],
+            env={"PATH": path},
+            cwd=None,
+            umask=None,
+            stdio=(None, writing, None),
+            prepare=lambda _born_in_cgroup: None,
+        )
+    finally:
+        os.close(writing)
+    try:
+        with os.fdopen(reading, "rb") as said:
+            return said.read().decode()
+    finally:
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
+def test_a_refused_candidate_is_passed_over_for_an_executable_one(tmp_path: Path) -> None:
+    _program(tmp_path / "first", executable=False, says="first")
+    _program(tmp_path / "second", executable=True, says="second")
+    path = os.pathsep.join(str(tmp_path / name) for name in ("missing", "first", "second"))
+    assert _spawn_prog(path) == "second\n"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may execute what it may not read")
+def test_a_refusal_is_reported_over_an_absence(tmp_path: Path) -> None:
+    _program(tmp_path / "first", executable=False, says="first")
+    path = os.pathsep.join(str(tmp_path / name) for name in ("first", "missing"))
+    with pytest.raises(SpawnFailed) as failed:
+        _spawn_prog(path)
+    assert (failed.value.stage, failed.value.errno) == ("exec", errno.EACCES)
+
+
+def test_a_refusal_as_root_is_reported_over_an_absence(tmp_path: Path) -> None:
+    # A directory is refused to everyone, root included.
+    (tmp_path / "first" / "prog").mkdir(parents=True)
+    path = os.pathsep.join(str(tmp_path / name) for name in ("first", "missing"))
+    with pytest.raises(SpawnFailed) as failed:
+        _spawn_prog(path)
+    assert (failed.value.stage, failed.value.errno) == ("exec", errno.EACCES)
+
+
+def test_nothing_found_is_not_found(tmp_path: Path) -> None:
+    with pytest.raises(SpawnFailed) as failed:
+        _spawn_prog(str(tmp_path / "missing"))
+    assert (failed.value.stage, failed.value.errno) == ("exec", errno.ENOENT)
+
+
+def test_the_child_imports_nothing_on_its_way_to_the_exec(tmp_path: Path) -> None:
+    """In an interpreter started as the launcher starts it (``-P -c``: no ``runpy``, which
+    loads ``warnings`` itself), the child's modules at its exec are its parent's at the fork."""
+    snapshots = tmp_path / "modules"
+    program = """
+import os, sys
+from tether.supervisor.spawn import spawn
+before = set(sys.modules)
+pid = spawn(["true"], env=None, cwd=None, umask=None, stdio=(None, None, None),
+            prepare=lambda _born_in_cgroup: None)
+assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+print(" ".join(sorted(before)))
+"""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(FIXTURES / "exec_modules"), os.environ.get("PYTHONPATH", "")])
+        ),
+        "TETHER_TEST_EXEC_MODULES": str(snapshots),
+    }
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", program],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        check=True,
+    )
+    before = set(done.stdout.split())
+    (line,) = snapshots.read_text().splitlines()
+    at_exec = set(line.split()[1:])
+    assert "warnings" not in before  # or the test could not see it imported
+    assert sorted(at_exec - before) == []
