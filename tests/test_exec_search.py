@@ -20,7 +20,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import BOUND, FIXTURES
+from conftest import BOUND, hooked_env
 from tether.supervisor.spawn import exec_candidates
 
 _WORDS = st.text(st.characters(blacklist_characters="\0", codec="utf-8"), max_size=12)
@@ -60,12 +60,12 @@ raise SystemExit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 """
 
 
-def _spawn_prog(path: str) -> str:
-    """Start ``prog`` along ``path``, from a fresh interpreter (the test's own process may
-    have a second thread, and a child forked from it runs Python); what it printed, or
-    ``failed STAGE ERRNO``."""
+def _in_a_fresh_interpreter(program: str, *args: str, env: dict[str, str] | None = None) -> str:
+    """Run ``program`` as the launcher runs tether (``python -P -c``; the test's own process
+    may have a second thread, and a child forked from it runs Python); what it printed."""
     done = subprocess.run(
-        [sys.executable, "-P", "-c", _SPAWN_PROG, path],
+        [sys.executable, "-P", "-c", program, *args],
+        env=env,
         capture_output=True,
         text=True,
         timeout=BOUND,
@@ -73,6 +73,11 @@ def _spawn_prog(path: str) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
+
+
+def _spawn_prog(path: str) -> str:
+    """Start ``prog`` along ``path``; what it printed, or ``failed STAGE ERRNO``."""
+    return _in_a_fresh_interpreter(_SPAWN_PROG, path)
 
 
 def test_a_refused_candidate_is_passed_over_for_an_executable_one(tmp_path: Path) -> None:
@@ -112,22 +117,8 @@ pid = spawn(["true"], env=None, cwd=None, umask=None, stdio=(None, None, None),
 assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 print(" ".join(sorted(before)))
 """
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(FIXTURES / "exec_modules"), os.environ.get("PYTHONPATH", "")])
-        ),
-        "TETHER_TEST_EXEC_MODULES": str(snapshots),
-    }
-    done = subprocess.run(
-        [sys.executable, "-P", "-c", program],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=BOUND,
-        check=True,
-    )
-    before = set(done.stdout.split())
+    env = hooked_env(tmp_path, "exec_modules", TETHER_TEST_EXEC_MODULES=str(snapshots))
+    before = set(_in_a_fresh_interpreter(program, env=env).split())
     (line,) = snapshots.read_text().splitlines()
     at_exec = set(line.split()[1:])
     assert "warnings" not in before  # or the test could not see it imported
