@@ -246,6 +246,23 @@ def test_tether_zygote_0_spawns_every_supervisor(tmp_path: Path) -> None:
     assert _caller(script, tmp_path).stdout.split() == ["completed", "0"]
 
 
+_NAMED = """
+import json
+import tether
+from tether.caller import zygote
+tether.run(["true"], record=False)
+pid = zygote.zygote_pid()
+with open(f"/proc/{pid}/comm") as comm, open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+    print(json.dumps({"comm": comm.read(), "args": cmdline.read().decode().split("\\0")}))
+"""
+
+
+def test_the_zygote_is_named_tether_zygote_in_ps(tmp_path: Path) -> None:
+    said = json.loads(_caller(_NAMED, tmp_path).stdout)
+    assert said["comm"] == "tether-zygote\n"
+    assert said["args"][1:3] == ["-X", "tether-zygote"]  # ``ps -f`` shows it early
+
+
 _IGNORED = """
 import signal, sys
 import tether

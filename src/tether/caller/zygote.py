@@ -80,6 +80,7 @@ import time
 
 from tether.caller.fingerprint import RLIMITS, fingerprint
 from tether.caller.request import ignored_now
+from tether.linux.prctl import ZYGOTE_NAME
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -144,7 +145,10 @@ class _Zygote:
         #: The zygote's pid as started (``pid`` is the one it answers with).
         self._child = -1
         self._error: BaseException | None = None
-        argv = [sys.executable, "-P", "-c", _BOOTSTRAP, package_root, str(theirs.fileno())]
+        # ``-X tether-zygote`` names it on its command line (``ps -f``); Python
+        # keeps an unknown ``-X`` option in ``sys._xoptions`` and does nothing else.
+        argv = [sys.executable, "-X", ZYGOTE_NAME, "-P", "-c", _BOOTSTRAP, package_root]
+        argv.append(str(theirs.fileno()))
         argv.append(str(os.getpid()))
         started = _thread.allocate_lock()
         started.acquire()

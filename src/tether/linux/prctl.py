@@ -59,6 +59,8 @@ _IOPRIO_WHO_PROCESS: Final = 1
 #: The name a supervisor takes once its command runs (``ps``, ``/proc/PID/comm``):
 #: how another supervisor recognises a nested run in its tree.
 SUPERVISOR_NAME: Final = "tether-sup"
+#: The name an API caller's fork server (its zygote) takes, in ``comm`` and on its command line.
+ZYGOTE_NAME: Final = "tether-zygote"
 
 #: ``prctl`` and the C types of its arguments, once looked up (see :func:`_bound`).
 _binding: _Binding | None = None

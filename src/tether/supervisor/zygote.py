@@ -53,7 +53,7 @@ from tether.linux.cgroup import warm_attach_lock
 from tether.linux.clone3 import clone_into_cgroup_likely
 from tether.linux.descriptors import close_all_but
 from tether.linux.double_fork import detach_and_become
-from tether.linux.prctl import set_parent_death_signal
+from tether.linux.prctl import ZYGOTE_NAME, set_parent_death_signal, set_process_name
 from tether.supervisor.detach import loaded, loading
 from tether.supervisor.run_cgroup import (
     CommandNotStarted,
@@ -83,6 +83,8 @@ def main(sock_fd: int, caller: int) -> int:
     ends, even while it is stopped and cannot read its socket's end of file.
     """
     loading()
+    with contextlib.suppress(OSError, AttributeError):
+        set_process_name(ZYGOTE_NAME)  # ``ps`` tells it from an orphaned ``python``
     with contextlib.suppress(OSError):
         set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != caller:
