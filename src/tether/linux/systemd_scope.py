@@ -95,6 +95,8 @@ JOB_MODE: Final = "fail"
 SUPERVISOR_LEAF: Final = "supervisor"
 #: How long the whole exchange may take, connection to job done (systemd-run allows 25 s a call).
 SCOPE_TIMEOUT: Final = 10.0
+#: The most ``JobRemoved`` signals held while waiting for a reply (others' jobs: dropped).
+_QUEUED: Final = 256
 #: What a user can do where tether cannot ask for a scope itself.
 SCOPE_REMEDY: Final = "systemd-run --user --scope -p Delegate=yes tether ..."
 
@@ -183,11 +185,28 @@ def scope_properties(pid: int, description: str) -> list[tuple[str, tuple[str, o
     ]
 
 
-def _connect(address: str, timeout: float) -> DBusConnection:
-    """A connection to the bus at ``address`` whose ``Hello`` waits at most ``timeout`` seconds.
+#: The largest message read from the bus, header and body: every answer tether waits for
+#: (``Hello``'s, ``AddMatch``'s, ``StartTransientUnit``'s, ``JobRemoved``) is a few hundred
+#: bytes. A larger one is refused as soon as its fixed header declares it, never read whole.
+MAX_MESSAGE: Final = 1 << 16
 
-    jeepney's own connection waits for ``Hello``'s answer forever; the
-    supervisor, which nothing watches yet, must not.
+
+class BusGarbled(ValueError):
+    """The bus sent what is not a D-Bus message tether would read (or one too large)."""
+
+
+def _connect(address: str, deadline: float) -> DBusConnection:
+    """A connection to the bus at ``address``, authenticated and greeted by ``deadline``.
+
+    jeepney's own connection waits for ``Hello``'s answer forever, and its
+    reading trusts the bus: a byte it does not expect raises whatever its
+    parser meets (``KeyError``, ``IndexError``, ``RecursionError`` for deeply
+    nested variants). This one reads every message as untrusted
+    (:class:`BusGarbled` for anything its parser refuses or for a message over
+    :data:`MAX_MESSAGE`), and never past ``deadline``: a message that arrives
+    after it is not read, so a bus that never stops sending cannot hold the
+    exchange up (the deadline is looked at before every message, not only
+    when the socket is idle).
     """
     from jeepney.bus import get_connectable_addresses
     from jeepney.bus_messages import message_bus
@@ -198,13 +217,30 @@ def _connect(address: str, timeout: float) -> DBusConnection:
         def __init__(self, sock: object) -> None:
             DBusConnectionBase.__init__(self, sock)
             self._filters = MessageFilters()
-            self.bus_proxy = Proxy(message_bus, self, timeout=timeout)
+            self.bus_proxy = Proxy(message_bus, self, timeout=_left(deadline))
             self.unique_name = self.bus_proxy.Hello()[0]
+
+        def _receive(self, _jeepney_deadline: float | None) -> Message:
+            # The exchange's own deadline, whatever jeepney computed from a timeout.
+            while True:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError
+                try:
+                    message = self.parser.get_next_message()
+                    size = self.parser.next_msg_size
+                except Exception as error:  # any byte the parser chokes on: not D-Bus
+                    raise BusGarbled(f"not a D-Bus message ({type(error).__name__})") from None
+                if message is not None:
+                    return message
+                if size is not None and size > MAX_MESSAGE:
+                    raise BusGarbled(f"a message of {size} bytes (at most {MAX_MESSAGE})")
+                data, fds = self._read_some_data(timeout=_left(deadline))
+                self.parser.add_data(data, fds=fds)
 
     errors: list[str] = []
     for socket_address in get_connectable_addresses(address):
         try:
-            sock = prep_socket(socket_address, timeout=timeout)
+            sock = prep_socket(socket_address, timeout=_left(deadline))
         except (OSError, TimeoutError) as error:
             errors.append(str(error))
             continue
@@ -216,11 +252,15 @@ def _connect(address: str, timeout: float) -> DBusConnection:
     raise OSError("; ".join(errors) or "no Unix socket in the address")
 
 
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
+
 def _answer(connection: DBusConnection, message: Message, deadline: float) -> tuple[object, ...]:
     """The body of the reply to ``message``; :class:`CgroupUnavailable` for an error reply."""
     from jeepney import HeaderFields, MessageType
 
-    reply = connection.send_and_get_reply(message, timeout=max(0.0, deadline - time.monotonic()))
+    reply = connection.send_and_get_reply(message, timeout=_left(deadline))
     if reply.header.message_type == MessageType.error:
         name = reply.header.fields.get(HeaderFields.error_name, "an error")
         text = reply.body[0] if reply.body and isinstance(reply.body[0], str) else ""
@@ -252,11 +292,17 @@ def start_scope(
     deadline = time.monotonic() + timeout
     signal = {"type": "signal", "interface": MANAGER_INTERFACE, "member": "JobRemoved"}
     try:
-        connection = _connect(address, timeout)
-    except (OSError, TimeoutError, RuntimeError, ValueError) as error:
+        connection = _connect(address, deadline)
+    except TimeoutError:
+        raise CgroupUnavailable(
+            f"the user bus at {address} did not answer within {timeout:g} s"
+        ) from None
+    except Exception as error:  # any bytes from the bus: the documented refusal, never a crash
         raise CgroupUnavailable(f"cannot reach the user bus at {address}: {error}") from None
+    # Bounded: a bus flooding signals that match loses the oldest, never grows this.
+    queue: deque[Message] = deque(maxlen=_QUEUED)
     try:
-        with connection.filter(MatchRule(path=SYSTEMD_PATH, **signal), queue=deque()) as removed:
+        with connection.filter(MatchRule(path=SYSTEMD_PATH, **signal), queue=queue) as removed:
             bus_rule = MatchRule(sender=SYSTEMD_BUS_NAME, path=SYSTEMD_PATH, **signal)
             _answer(connection, message_bus.AddMatch(bus_rule), deadline)
             manager = DBusAddress(
@@ -274,7 +320,9 @@ def start_scope(
         raise CgroupUnavailable(
             f"the user's service manager did not start {unit} within {timeout:g} s"
         ) from None
-    except (OSError, ValueError) as error:
+    except CgroupUnavailable:
+        raise
+    except Exception as error:  # any bytes from the bus: the documented refusal, never a crash
         raise CgroupUnavailable(f"the user bus failed while starting {unit}: {error}") from None
     finally:
         with contextlib.suppress(OSError):
@@ -288,8 +336,9 @@ def start_scope(
 def _job_result(connection: DBusConnection, removed: object, job: object, deadline: float) -> str:
     """The result of job ``job`` from its ``JobRemoved`` signal (id, job, unit, result)."""
     while True:
-        remaining = max(0.0, deadline - time.monotonic())
-        message = connection.recv_until_filtered(removed, timeout=remaining)
+        if time.monotonic() >= deadline:  # a stream of other jobs' signals ends nothing else
+            raise TimeoutError
+        message = connection.recv_until_filtered(removed, timeout=_left(deadline))
         body = message.body
         if len(body) == 4 and body[1] == job and isinstance(body[3], str):
             return body[3]
