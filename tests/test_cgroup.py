@@ -196,6 +196,10 @@ def test_a_failed_join_refuses_to_start_under_cgroup(
         start(["touch", str(marker)])
     assert failure.value.stage == "setup"
     assert "could not join its cgroup" in failure.value.message
+    # The errno and the step are kept, for the message, the record and the event log.
+    assert failure.value.errno is not None
+    assert f"(errno {failure.value.errno})" in failure.value.message
+    assert "/cgroup.procs" in failure.value.message
     assert not marker.exists()
 
 

@@ -257,9 +257,9 @@ def _limits(values: Mapping[str, object], flags: Mapping[str, str]) -> dict[str,
 
     The cgroup is checked here, in the caller, so that a run whose limits
     cannot be enforced is refused before anything starts (the supervisor,
-    in the same cgroup, checks again and is the authority). Enabling the
-    controllers below this process's cgroup is the one change made; the
-    supervisor would make it anyway.
+    in the same cgroup, checks again and is the authority). The check only
+    reads: it writes to no cgroup file and makes no cgroup
+    (:func:`~tether.linux.run_cgroups.plan_backends`).
     """
     checked: dict[str, int | float] = {}
     for name, value in values.items():

@@ -78,12 +78,16 @@ __all__ = [
     "JoinableCgroup",
     "RunCgroup",
     "cgroup_of",
+    "divisible",
     "enable_controllers",
+    "holds_processes",
+    "is_hierarchy_root",
     "is_run_cgroup",
     "kill_cgroup",
     "kill_run_cgroup",
     "make_cgroup",
     "own_cgroup",
+    "probe_controllers",
     "read_usage",
     "remove_stale",
     "run_cgroup_name",
@@ -330,12 +334,18 @@ class JoinableCgroup:
     def join(self) -> None:
         """Move the calling process into this cgroup (run between fork and exec).
 
-        Raise :class:`OSError` if the kernel refuses. It is one ``write`` on a
-        descriptor opened before the fork, so the child opens nothing itself.
+        Raise :class:`OSError` if the kernel refuses, with its errno and this
+        cgroup's ``cgroup.procs`` as the file name (the step that failed). It
+        is one ``write`` on a descriptor opened before the fork, so the child
+        opens nothing itself.
         """
+        procs = os.path.join(self.directory, "cgroup.procs")
         if self._procs_fd is None:
-            raise OSError(errno.EBADF, "the cgroup was already joined")
-        os.write(self._procs_fd, b"0")
+            raise OSError(errno.EBADF, "the cgroup was already joined", procs)
+        try:
+            os.write(self._procs_fd, b"0")
+        except OSError as error:
+            raise OSError(error.errno, error.strerror, procs) from None
 
     @property
     def join_descriptor(self) -> int | None:
@@ -374,15 +384,15 @@ class RunCgroup(JoinableCgroup):
     ) -> RunCgroup:
         """Create a fresh cgroup below this process's own; raise :class:`CgroupUnavailable`.
 
-        With ``controllers`` (``memory``, ``cpu``, ``pids``), they are enabled
-        for it first (:func:`enable_controllers`), and ``files`` (name to
+        With ``controllers`` (``memory``, ``cpu``, ``pids``), they must be
+        enabled for it already (:func:`probe_controllers`: this process's
+        cgroup is not tether's, and is never written to), and ``files`` (name to
         content: the limits) are written to it before anything can join it.
         ``name``: one from :func:`run_cgroup_name` (the run's cgroups in v1
         hierarchies share it); a fresh one by default.
         """
         own_path, own_directory = own_cgroup()
-        if controllers:
-            enable_controllers(own_directory, controllers)
+        probe_controllers(own_directory, controllers)  # read only: never the caller's cgroup
         remove_stale(own_directory)
         name = name or run_cgroup_name()
         directory, fd = make_cgroup(own_directory, name, (files or {}).items(), "cgroup.kill")
@@ -489,26 +499,70 @@ def _words(path: str) -> list[str]:
         return []
 
 
-def enable_controllers(directory: str, controllers: tuple[str, ...]) -> None:
-    """Make ``controllers`` available to the cgroups below ``directory``, or say why not.
+#: Why the kernel divides nothing below a cgroup that holds processes, and what would work.
+HOLDS_PROCESSES: Final = (
+    "it holds processes of its own, and the kernel divides resources only below a cgroup "
+    "that holds none"
+)
 
-    A controller reaches a cgroup only if its parent lists it in
-    ``cgroup.subtree_control``; tether writes ``+memory`` (and so on) there
-    when it is missing. The kernel refuses in two common cases, each told
-    apart here because each has its own remedy: the controller is not in the
-    cgroup v2 hierarchy at all (``cgroup.controllers`` lacks it: on a machine
-    that also mounts cgroup v1, it is bound there), or the cgroup holds
-    processes of its own and is not the root (the "no internal processes"
-    rule, ``EBUSY``): then only whoever manages that cgroup (systemd with
-    ``Delegate=yes``, a container runtime) can hand tether a cgroup to divide.
-    Raise :class:`CgroupUnavailable` with the reason.
+
+def is_hierarchy_root(directory: str) -> bool:
+    """Whether ``directory`` is the root of its cgroup v2 hierarchy (the kernel's own root).
+
+    The kernel gives every cgroup but its root a ``cgroup.type``; a cgroup
+    namespace's root (a container's ``/``) has one, and is divided by the same
+    rules as any other cgroup.
     """
-    enabled = set(_words(os.path.join(directory, "cgroup.subtree_control")))
-    missing = [name for name in controllers if name not in enabled]
-    if not missing:
+    return not os.path.lexists(os.path.join(directory, "cgroup.type"))
+
+
+def holds_processes(directory: str) -> bool:
+    """Whether any process is a member of the cgroup at ``directory`` itself (not below).
+
+    Read from ``cgroup.procs``; a process this PID namespace cannot see is
+    listed as ``0`` and counts. An unreadable list counts as holding some.
+    """
+    try:
+        fd = os.open(os.path.join(directory, "cgroup.procs"), os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    try:
+        return bool(os.read(fd, 64).split())
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def divisible(directory: str) -> None:
+    """Whether the kernel lets a domain cgroup below ``directory`` take controllers; why not.
+
+    Read only. Not where ``directory`` holds processes and is not the
+    hierarchy's root (the "no internal processes" rule: the kernel refuses a
+    domain controller there with ``EBUSY``, and *accepts* a threaded one,
+    ``pids`` or ``cpu``, by turning the cgroup into a thread root for good, so
+    the refusal cannot be left to the kernel), nor where it is part of a thread
+    subtree already (its ``cgroup.type`` is not ``domain``). Raise
+    :class:`CgroupUnavailable` saying which.
+    """
+    if is_hierarchy_root(directory):
         return
+    kind = " ".join(_words(os.path.join(directory, "cgroup.type"))) or "domain"
+    if kind != "domain":
+        raise CgroupUnavailable(
+            f"{directory} is a {kind!r} cgroup (a thread subtree), below which the kernel "
+            "enables no memory controller and lets no process join a new cgroup"
+        )
+    if holds_processes(directory):
+        raise CgroupUnavailable(f"the cgroup {directory} cannot be divided: {HOLDS_PROCESSES}")
+
+
+def _offered(directory: str, controllers: tuple[str, ...]) -> None:
+    """Whether the cgroup v2 hierarchy offers ``controllers`` to ``directory``; why not."""
     available = set(_words(os.path.join(directory, "cgroup.controllers")))
-    absent = [name for name in missing if name not in available]
+    absent = [name for name in controllers if name not in available]
     if absent:
         listed = " ".join(sorted(available)) or "none"
         raise CgroupUnavailable(
@@ -516,17 +570,57 @@ def enable_controllers(directory: str, controllers: tuple[str, ...]) -> None:
             f"{directory} (it offers: {listed}); on a machine that also mounts cgroup v1, "
             "the controller may be bound to a v1 hierarchy"
         )
+
+
+def probe_controllers(directory: str, controllers: tuple[str, ...]) -> None:
+    """Whether a new cgroup below ``directory`` gets ``controllers``; why not. Read only.
+
+    A controller reaches a cgroup only if its parent lists it in
+    ``cgroup.subtree_control``. tether never writes there in a cgroup it did
+    not make (the caller's cgroup, a service's, a session's): it only looks.
+    Refused, each with its own remedy: a controller the cgroup v2 hierarchy
+    lacks (``cgroup.controllers``: on a machine that also mounts cgroup v1,
+    it is bound there); a cgroup that cannot be divided (:func:`divisible`);
+    a controller its manager did not enable. Raise :class:`CgroupUnavailable`.
+    """
+    if not controllers:
+        return
+    _offered(directory, controllers)
+    divisible(directory)
+    enabled = set(_words(os.path.join(directory, "cgroup.subtree_control")))
+    missing = [name for name in controllers if name not in enabled]
+    if missing:
+        request = " ".join(f"+{name}" for name in missing)
+        raise CgroupUnavailable(
+            f"the {' and '.join(missing)} controller(s) are not enabled below {directory}, "
+            "and tether changes no cgroup it did not make (whoever manages it can: "
+            f"echo {request!r} > {os.path.join(directory, 'cgroup.subtree_control')})"
+        )
+
+
+def enable_controllers(directory: str, controllers: tuple[str, ...]) -> None:
+    """Make ``controllers`` available to the cgroups below ``directory``, or say why not.
+
+    Only ever for a cgroup that is tether's own to divide (a scope a service
+    manager made for the supervisor and delegated to it); anywhere else,
+    :func:`probe_controllers` looks without writing. Checked first as it
+    does (a controller the hierarchy lacks; a cgroup that holds processes,
+    read from ``cgroup.procs`` rather than left to the kernel's ``EBUSY``,
+    which a threaded controller never gets), then ``+memory`` (and so on) is
+    written to ``cgroup.subtree_control`` for what is missing. Raise
+    :class:`CgroupUnavailable` with the reason.
+    """
+    enabled = set(_words(os.path.join(directory, "cgroup.subtree_control")))
+    missing = tuple(name for name in controllers if name not in enabled)
+    if not missing:
+        return
+    _offered(directory, missing)
+    divisible(directory)
     request = " ".join(f"+{name}" for name in missing)
     try:
         _write_plain(os.path.join(directory, "cgroup.subtree_control"), request)
     except OSError as error:
-        why = _why(error)
-        if error.errno == errno.EBUSY:
-            why = (
-                "it holds processes of its own, and the kernel divides resources only "
-                "below a cgroup that holds none (start tether in a cgroup delegated to it, "
-                "such as a systemd unit with Delegate=yes whose processes live in a leaf)"
-            )
+        why = HOLDS_PROCESSES if error.errno == errno.EBUSY else _why(error)
         raise CgroupUnavailable(
             f"cannot enable the {' and '.join(missing)} controller(s) below {directory}: {why}"
         ) from None

@@ -33,11 +33,12 @@ import contextlib
 import os
 
 from tether.linux.cgroup import (
+    HOLDS_PROCESSES,
     CgroupUnavailable,
     RunCgroup,
     cgroup_of,
-    enable_controllers,
     own_cgroup,
+    probe_controllers,
     read_usage,
     remove_stale,
     run_cgroup_name,
@@ -74,6 +75,52 @@ _DELEGATE: Final = (
     "systemd-run --user --scope -p Delegate=yes tether ..."
 )
 
+#: The same for root, who is never told to become root.
+_ROOT_REMEDY: Final = (
+    "where no service manager hands out a delegated cgroup (a container), tether divides "
+    "none that holds processes it did not start: make tether the entry point, or have the "
+    "entry point move its processes into a leaf cgroup first (as docker-in-docker's does), "
+    "or run without limits"
+)
+
+#: For a read-only cgroup file system (a container's default).
+_READ_ONLY_REMEDY: Final = (
+    "the cgroup file system is mounted read-only (a container's default): give the container "
+    "a writable cgroup namespace (podman or docker run --cgroupns=private with /sys/fs/cgroup "
+    "mounted read-write, or --privileged), or run without limits"
+)
+
+
+def _remedy(why: str) -> str:
+    """What would work, for this user, where ``why`` is why nothing can take a limit."""
+    if not _privileged():
+        return _DELEGATE
+    if HOLDS_PROCESSES in why or "thread subtree" in why:
+        return _ROOT_REMEDY
+    return "run without limits"
+
+
+def _unwritable(directory: str) -> CgroupUnavailable:
+    """Why tether cannot make a cgroup in ``directory``, with what would work."""
+    try:
+        read_only = bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    if read_only:
+        return CgroupUnavailable(f"{directory} is on a read-only file system; {_READ_ONLY_REMEDY}")
+    return CgroupUnavailable(f"{directory} is not writable by this user")
+
+
+def _v2_refusal(directory: str, name: str) -> str:
+    """Why a new cgroup below ``directory`` cannot take controller ``name``; "" if it can."""
+    try:
+        if not os.access(directory, os.W_OK):
+            raise _unwritable(directory)
+        probe_controllers(directory, (name,))
+    except CgroupUnavailable as why:
+        return str(why)
+    return ""
+
 
 def _v1_by_controller(hierarchies: list[Hierarchy]) -> dict[str, Hierarchy]:
     return {name: hierarchy for hierarchy in hierarchies for name in hierarchy.controllers}
@@ -108,8 +155,10 @@ def plan_backends(
 ) -> tuple[dict[str, str], dict[str, Hierarchy]]:
     """Which backend takes each of ``controllers``, and the v1 hierarchies it uses.
 
-    Enabling a controller in cgroup v2 is the one change made (the run's
-    cgroup needs it anyway). ``check``: believe a v1 directory only if its
+    Read only, from either side: nothing is written, no cgroup is made
+    (a controller must be enabled below this process's cgroup v2 already,
+    and that cgroup divisible: :func:`~tether.linux.cgroup.probe_controllers`).
+    ``check``: believe a v1 directory only if its
     ``cgroup.procs`` lists this process (the supervisor); the caller's quick
     look skips that read. ``environ``: where the user bus is looked for
     (default: this process's). A ``systemd-scope`` answer is a promise to
@@ -128,13 +177,8 @@ def plan_backends(
     scope: tuple[set[str], str] | None = None
     for name in controllers:
         if v2_directory is not None:
-            try:
-                if not os.access(v2_directory, os.W_OK):
-                    raise CgroupUnavailable(f"{v2_directory} is not writable by this user")
-                enable_controllers(v2_directory, (name,))
-            except CgroupUnavailable as why:
-                v2_why = str(why)
-            else:
+            v2_why = _v2_refusal(v2_directory, name)
+            if not v2_why:
                 backends[name] = "cgroup2"
                 continue
         hierarchy = v1.get(name)
@@ -149,8 +193,12 @@ def plan_backends(
                 continue
             v2_why = f"{v2_why}; {no_scope}" if no_scope else v2_why
         if hierarchy is None:
-            raise CgroupUnavailable(f"{v2_why}; {_DELEGATE}")
+            if _READ_ONLY_REMEDY in v2_why:
+                raise CgroupUnavailable(v2_why)
+            raise CgroupUnavailable(f"{v2_why}; {_remedy(v2_why)}")
         if not os.access(hierarchy.directory, os.W_OK):
+            if _privileged():
+                raise _unwritable(hierarchy.directory)
             raise CgroupUnavailable(
                 f"the {name} controller is bound to cgroup v1 ({hierarchy.directory}), "
                 "which only root can divide (systemd delegates no cgroup v1 to a user): "

@@ -262,5 +262,10 @@ def _launch_failure(
         )
     if failure.stage == "prepare" and required:
         # why: what required the cgroup (TETHER_CONTAINMENT=cgroup, or resource limits)
-        return CommandNotStarted(None, f"{why}, but the command could not join its cgroup", "setup")
+        return CommandNotStarted(
+            failure.errno,
+            f"{why}, but the command could not join its cgroup: {reason}"
+            + ("" if failure.errno is None else f" (errno {failure.errno})"),
+            "setup",
+        )
     return CommandNotStarted(failure.errno, f"cannot start {argv[0]!r}: {reason}", "setup")

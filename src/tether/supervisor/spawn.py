@@ -256,7 +256,11 @@ def _close_all(fds: tuple[int, ...]) -> None:
 
 def _report(errors: int, stage: str, error: BaseException) -> None:
     if isinstance(error, OSError) and error.errno is not None:
-        said = f"{stage}:{error.errno}:"
+        # A cgroup's join names its cgroup.procs: the step, kept with the errno.
+        where = error.filename if stage == "prepare" and isinstance(error.filename, str) else ""
+        said = f"{stage}:{error.errno}:" + (
+            f"{error.strerror}, writing its pid to {where}" if where else ""
+        )
     else:
         said = f"{stage}::{error}"
     with contextlib.suppress(OSError):
