@@ -41,6 +41,7 @@ from tether.api.functions import run_async as _run_async
 from tether.api.options import RunOptions
 from tether.api.outcome import Outcome
 from tether.caller.request import limits_refusal
+from tether.core.limits import LIMIT_NAMES, parse_limits
 from tether.shared.paths import events_path_for
 from tether.shared.record_file import RecordError, read_record
 
@@ -68,9 +69,10 @@ class RayRun:
     when it could not be written or read: ``outcome.message`` or
     ``record_problem`` says why); ``events`` is the event log's bytes when
     asked for (``events=True``), at most :data:`MAX_EVENTS_BYTES`.
-    ``limits`` are the limits the run was given; ``limits_skipped`` says why
-    the task's resources were not applied (``None`` when they were, or when
-    there were none to apply).
+    ``limits`` are the limits the run was given, checked (``"8G"`` in bytes,
+    as the record keeps them); ``limits_skipped`` says why the task's
+    resources were not applied (``None`` when they were, or when there were
+    none to apply).
     """
 
     outcome: Outcome
@@ -175,6 +177,12 @@ def mapped_limits(resources: Mapping[str, float]) -> dict[str, int | float]:
     return limits
 
 
+def given_limits(options: Mapping[str, object]) -> dict[str, int | float]:
+    """The limits in ``options`` as the run took them: every one of
+    :data:`~tether.core.limits.LIMIT_NAMES` given, checked (``"8G"`` in bytes, ``"1.5"`` CPUs)."""
+    return parse_limits({name: options.get(name) for name in LIMIT_NAMES})
+
+
 def _with_limits(options: RunOptions, policy: LimitPolicy) -> tuple[RunOptions, str | None]:
     """``options`` with the task's resources added as limits, per ``policy``; and why not."""
     if policy not in ("auto", "require", "off"):
@@ -212,18 +220,13 @@ def _returned(outcome: Outcome, options: RunOptions, skipped: str | None, events
             problem = str(error)
         if events:
             log = read_event_log(events_path_for(outcome.record_path))
-    limits = {
-        name: value
-        for name in ("memory_max", "memory_swap_max", "cpu_max", "pids_max")
-        if isinstance(value := options.get(name), int | float)
-    }
     return RayRun(
         outcome=outcome,
         hostname=os.uname().nodename,
         node_id=this_node_id(),
         record=record,
         events=log,
-        limits=limits,
+        limits=given_limits(options),
         limits_skipped=skipped,
         record_problem=problem,
     )
