@@ -36,7 +36,9 @@ its own, once nothing is running in them (a zombie does not count: the
 kernel takes a task out of the cgroup when it exits, before it is reaped). A
 supervisor that was SIGKILLed cannot remove its cgroup; the next supervisor
 that creates one beside it removes stale ones whose creator is gone and which
-are empty (:func:`remove_stale`).
+are empty and unused (:func:`remove_stale`): the creator holds a shared
+``flock`` on the ``cgroup.procs`` it keeps open for the join, which, unlike the
+pid in the name, means the same in every PID namespace.
 
 A join by writing waits, and :func:`warm_attach_lock` shortens the wait (a
 command born in its cgroup never writes, and never waits). Every write of
@@ -62,6 +64,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import select
 import stat
@@ -240,7 +243,10 @@ def remove_stale(parent: str) -> int:
     """Remove empty cgroups tether made in ``parent`` whose creator is gone; return how many.
 
     A populated one is left alone (``rmdir`` refuses it): whatever runs in it
-    belongs to someone, and tether does not kill what it did not start.
+    belongs to someone, and tether does not kill what it did not start. So is
+    one whose ``cgroup.procs`` someone still holds (:func:`_in_use`): the pid
+    in its name is a pid in its creator's namespace, which may mean nobody (or
+    somebody else) here, where the lock means the same in every namespace.
     """
     removed = 0
     try:
@@ -254,9 +260,37 @@ def remove_stale(parent: str) -> int:
     ]
     for name in stale[:_STALE_BOUND]:
         with contextlib.suppress(OSError):
-            os.rmdir(os.path.join(parent, name))
-            removed += 1
+            removed += _remove_unused(os.path.join(parent, name))
     return removed
+
+
+def _hold(procs_fd: int) -> None:
+    """Mark a run's cgroup in use for as long as its ``cgroup.procs`` stays open anywhere.
+
+    A shared ``flock`` on the descriptor the command joins through: it belongs
+    to the open file, so every process that inherited the descriptor (the
+    supervisor a zygote forked, the spare that made the cgroup ahead) holds it
+    too, and the kernel lets go of it when the last of them closes it or dies.
+    :func:`remove_stale` asks for it exclusively: unlike a pid, the answer holds
+    across PID namespaces.
+    """
+    with contextlib.suppress(OSError):
+        fcntl.flock(procs_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+
+
+def _remove_unused(directory: str) -> int:
+    """Remove the empty cgroup ``directory`` unless its ``cgroup.procs`` is held (:func:`_hold`):
+    1 if removed, 0 if not; :class:`OSError` if it cannot be looked at or removed."""
+    fd = os.open(os.path.join(directory, "cgroup.procs"), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return 0  # someone still holds it: a creator alive in another namespace
+        os.rmdir(directory)
+    finally:
+        os.close(fd)
+    return 1
 
 
 def run_cgroup_name() -> str:
@@ -298,6 +332,7 @@ def make_cgroup(
             raise CgroupUnavailable(
                 f"cannot open {directory}/cgroup.procs: {_why(error)}"
             ) from None
+        _hold(fd)
     except CgroupUnavailable:
         with contextlib.suppress(OSError):
             os.rmdir(directory)

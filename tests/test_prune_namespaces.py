@@ -1,0 +1,116 @@
+"""``tether prune`` never removes a cgroup something still uses, whatever pid namespace made it.
+
+A stale cgroup is one whose creator is gone; the name says the creator's pid,
+but a pid is only a pid in its own namespace. A caller in a PID namespace
+(``unshare --pid --fork --mount-proc``) has its zygote's spare waiting with the
+next run's cgroup made ahead; root runs ``tether prune`` on the host, where the
+namespace's pids mean nobody (or somebody else). The spare's cgroup must stay,
+and the caller's next launch must still get it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BOUND, api_env, skip_without_cgroup, tether_argv
+from tether.linux.cgroup import own_cgroup
+
+UNSHARE = shutil.which("unshare")
+
+pytestmark = pytest.mark.skipif(
+    UNSHARE is None or os.geteuid() != 0, reason="needs root and unshare (a PID namespace)"
+)
+
+#: The caller, in its namespace: its pids start above ``argv[1]`` (``ns_last_pid``), one
+#: launch leaves a spare with its cgroup made ahead; then, told to, a second launch.
+_CALLER = textwrap.dedent(
+    """
+    import os, sys
+    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+        f.write(sys.argv[1])
+    import tether
+    tether.run(["true"], record=False)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    outcome = tether.run(["true"], record=False)
+    print("second", outcome.reason.value, flush=True)
+    """
+)
+
+
+def _unused_pids_from(start: int, count: int) -> int:
+    """A pid at or above ``start`` followed by ``count`` pids no host process has now."""
+    pid = start
+    while any(os.path.exists(f"/proc/{pid + k}") for k in range(count)):
+        pid += count
+    return pid
+
+
+def _run_cgroups(directory: str) -> set[str]:
+    return {name for name in os.listdir(directory) if name.startswith("tether-")}
+
+
+def _made_in_namespace(parent: str, before: set[str], first: int) -> set[str]:
+    """The cgroups made by the namespace's processes (pids above ``first``), once there are
+    some: the spare makes its own once forked, after the launch that forked it returned."""
+    end = time.monotonic() + BOUND
+    while True:
+        made = {
+            name
+            for name in _run_cgroups(parent) - before
+            if first < int(name.split("-")[1]) <= first + 200
+        }
+        if made or time.monotonic() > end:
+            return made
+        time.sleep(0.02)
+
+
+def test_prune_keeps_the_cgroup_of_a_spare_waiting_in_another_pid_namespace(
+    tmp_path: Path,
+) -> None:
+    skip_without_cgroup()
+    parent = own_cgroup()[1]
+    before = _run_cgroups(parent)
+    first = _unused_pids_from(20000, 200)
+    env = {**api_env(tmp_path), "TETHER_CONTAINMENT": "cgroup"}
+    assert UNSHARE is not None
+    caller = subprocess.Popen(
+        [UNSHARE, "--pid", "--fork", "--mount-proc", sys.executable, "-c", _CALLER, str(first)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert caller.stdout is not None
+        assert caller.stdin is not None
+        assert caller.stdout.readline() == "ready\n"
+        made = _made_in_namespace(parent, before, first)
+        assert made, "no cgroup made ahead for the spare in the namespace"
+        pruned = subprocess.run(
+            tether_argv("prune"),
+            env=api_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=BOUND,
+            check=False,
+        )
+        assert pruned.returncode == 0, pruned.stderr
+        assert made <= _run_cgroups(parent), f"prune removed a live spare's cgroup: {pruned.stderr}"
+        caller.stdin.write("\n")
+        caller.stdin.flush()
+        out, err = caller.communicate(timeout=BOUND * 2)
+        assert out.strip().endswith("second completed"), err
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+            caller.wait(BOUND)
