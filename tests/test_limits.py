@@ -343,16 +343,23 @@ def test_show_and_ls_say_the_oom_killer_ended_a_run(tmp_path: Path) -> None:
     validate_record(data)
     record.write_text(json.dumps(data))
     shown = render_run(load_run(record))
-    assert (
-        "OOM KILLED    the kernel's OOM killer ended the tree over its memory limit of "
-        "64.0 MiB (2 OOM kills)" in shown
+    assert shown.startswith(
+        "run (no label): killed by the OOM killer at its memory limit of 64 MiB "
+        "(reason completed)\n"
     )
+    assert (
+        "reason        killed by the OOM killer at its memory limit of 64 MiB (2 OOM kills); "
+        "recorded as completed\n" in shown
+    )
+    assert "OOM KILLED" not in shown  # said once, first
     assert "limits        memory 64.0 MiB, swap 0 B, 1.5 CPUs" in shown
     assert (
         "whole tree    CPU 1.250s (user 1.000s, system 0.250s), peak memory 64.0 MiB, "
         "3 forks refused at pids_max" in shown
     )
-    assert "completed (oom)" in render_table([(record, data)])
+    assert "killed by the OOM killer at its memory limit of 64 MiB (completed)" in render_table(
+        [(record, data)]
+    )
 
 
 def test_limit_files_are_written_to_a_real_cgroup_before_anyone_joins() -> None:

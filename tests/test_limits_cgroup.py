@@ -139,8 +139,22 @@ def test_a_tree_over_memory_max_is_oom_killed_whole_and_recorded_as_such(
     shown = subprocess.run(
         tether_argv("show", str(record)), capture_output=True, text=True, check=True
     ).stdout
-    assert "OOM KILLED" in shown
-    assert "over its memory limit of 64.0 MiB" in shown
+    lead = "killed by the OOM killer at its memory limit of 64 MiB"
+    title, reason = shown.splitlines()[:3:2]
+    assert title == f"run (no label): {lead} (reason completed)"
+    assert reason.split(None, 1) == [
+        "reason",
+        f"{lead} ({usage['oom_kills']} OOM kill"
+        + ("s" if usage["oom_kills"] > 1 else "")
+        + "); recorded as completed",
+    ]
+    assert str(outcome).startswith(f"{lead}: the command was killed by SIGKILL (status 137); ")
+    assert repr(outcome).startswith(f"Outcome(oom_summary={lead!r}, reason=")
+    assert outcome.oom_summary == lead
+    listed = subprocess.run(
+        tether_argv("ls", str(tmp_path)), capture_output=True, text=True, check=True
+    ).stdout
+    assert f" {lead} (completed) " in listed.splitlines()[1]
 
 
 def test_a_fork_loop_is_stopped_at_pids_max() -> None:
@@ -223,6 +237,7 @@ def test_the_cli_run_over_memory_max_is_oom_killed(tmp_path: Path, processes: Pr
         caller = processes.start(
             tether_argv(
                 "run",
+                "-v",
                 "--memory-max",
                 "64M",
                 "--record",
@@ -243,6 +258,11 @@ def test_the_cli_run_over_memory_max_is_oom_killed(tmp_path: Path, processes: Pr
     validate_record(data)
     assert data["oom_killed"] is True
     assert data["tree_usage"]["memory_peak_bytes"] <= 64 * 2**20
+    verdict = err.decode().splitlines()[-1]
+    assert verdict.startswith(
+        "tether: killed by the OOM killer at its memory limit of 64 MiB: "
+        "the command was killed by SIGKILL (status 137); "
+    ), err
 
 
 def test_twenty_runs_with_limits_at_once_each_in_its_own_cgroups() -> None:

@@ -77,6 +77,7 @@ OUTCOME_FIELDS: dict[str, st.SearchStrategy[Any]] = dict(
     oom_killed=st.none() | st.booleans(),
     cpu_seconds=st.none() | st.floats(min_value=0, allow_nan=False),
     memory_peak_bytes=st.none() | st.integers(min_value=0),
+    memory_max=st.none() | st.integers(min_value=1),
     no_record_reason=_texts,
     deadline_seconds=st.none() | st.floats(min_value=0, allow_nan=False),
     processes_stopped=st.none() | st.integers(min_value=0),

@@ -204,12 +204,29 @@ class Outcome:
     #: its cgroup; ``None`` without one (or where the kernel does not count it).
     cpu_seconds: float | None = None
     memory_peak_bytes: int | None = None
+    #: The ``memory_max`` the run had, in bytes; ``None`` for none.
+    memory_max: int | None = None
+
+    @property
+    def oom_summary(self) -> str | None:
+        """``killed by the OOM killer at its memory limit of 512 MiB`` if it was, else ``None``.
+
+        What ``str()`` and ``repr()`` lead with, as ``tether show`` and ``tether
+        ls`` do: :attr:`reason` stays ``COMPLETED`` (the kernel, not tether,
+        stopped the command), so test :attr:`oom_killed` first.
+        """
+        if not self.oom_killed:
+            return None
+        from tether.core.limits import oom_summary
+
+        return oom_summary(self.memory_max)
 
     def __str__(self) -> str:
         """The verdict line, as ``tether run -v`` prints it: what ended the run, what tether did.
 
         ``deadline 2s passed (status 124); stopped 3 processes (1 outside the
-        group) in 1.2 ms; record /.../runs/...json``.
+        group) in 1.2 ms; record /.../runs/...json``; led by :attr:`oom_summary`
+        when the OOM killer acted.
         """
         from tether.caller.verdict import verdict_line
 
@@ -218,7 +235,22 @@ class Outcome:
             deadline_seconds=self.deadline_seconds,
             record=None if self.record_path is None else str(self.record_path),
             no_record_reason=self.no_record_reason,
+            oom=self.oom_summary,
         )
+
+    def __repr__(self) -> str:
+        """The dataclass's repr, led by :attr:`oom_summary` when the OOM killer acted."""
+        import dataclasses
+
+        shown = [
+            f"{item.name}={getattr(self, item.name)!r}"
+            for item in dataclasses.fields(self)
+            if item.repr
+        ]
+        oom = self.oom_summary
+        if oom is not None:
+            shown.insert(0, f"oom_summary={oom!r}")
+        return f"{type(self).__qualname__}({', '.join(shown)})"
 
     @classmethod
     def from_finished(cls, finished: Finished, spec: RunSpec, started: Started | None) -> Outcome:
@@ -246,6 +278,7 @@ class Outcome:
             processes_stopped=finished.processes_stopped,
             outside_group=finished.outside_group,
             shutdown_seconds=finished.shutdown_seconds,
+            memory_max=_memory_max(spec.limits),
             **_tree_usage(finished.tree_usage),
         )
 
@@ -282,6 +315,11 @@ class Outcome:
         from tether.shared.record_file import read_record
 
         return read_record(self.record_path)
+
+
+def _memory_max(limits: dict[str, int | float] | None) -> int | None:
+    value = None if limits is None else limits.get("memory_max")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _tree_usage(usage: dict[str, int | float | None] | None) -> dict[str, Any]:

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
         def message(self) -> str | None: ...
 
 
-__all__ = ["verdict_line"]
+__all__ = ["oom_of", "verdict_line"]
 
 
 def verdict_line(
@@ -54,9 +54,17 @@ def verdict_line(
     deadline_seconds: float | None,
     record: str | None,
     no_record_reason: str | None = None,
+    oom: str | None = None,
 ) -> str:
-    """The verdict: what ended the run; what stopping took; where the record is, or why none."""
+    """The verdict: what ended the run; what stopping took; where the record is, or why none.
+
+    ``oom`` (:func:`~tether.core.limits.oom_summary`'s words, when the OOM killer
+    acted) comes first: ``killed by the OOM killer at its memory limit of 512 MiB:
+    the command was killed by SIGKILL (status 137); record ...``.
+    """
     parts = [_what_ended(told, deadline_seconds)]
+    if oom is not None:
+        parts[0] = f"{oom}: {parts[0]}"
     stopped = _what_tether_did(told)
     if stopped:
         parts.append(stopped)
@@ -112,3 +120,12 @@ def _short_time(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1000:.1f} ms"
     return f"{seconds:.2f} s"
+
+
+def oom_of(oom_kills: object, limits: dict[str, int | float] | None) -> str | None:
+    """What the verdict leads with when the tree had OOM kills (``tree_usage``'s count)."""
+    if not isinstance(oom_kills, int) or isinstance(oom_kills, bool) or oom_kills <= 0:
+        return None
+    from tether.core.limits import oom_summary
+
+    return oom_summary(None if limits is None else limits.get("memory_max"))

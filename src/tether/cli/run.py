@@ -188,14 +188,16 @@ def run(argv: list[str], asked_at: float) -> int:
         where = f" (record: {finished.record})" if lost and finished.record else ""
         warn(f"{finished.message}{where}")
     if verbose:
-        from tether.caller.verdict import verdict_line
+        from tether.caller.verdict import oom_of, verdict_line
 
+        usage = finished.tree_usage
         warn(
             verdict_line(
                 finished,
                 deadline_seconds=spec.deadline_seconds,
                 record=finished.record,
                 no_record_reason=spec.no_record_reason,
+                oom=oom_of(None if usage is None else usage.get("oom_kills"), spec.limits),
             )
         )
     return finished.exit_status

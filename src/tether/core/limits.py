@@ -43,6 +43,7 @@ __all__ = [
     "limit_controllers",
     "limit_files",
     "limit_files_v1",
+    "oom_summary",
     "parse_count",
     "parse_cpus",
     "parse_limits",
@@ -158,6 +159,21 @@ def format_size(size: int) -> str:
         if size >= 1024**power:
             return f"{size / 1024**power:.4g} {unit}"
     return f"{size} B"
+
+
+def oom_summary(memory_max: object) -> str:
+    """What every summary of a run the OOM killer ended leads with.
+
+    ``killed by the OOM killer at its memory limit of 512 MiB`` when the run
+    had ``memory_max`` (bytes), ``killed by the OOM killer`` when it had none
+    (the machine's, or a parent cgroup's, OOM killer). ``tether show``'s
+    verdict, ``tether ls``'s REASON column, ``tether run -v``'s line and
+    ``str(outcome)`` all say it first; the record's ``reason`` stays what
+    tether saw (``completed``: the kernel, not tether, stopped the command).
+    """
+    if isinstance(memory_max, int) and not isinstance(memory_max, bool) and memory_max > 0:
+        return f"killed by the OOM killer at its memory limit of {format_size(memory_max)}"
+    return "killed by the OOM killer"
 
 
 def parse_limits(

@@ -268,3 +268,17 @@ def _plural(count: object, noun: str, nouns: str | None = None) -> str:
     if number is None:
         return f"? {many}"
     return f"{number} {noun if number == 1 else many}"
+
+
+def _oom_lead(record: Mapping[str, object]) -> str | None:
+    """``killed by the OOM killer at its memory limit of 512 MiB`` if it was; ``None`` if not.
+
+    What ``tether show``'s verdict and ``tether ls``'s REASON lead with when the
+    record says ``oom_killed: true`` (its ``reason`` stays what tether saw).
+    """
+    if record.get("oom_killed") is not True:
+        return None
+    from tether.core.limits import oom_summary
+
+    limits = record.get("limits")
+    return oom_summary(limits.get("memory_max") if isinstance(limits, Mapping) else None)

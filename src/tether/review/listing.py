@@ -31,6 +31,7 @@ from tether.review._text import (
     _instant,
     _int,
     _local,
+    _oom_lead,
     _Paint,
     _path_text,
     _safe,
@@ -247,6 +248,16 @@ _REASON, _EXIT, _ESCALATED = 3, 4, 6
 #: The widest a padded cell gets: wider than any time, label or reason tether
 #: writes; what a hostile file puts there is cut (``tether show`` has it whole).
 _CELL_WIDTH: Final = 64
+#: The REASON cell's: an OOM kill leads it with ``killed by the OOM killer at its
+#: memory limit of 1.5 GiB`` before the recorded reason.
+_REASON_WIDTH: Final = 96
+
+
+def _reason_cell(record: Mapping[str, object]) -> str:
+    """``reason``, led by the OOM killer when it acted (its ``reason`` says ``completed``)."""
+    oom = _oom_lead(record)
+    reason = _safe(record.get("reason"))
+    return reason if oom is None else f"{oom} ({reason})"
 
 
 def _row(
@@ -261,14 +272,17 @@ def _row(
         _local(record.get("started_at")),
         _safe(label) if isinstance(label, str) else "-",
         _safe(command) if isinstance(command, str) and command else "-",
-        _safe(record.get("reason")) + (" (oom)" if record.get("oom_killed") is True else ""),
+        _reason_cell(record),
         "?" if status is None else str(status),
         _seconds_text(record.get("elapsed_seconds")),
         {True: "yes", False: "no"}.get(escalated, "?") if isinstance(escalated, bool) else "?",
     ]
     if host:
         cells.append(_safe(record.get("hostname")))
-    return [_cell(cell, _CELL_WIDTH) for cell in cells] + [_safe(shown_path)]
+    widths = [_REASON_WIDTH if column == _REASON else _CELL_WIDTH for column in range(len(cells))]
+    return [_cell(cell, width) for cell, width in zip(cells, widths, strict=True)] + [
+        _safe(shown_path)
+    ]
 
 
 def render_table(

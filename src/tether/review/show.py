@@ -20,6 +20,7 @@ from tether.review._text import (
     _int,
     _local,
     _number,
+    _oom_lead,
     _Paint,
     _path_text,
     _plural,
@@ -151,7 +152,14 @@ def _descendants_text(record: Mapping[str, object]) -> str:
         return "unknown"
     if record.get("eval_pid") is None and not stopped:
         return "none (the command never started)"
-    return f"{_safe(stopped)} stopped; {_safe(stragglers)} still running when the command exited"
+    if record.get("reason") != Reason.COMPLETED:
+        # ``stragglers`` counts only what a command that exited on its own left
+        # running; a stopped command's others are in the timeline's ``command_exited``.
+        return f"{_safe(stopped)} stopped"
+    return (
+        f"{_safe(stopped)} stopped; {_safe(stragglers)} left running when the command "
+        "exited on its own"
+    )
 
 
 def _rusage_text(record: Mapping[str, object]) -> str | None:
@@ -206,16 +214,10 @@ def _tree_usage_text(record: Mapping[str, object]) -> str | None:
     return ", ".join(parts)
 
 
-def _oom_text(record: Mapping[str, object]) -> str | None:
-    if record.get("oom_killed") is not True:
-        return None
+def _oom_kills_text(record: Mapping[str, object]) -> str:
     usage = record.get("tree_usage")
     kills = _int(usage.get("oom_kills")) if isinstance(usage, Mapping) else None
-    limits = record.get("limits")
-    limit = limits.get("memory_max") if isinstance(limits, Mapping) else None
-    over = f" over its memory limit of {_size_text(limit)}" if limit is not None else ""
-    killed = f" ({_plural(kills, 'OOM kill')})" if kills else ""
-    return f"the kernel's OOM killer ended the tree{over}{killed}"
+    return f" ({_plural(kills, 'OOM kill')})" if kills else ""
 
 
 def _launch_error_text(record: Mapping[str, object]) -> str | None:
@@ -236,7 +238,11 @@ def _verdict_lines(run: RunFiles, paint: _Paint) -> list[str]:
     title = "run " + (repr(_safe(label)) if isinstance(label, str) else "(no label)")
     out = _Lines(paint)
     status = _int(record.get("supervisor_exit_code"))
-    out.lines.append(paint.bold(title) + ": " + paint.reason(record.get("reason"), status))
+    said = paint.reason(record.get("reason"), status)
+    oom = _oom_lead(record)
+    if oom is not None:  # first: the recorded reason (``completed``) would hide it
+        said = f"{paint(oom, '1;31')} (reason {said})"
+    out.lines.append(paint.bold(title) + ": " + said)
     for part in (_outcome, _stopping, _extras, _provenance):
         part(out, record)
     return out.lines
@@ -247,10 +253,18 @@ def _outcome(out: _Lines, record: Mapping[str, object]) -> None:
     status = _int(record.get("supervisor_exit_code"))
     label = record.get("variant")
     out.add("label", _safe(label) if isinstance(label, str) else "-")
-    out.add(
-        "reason",
-        f"{out.paint.reason(reason, status)} - {_REASON_WORDS.get(str(reason), 'unknown')}",
-    )
+    oom = _oom_lead(record)
+    if oom is not None:
+        out.add(
+            "reason",
+            f"{out.paint(oom + _oom_kills_text(record), '1;31')}; "
+            f"recorded as {out.paint.reason(reason, status)}",
+        )
+    else:
+        out.add(
+            "reason",
+            f"{out.paint.reason(reason, status)} - {_REASON_WORDS.get(str(reason), 'unknown')}",
+        )
     out.add("exit status", _exit_status_text(record))
     out.add("command", _command_text(record))
     _optional(out, "argv", _argv_text(record))
@@ -275,9 +289,6 @@ def _stopping(out: _Lines, record: Mapping[str, object]) -> None:
 
 def _extras(out: _Lines, record: Mapping[str, object]) -> None:
     """Lines that apply to some runs only: resources, errors, an unkillable tree."""
-    oom = _oom_text(record)
-    if oom is not None:
-        out.add("OOM KILLED", out.paint(oom, "1;31"))
     _optional(out, "limits", _limits_text(record))
     _optional(out, "resources", _rusage_text(record))
     _optional(out, "whole tree", _tree_usage_text(record))
