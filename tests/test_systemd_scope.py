@@ -184,7 +184,7 @@ def test_a_scope_that_cannot_be_had_is_refused_with_what_would_work(bus: str) ->
 
 def test_an_unreachable_bus_is_a_refusal(tmp_path: Path) -> None:
     address = f"unix:path={tmp_path / 'nothing'}"
-    with pytest.raises(CgroupUnavailable, match=r"cannot reach the user bus"):
+    with pytest.raises(CgroupUnavailable, match=r"cannot reach the user's service manager"):
         start_scope(address, "tether-1-00000000.scope", 4321, description="d")
 
 
@@ -363,6 +363,14 @@ def test_a_user_without_a_bus_is_told_what_would_work(tmp_path: Path) -> None:
     assert message.endswith("systemd-run --user --scope -p Delegate=yes tether ...")
 
 
+@pytest.fixture
+def no_system_manager(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Neither the system manager's private socket nor a system bus (a container)."""
+    monkeypatch.setattr(systemd_scope, "SYSTEM_MANAGER_SOCKET", str(tmp_path / "no-private"))
+    monkeypatch.setattr(systemd_scope, "SYSTEM_BUS_SOCKET", str(tmp_path / "no-system-bus"))
+
+
+@pytest.mark.usefixtures("no_system_manager")
 def test_root_is_never_sent_to_a_user_scope(
     session_scope: Path, bus: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -380,6 +388,73 @@ def test_a_controller_the_v2_hierarchy_lacks_is_no_scope_s_either(
     with pytest.raises(CgroupUnavailable, match="holds processes"):
         run_cgroups.plan_backends(("cpu",), environ=environ)
     assert run_cgroups.plan_backends(("memory",), environ=environ)[0] == {"memory": "systemd-scope"}
+
+
+@pytest.mark.usefixtures("session_scope", "no_system_manager")
+def test_root_with_a_system_manager_gets_a_scope_of_the_system_s_for_every_controller(
+    bus: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root in a login session, a service or a scope that holds the caller (vm-hosts.md §2):
+    the caller's cgroup cannot be divided, so the system's manager is asked, not the user's."""
+    monkeypatch.setattr(run_cgroups, "_privileged", lambda: True)
+    environ = {"DBUS_SYSTEM_BUS_ADDRESS": bus, "DBUS_SESSION_BUS_ADDRESS": bus}
+    backends, _ = run_cgroups.plan_backends(("cpu", "memory", "pids"), environ=environ)
+    assert set(backends.values()) == {"systemd-system-scope"}
+
+
+def test_root_reaches_the_system_manager_as_systemd_run_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bus: str
+) -> None:
+    """The manager's private socket first (no bus daemon between), then the system bus."""
+    import socket
+
+    private = tmp_path / "private"
+    monkeypatch.setattr(systemd_scope, "SYSTEM_MANAGER_SOCKET", str(private))
+    monkeypatch.setattr(systemd_scope, "SYSTEM_BUS_SOCKET", str(tmp_path / "system_bus_socket"))
+    assert systemd_scope.system_manager_address({}) is None
+    assert systemd_scope.system_manager_address({"DBUS_SYSTEM_BUS_ADDRESS": bus}) == (bus, False)
+    listening = socket.socket(socket.AF_UNIX)
+    try:
+        listening.bind(str(private))
+        found = systemd_scope.system_manager_address({"DBUS_SYSTEM_BUS_ADDRESS": bus})
+        assert found == (f"unix:path={private}", True)
+    finally:
+        listening.close()
+
+
+def test_the_system_manager_is_asked_for_root_s_scope_and_named_in_refusals(
+    bus: str, manager: StartManager, kernel: Path, tmp_path: Path
+) -> None:
+    stand_in = manager("cpu memory pids")
+    name = "tether-98-89abcdef"
+    run = run_cgroup_in_scope(
+        name, ("pids",), {"pids.max": "20"}, {"pids_max": "pids"}, address=bus, system=True
+    )
+    try:
+        (call,) = stand_in.calls()
+        assert call["properties"][1:] == [
+            ["Delegate", ["b", True]],
+            ["PIDs", ["au", [os.getpid()]]],
+        ]
+        scope = stand_in.scope(f"{name}.scope")
+        assert (scope / "supervisor" / "cgroup.procs").read_text() == "0"
+        assert (scope / "cgroup.subtree_control").read_text() == "+pids"
+        assert (scope / name / "pids.max").read_text() == "20"
+    finally:
+        run.close_join()
+    with pytest.raises(CgroupUnavailable) as refused:
+        run_cgroup_in_scope(
+            "tether-98-01234567",
+            ("pids",),
+            {},
+            {"pids_max": "pids"},
+            address=f"unix:path={tmp_path / 'nothing'}",
+            system=True,
+        )
+    message = str(refused.value)
+    assert "the system's service manager" in message
+    assert "as root" not in message
+    assert message.endswith("run without limits")
 
 
 @pytest.mark.usefixtures("session_scope")

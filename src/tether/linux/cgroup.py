@@ -782,8 +782,9 @@ def is_run_cgroup(directory: str) -> bool:
     supervisor (or the zygote that forked it, both in their caller's cgroup)
     made it; or directly in the user's systemd scope the supervisor asked
     for (:mod:`tether.linux.systemd_scope`): a scope named after it
-    (``<name>.scope``), in a cgroup v2 mount, delegated to this user (a
-    non-root one: it owns the scope's directory). The caller's fallback
+    (``<name>.scope``), in a cgroup v2 mount, delegated to this user (it
+    owns the scope's directory: the user's, or root's for the system's
+    manager's scope). The caller's fallback
     kills nothing else, whatever a status message said: a forged ``started``
     cannot make it kill another cgroup.
     """
@@ -797,8 +798,12 @@ def is_run_cgroup(directory: str) -> bool:
 
 
 def _in_own_scope(scope: str, name: str) -> bool:
-    """Whether ``scope`` is the systemd scope made for run cgroup ``name``, and this user's."""
-    if os.path.basename(scope) != f"{name}.scope" or os.geteuid() == 0:
+    """Whether ``scope`` is the systemd scope made for run cgroup ``name``, and this user's.
+
+    A user's manager leaves the scope it delegated owned by that user; the
+    system's manager, which makes root's, leaves it root's.
+    """
+    if os.path.basename(scope) != f"{name}.scope":
         return False
     if not any(scope.startswith(point.rstrip("/") + "/") for _root, point in _cgroup2_mounts()):
         return False

@@ -47,6 +47,7 @@ from tether.linux.cgroup1 import Hierarchy, V1Cgroup, find_hierarchies, read_usa
 from tether.linux.systemd_scope import (
     hierarchy_controllers,
     run_cgroup_in_scope,
+    system_manager_address,
     user_bus_address,
 )
 
@@ -55,7 +56,17 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Final
 
-__all__ = ["USAGE_KEYS", "RunCgroups", "plan_backends", "remove_stale_everywhere"]
+__all__ = [
+    "SCOPE_BACKENDS",
+    "USAGE_KEYS",
+    "RunCgroups",
+    "plan_backends",
+    "remove_stale_everywhere",
+]
+
+#: The backends that put the run's cgroup v2 in a transient scope a service manager makes for
+#: the supervisor: the user's manager's (a non-root caller), the system manager's (root).
+SCOPE_BACKENDS: Final = frozenset({"systemd-scope", "systemd-system-scope"})
 
 #: What :meth:`RunCgroups.usage` says, in the record's order (``tree_usage``).
 USAGE_KEYS: Final = (
@@ -131,20 +142,28 @@ def _privileged() -> bool:
     return os.geteuid() == 0
 
 
-def _user_scope(path: str, directory: str, environ: Mapping[str, str]) -> tuple[set[str], str]:
-    """What a user's systemd scope could hold here, and why not if nothing.
+def _scope(path: str, directory: str, environ: Mapping[str, str]) -> tuple[set[str], str, str]:
+    """What a systemd scope could hold here, the backend it would be, and why not if nothing.
 
-    The controllers of the v2 hierarchy (a scope gets at most those), for a
-    non-root process with a user bus to ask; none, with the reason, otherwise.
+    The controllers of the v2 hierarchy (a scope gets at most those): for a
+    non-root process with a user bus to ask (``systemd-scope``), for root with
+    the system's manager to ask (``systemd-system-scope``); none, with the
+    reason, otherwise.
     """
     if _privileged():
-        return set(), ""
+        if system_manager_address(environ) is None:
+            return set(), "", "no service manager to ask for a delegated scope"
+        return hierarchy_controllers(path, directory), "systemd-system-scope", ""
     if user_bus_address(environ) is None:
-        return set(), (
-            "no user bus to ask systemd for a delegated scope "
-            "(neither $DBUS_SESSION_BUS_ADDRESS nor $XDG_RUNTIME_DIR/bus is a socket)"
+        return (
+            set(),
+            "",
+            (
+                "no user bus to ask systemd for a delegated scope "
+                "(neither $DBUS_SESSION_BUS_ADDRESS nor $XDG_RUNTIME_DIR/bus is a socket)"
+            ),
         )
-    return hierarchy_controllers(path, directory), ""
+    return hierarchy_controllers(path, directory), "systemd-scope", ""
 
 
 def plan_backends(
@@ -174,7 +193,7 @@ def plan_backends(
     except CgroupUnavailable as why:
         v2_path, v2_directory, v2_why = "", None, str(why)
     v1 = _v1_by_controller(find_hierarchies(check=check)) if controllers else {}
-    scope: tuple[set[str], str] | None = None
+    scope: tuple[set[str], str, str] | None = None
     for name in controllers:
         if v2_directory is not None:
             v2_why = _v2_refusal(v2_directory, name)
@@ -184,14 +203,12 @@ def plan_backends(
         hierarchy = v1.get(name)
         if hierarchy is None and v2_directory is not None:
             if scope is None:
-                scope = _user_scope(
-                    v2_path, v2_directory, os.environ if environ is None else environ
-                )
-            offered, no_scope = scope
+                scope = _scope(v2_path, v2_directory, os.environ if environ is None else environ)
+            offered, scope_backend, no_scope = scope
             if name in offered:
-                backends[name] = "systemd-scope"
+                backends[name] = scope_backend
                 continue
-            v2_why = f"{v2_why}; {no_scope}" if no_scope else v2_why
+            v2_why = f"{v2_why}; {no_scope}" if no_scope and not _privileged() else v2_why
         if hierarchy is None:
             if _READ_ONLY_REMEDY in v2_why:
                 raise CgroupUnavailable(v2_why)
@@ -205,9 +222,11 @@ def plan_backends(
                 "run tether as root"
             )
         backends[name] = "cgroup1"
-    if "systemd-scope" in backends.values():
+    in_scope = SCOPE_BACKENDS.intersection(backends.values())
+    if in_scope:
+        (scope_backend,) = in_scope
         backends = {
-            name: "systemd-scope" if backend == "cgroup2" else backend
+            name: scope_backend if backend == "cgroup2" else backend
             for name, backend in backends.items()
         }
     return backends, v1
@@ -285,7 +304,7 @@ class RunCgroups:
             remove_stale(hierarchy.directory)  # a SIGKILLed supervisor's, in any hierarchy
         made = cls(None, [], dict(enforced_by or {}))
         try:
-            if "systemd-scope" in backends.values():
+            if SCOPE_BACKENDS.intersection(backends.values()):
                 made.v2 = _make_in_scope(
                     name, backends, v2_files or {}, limit_controllers or {}, environ
                 )
@@ -437,18 +456,34 @@ def _make_in_scope(
     limit_controllers: Mapping[str, str],
     environ: Mapping[str, str] | None,
 ) -> RunCgroup:
-    """The v2 cgroup with its limits, in a scope of the user's systemd made for this process."""
-    address = user_bus_address(os.environ if environ is None else environ)
-    if address is None:
-        raise CgroupUnavailable(f"the user bus is gone; {_DELEGATE}")
-    controllers = tuple(each for each, backend in backends.items() if backend == "systemd-scope")
+    """The v2 cgroup with its limits, in a scope a service manager made for this process.
+
+    The system's manager for root (``systemd-system-scope``), the user's own
+    otherwise (``systemd-scope``).
+    """
+    environ = os.environ if environ is None else environ
+    system = "systemd-system-scope" in backends.values()
+    direct = False
+    if system:
+        found = system_manager_address(environ)
+        if found is None:
+            raise CgroupUnavailable("the system's service manager is gone; run without limits")
+        address, direct = found
+    else:
+        user_bus = user_bus_address(environ)
+        if user_bus is None:
+            raise CgroupUnavailable(f"the user bus is gone; {_DELEGATE}")
+        address = user_bus
+    controllers = tuple(each for each, backend in backends.items() if backend in SCOPE_BACKENDS)
     written = {file: text for file, text in files.items() if file.split(".", 1)[0] in controllers}
     limits = {
         limit: controller
         for limit, controller in limit_controllers.items()
         if controller in controllers
     }
-    return run_cgroup_in_scope(name, controllers, written, limits, address=address)
+    return run_cgroup_in_scope(
+        name, controllers, written, limits, address=address, direct=direct, system=system
+    )
 
 
 def _make_v1(

@@ -78,11 +78,14 @@ __all__ = [
     "SUPERVISOR_LEAF",
     "SYSTEMD_BUS_NAME",
     "SYSTEMD_PATH",
+    "SYSTEM_MANAGER",
+    "USER_MANAGER",
     "enter_scope",
     "hierarchy_controllers",
     "run_cgroup_in_scope",
     "scope_properties",
     "start_scope",
+    "system_manager_address",
     "user_bus_address",
 ]
 
@@ -99,6 +102,14 @@ SCOPE_TIMEOUT: Final = 10.0
 _QUEUED: Final = 256
 #: What a user can do where tether cannot ask for a scope itself.
 SCOPE_REMEDY: Final = "systemd-run --user --scope -p Delegate=yes tether ..."
+#: The system manager's own socket: root speaks to it directly, with no bus daemon between
+#: (systemd's ``bus_connect_system_systemd``, which ``systemd-run --scope`` uses as root).
+SYSTEM_MANAGER_SOCKET: Final = "/run/systemd/private"
+#: The system bus, which root's ``systemd-run`` falls back to where that socket is not there.
+SYSTEM_BUS_SOCKET: Final = "/run/dbus/system_bus_socket"
+#: How messages name the user's manager, and the system's.
+USER_MANAGER: Final = "the user's service manager"
+SYSTEM_MANAGER: Final = "the system's service manager"
 
 
 # -- finding the bus (the caller's side too: no jeepney) -------------------------------------
@@ -139,6 +150,24 @@ def user_bus_address(environ: Mapping[str, str]) -> str | None:
     runtime = environ.get("XDG_RUNTIME_DIR", "")
     if runtime and os.path.isabs(runtime) and _is_socket(os.path.join(runtime, "bus")):
         return "unix:path=" + os.path.join(runtime, "bus")
+    return None
+
+
+def system_manager_address(environ: Mapping[str, str]) -> tuple[str, bool] | None:
+    """How root reaches the system's service manager: an address, and whether it is direct.
+
+    As ``systemd-run --scope`` finds it as root: the manager's private socket
+    first (a direct, peer-to-peer connection: no bus daemon, no ``Hello``),
+    then the system bus (``$DBUS_SYSTEM_BUS_ADDRESS``, else its usual
+    socket). ``None`` where there is neither (a container without systemd).
+    """
+    if _is_socket(SYSTEM_MANAGER_SOCKET):
+        return f"unix:path={SYSTEM_MANAGER_SOCKET}", True
+    address = environ.get("DBUS_SYSTEM_BUS_ADDRESS", "")
+    if address and _reachable(address):
+        return address, False
+    if _is_socket(SYSTEM_BUS_SOCKET):
+        return f"unix:path={SYSTEM_BUS_SOCKET}", False
     return None
 
 
@@ -195,7 +224,7 @@ class BusGarbled(ValueError):
     """The bus sent what is not a D-Bus message tether would read (or one too large)."""
 
 
-def _connect(address: str, deadline: float) -> DBusConnection:
+def _connect(address: str, deadline: float, *, direct: bool = False) -> DBusConnection:
     """A connection to the bus at ``address``, authenticated and greeted by ``deadline``.
 
     jeepney's own connection waits for ``Hello``'s answer forever, and its
@@ -206,7 +235,8 @@ def _connect(address: str, deadline: float) -> DBusConnection:
     :data:`MAX_MESSAGE`), and never past ``deadline``: a message that arrives
     after it is not read, so a bus that never stops sending cannot hold the
     exchange up (the deadline is looked at before every message, not only
-    when the socket is idle).
+    when the socket is idle). ``direct``: the peer is the manager itself, not
+    a bus daemon, and is sent no ``Hello``.
     """
     from jeepney.bus import get_connectable_addresses
     from jeepney.bus_messages import message_bus
@@ -218,7 +248,7 @@ def _connect(address: str, deadline: float) -> DBusConnection:
             DBusConnectionBase.__init__(self, sock)
             self._filters = MessageFilters()
             self.bus_proxy = Proxy(message_bus, self, timeout=_left(deadline))
-            self.unique_name = self.bus_proxy.Hello()[0]
+            self.unique_name = None if direct else self.bus_proxy.Hello()[0]
 
         def _receive(self, _jeepney_deadline: float | None) -> Message:
             # The exchange's own deadline, whatever jeepney computed from a timeout.
@@ -256,7 +286,9 @@ def _left(deadline: float) -> float:
     return max(0.0, deadline - time.monotonic())
 
 
-def _answer(connection: DBusConnection, message: Message, deadline: float) -> tuple[object, ...]:
+def _answer(
+    connection: DBusConnection, message: Message, deadline: float, who: str = USER_MANAGER
+) -> tuple[object, ...]:
     """The body of the reply to ``message``; :class:`CgroupUnavailable` for an error reply."""
     from jeepney import HeaderFields, MessageType
 
@@ -264,14 +296,19 @@ def _answer(connection: DBusConnection, message: Message, deadline: float) -> tu
     if reply.header.message_type == MessageType.error:
         name = reply.header.fields.get(HeaderFields.error_name, "an error")
         text = reply.body[0] if reply.body and isinstance(reply.body[0], str) else ""
-        raise CgroupUnavailable(
-            f"the user's service manager refused the scope: {name}{': ' if text else ''}{text}"
-        )
+        raise CgroupUnavailable(f"{who} refused the scope: {name}{': ' if text else ''}{text}")
     return tuple(reply.body)
 
 
 def start_scope(
-    address: str, unit: str, pid: int, *, description: str, timeout: float = SCOPE_TIMEOUT
+    address: str,
+    unit: str,
+    pid: int,
+    *,
+    description: str,
+    timeout: float = SCOPE_TIMEOUT,
+    direct: bool = False,
+    who: str = USER_MANAGER,
 ) -> None:
     """Ask the user's service manager for scope ``unit`` holding ``pid``; return once it runs.
 
@@ -279,6 +316,10 @@ def start_scope(
     the call, so it cannot be missed), at most ``timeout`` seconds for the
     whole exchange. Raise :class:`CgroupUnavailable` if the bus cannot be
     reached, the manager refuses, or the job ends other than ``done``.
+    ``direct``: ``address`` is the manager's own socket (root and the system
+    manager: :func:`system_manager_address`), where no bus daemon routes
+    signals and the manager sends every one to the connection unasked, so
+    no ``AddMatch`` either; ``who`` names the manager in messages.
     """
     try:
         from jeepney import DBusAddress, MatchRule, new_method_call
@@ -292,19 +333,18 @@ def start_scope(
     deadline = time.monotonic() + timeout
     signal = {"type": "signal", "interface": MANAGER_INTERFACE, "member": "JobRemoved"}
     try:
-        connection = _connect(address, deadline)
+        connection = _connect(address, deadline, direct=direct)
     except TimeoutError:
-        raise CgroupUnavailable(
-            f"the user bus at {address} did not answer within {timeout:g} s"
-        ) from None
+        raise CgroupUnavailable(f"{who} at {address} did not answer within {timeout:g} s") from None
     except Exception as error:  # any bytes from the bus: the documented refusal, never a crash
-        raise CgroupUnavailable(f"cannot reach the user bus at {address}: {error}") from None
+        raise CgroupUnavailable(f"cannot reach {who} at {address}: {error}") from None
     # Bounded: a bus flooding signals that match loses the oldest, never grows this.
     queue: deque[Message] = deque(maxlen=_QUEUED)
     try:
         with connection.filter(MatchRule(path=SYSTEMD_PATH, **signal), queue=queue) as removed:
-            bus_rule = MatchRule(sender=SYSTEMD_BUS_NAME, path=SYSTEMD_PATH, **signal)
-            _answer(connection, message_bus.AddMatch(bus_rule), deadline)
+            if not direct:
+                bus_rule = MatchRule(sender=SYSTEMD_BUS_NAME, path=SYSTEMD_PATH, **signal)
+                _answer(connection, message_bus.AddMatch(bus_rule), deadline, who)
             manager = DBusAddress(
                 SYSTEMD_PATH, bus_name=SYSTEMD_BUS_NAME, interface=MANAGER_INTERFACE
             )
@@ -314,23 +354,19 @@ def start_scope(
                 "ssa(sv)a(sa(sv))",
                 (unit, JOB_MODE, scope_properties(pid, description), []),
             )
-            (job,) = _answer(connection, call, deadline)
+            (job,) = _answer(connection, call, deadline, who)
             result = _job_result(connection, removed, job, deadline)
     except TimeoutError:
-        raise CgroupUnavailable(
-            f"the user's service manager did not start {unit} within {timeout:g} s"
-        ) from None
+        raise CgroupUnavailable(f"{who} did not start {unit} within {timeout:g} s") from None
     except CgroupUnavailable:
         raise
     except Exception as error:  # any bytes from the bus: the documented refusal, never a crash
-        raise CgroupUnavailable(f"the user bus failed while starting {unit}: {error}") from None
+        raise CgroupUnavailable(f"the bus to {who} failed while starting {unit}: {error}") from None
     finally:
         with contextlib.suppress(OSError):
             connection.close()
     if result != "done":
-        raise CgroupUnavailable(
-            f"the user's service manager could not start {unit} (its job ended {result!r})"
-        )
+        raise CgroupUnavailable(f"{who} could not start {unit} (its job ended {result!r})")
 
 
 def _job_result(connection: DBusConnection, removed: object, job: object, deadline: float) -> str:
@@ -347,7 +383,7 @@ def _job_result(connection: DBusConnection, removed: object, job: object, deadli
 # -- inside the scope -----------------------------------------------------------------------
 
 
-def enter_scope(unit: str) -> tuple[str, str]:
+def enter_scope(unit: str, who: str = USER_MANAGER) -> tuple[str, str]:
     """This process's cgroup, checked to be scope ``unit``: its path and its directory.
 
     Believed from ``/proc/self/cgroup``, never from the manager's word: the
@@ -356,20 +392,24 @@ def enter_scope(unit: str) -> tuple[str, str]:
     """
     path, directory = own_cgroup()
     if os.path.basename(path) != unit:
-        raise CgroupUnavailable(
-            f"the user's service manager started {unit}, but this process is in {path}, not in it"
-        )
+        raise CgroupUnavailable(f"{who} started {unit}, but this process is in {path}, not in it")
     return path, directory
 
 
-def _refusal(unit: str, missing: Mapping[str, str], offered: Iterable[str]) -> str:
+def _refusal(
+    unit: str, missing: Mapping[str, str], offered: Iterable[str], who: str = USER_MANAGER
+) -> str:
     controllers = sorted(set(missing.values()))
     listed = " ".join(sorted(offered)) or "none"
-    return (
-        f"the user's service manager delegates no {' or '.join(controllers)} controller "
-        f"(the scope {unit} got: {listed}), so {', '.join(missing)} cannot be enforced: "
+    remedy = (
         "an administrator can add it to Delegate= of user@.service "
         "(systemctl edit user@.service), or run tether as root"
+        if who == USER_MANAGER
+        else "the kernel or the system's cgroup setup lacks it; run without that limit"
+    )
+    return (
+        f"{who} delegates no {' or '.join(controllers)} controller "
+        f"(the scope {unit} got: {listed}), so {', '.join(missing)} cannot be enforced: {remedy}"
     )
 
 
@@ -380,6 +420,8 @@ def run_cgroup_in_scope(
     limits: Mapping[str, str],
     *,
     address: str,
+    direct: bool = False,
+    system: bool = False,
 ) -> RunCgroup:
     """Move this process (the supervisor) into a new scope; make the run's cgroup ``name`` in it.
 
@@ -388,22 +430,30 @@ def run_cgroup_in_scope(
     API name) to its controller; every one whose controller the scope did not
     get is refused first: :class:`CgroupUnavailable`, whose message names
     them all. The scope ends by itself once this process
-    and the run's cgroup are gone.
+    and the run's cgroup are gone. ``system``: the scope is asked of the
+    system's manager (root), at ``address``, ``direct`` or over the system
+    bus (:func:`system_manager_address`); the user's otherwise.
     """
     unit = f"{name}.scope"
+    who = SYSTEM_MANAGER if system else USER_MANAGER
     try:
-        start_scope(address, unit, os.getpid(), description=f"tether run {name}")
+        start_scope(
+            address, unit, os.getpid(), description=f"tether run {name}", direct=direct, who=who
+        )
     except CgroupUnavailable as why:
-        raise CgroupUnavailable(
-            f"{why}; run tether as root, or in a cgroup delegated to you: {SCOPE_REMEDY}"
-        ) from None
-    path, scope = enter_scope(unit)
+        remedy = (
+            "run without limits"
+            if system
+            else f"run tether as root, or in a cgroup delegated to you: {SCOPE_REMEDY}"
+        )
+        raise CgroupUnavailable(f"{why}; {remedy}") from None
+    path, scope = enter_scope(unit, who)
     offered = _words(os.path.join(scope, "cgroup.controllers"))
     missing = {
         limit: controller for limit, controller in limits.items() if controller not in offered
     }
     if missing:
-        raise CgroupUnavailable(_refusal(unit, missing, offered))
+        raise CgroupUnavailable(_refusal(unit, missing, offered, who))
     leaf = os.path.join(scope, SUPERVISOR_LEAF)
     try:
         os.mkdir(leaf, 0o755)

@@ -54,7 +54,7 @@ from tether.core.limits import (
     parse_limits,
 )
 from tether.linux.cgroup import CgroupUnavailable, warm_attach_lock
-from tether.linux.run_cgroups import RunCgroups, plan_backends
+from tether.linux.run_cgroups import SCOPE_BACKENDS, RunCgroups, plan_backends
 
 # Run before the command starts: no ``typing`` or ``dataclasses`` at run time.
 TYPE_CHECKING = False
@@ -278,7 +278,7 @@ def _limited_cgroup(
         )
     try:
         backends, hierarchies = plan_backends(limit_controllers(limits), environ=environ)
-        if "systemd-scope" in backends.values() and not supervisor:
+        if SCOPE_BACKENDS.intersection(backends.values()) and not supervisor:
             raise _Deferred
         v1_limits = {
             name: value
