@@ -297,7 +297,9 @@ def test_every_limit_not_delegated_is_refused_before_anything_moves(
 def test_the_callers_fallback_reaches_a_run_cgroup_only_in_its_own_scope(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A caller that lost its supervisor may kill the run's cgroup in the scope made for it."""
+    """A caller that lost its supervisor may kill the run's cgroup in the scope made for it:
+    the user's manager leaves it the user's, the system's manager root's (any user runs this:
+    the directories are this user's, and the caller is told it is that user, or another)."""
     from tether.linux import cgroup
 
     root = tmp_path / "cgroupfs"
@@ -305,25 +307,21 @@ def test_the_callers_fallback_reaches_a_run_cgroup_only_in_its_own_scope(
     name = "tether-5-0123abcd"
     ours = slice_ / f"{name}.scope" / name
     ours.mkdir(parents=True)
-    os.chown(ours.parent, 1000, -1)  # Delegate=yes: the scope is the user's
     other = slice_ / "tether-5-89abcdef.scope" / name  # a scope named for another run
     other.mkdir(parents=True)
-    os.chown(other.parent, 1000, -1)
     strangers = slice_ / f"{name}.scope-not-ours" / name
     strangers.mkdir(parents=True)
+    owner = ours.parent.stat().st_uid  # Delegate=yes: the scope is its user's
     monkeypatch.setattr(cgroup, "_cgroup2_mounts", lambda: [("/", str(root))])
-    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "geteuid", lambda: owner)
     assert cgroup.is_run_cgroup(str(ours))
     assert not cgroup.is_run_cgroup(str(other))
     assert not cgroup.is_run_cgroup(str(strangers))
-    os.chown(ours.parent, 1001, -1)  # another user's
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)  # another user's scope
     assert not cgroup.is_run_cgroup(str(ours))
-    os.chown(ours.parent, 1000, -1)
+    monkeypatch.setattr(os, "geteuid", lambda: owner)
     monkeypatch.setattr(cgroup, "_cgroup2_mounts", lambda: [("/", str(tmp_path / "elsewhere"))])
     assert not cgroup.is_run_cgroup(str(ours))  # not in a cgroup2 mount
-    monkeypatch.setattr(cgroup, "_cgroup2_mounts", lambda: [("/", str(root))])
-    monkeypatch.setattr(os, "geteuid", lambda: 0)
-    assert not cgroup.is_run_cgroup(str(ours))  # root never asks for a user's scope
 
 
 # -- choosing the backend -----------------------------------------------------------------
