@@ -397,9 +397,10 @@ def test_ls_lists_real_runs_newest_first(runs: dict[str, Path]) -> None:
     # Made in KINDS order, so newest first is the reverse.
     assert [row[-1] for row in body] == [f"{kind}.json" for kind in reversed(KINDS)]
     by_name = {row[-1]: row for row in body}
-    python = Path(sys.executable).name
-    assert by_name["deadline.json"][1:5] == ["eval-slow", "sh", "deadline_exceeded", "124"]
-    assert by_name["completed.json"][1:5] == ["eval-ok", python, "completed", "0"]
+    # ``sh -c ...``: what ran is inline code (never the code itself).
+    assert by_name["deadline.json"][1:5] == ["eval-slow", "sh -c", "deadline_exceeded", "124"]
+    # ``python exit_with.py``: the script, not the interpreter.
+    assert by_name["completed.json"][1:5] == ["eval-ok", "exit_with.py", "completed", "0"]
     assert by_name["launch_failed.json"][1:5] == ["-", "command", "launch_failed", "127"]
     lost = by_name["caller_lost.json"]
     assert (lost[1], lost[3:5], lost[6]) == ("orphaned", ["parent_lost", "130"], "yes")

@@ -77,7 +77,7 @@ def test_show_and_ls_say_what_ran(tmp_path: Path) -> None:
     tether.run(["sh", "-c", "exit 7"], record=record, cwd=tmp_path, label="seven")
     run = load_run(record)
     shown = render_run(run)
-    assert "  command       sh, pid " in shown
+    assert "  command       sh -c, pid " in shown  # inline code: named, never kept
     assert f"  directory     {tmp_path}\n" in shown
     assert "  label         seven\n" in shown
     table = render_table([(record, run.record or {})], directory=record.parent)
@@ -85,7 +85,7 @@ def test_show_and_ls_say_what_ran(tmp_path: Path) -> None:
     assert header.split() == [
         "WHEN", "LABEL", "COMMAND", "REASON", "EXIT", "DURATION", "ESCALATED", "RECORD"
     ]  # fmt: skip
-    assert row.split()[2:6] == ["seven", "sh", "completed", "7"]
+    assert row.split()[2:7] == ["seven", "sh", "-c", "completed", "7"]
 
 
 def test_a_nonzero_exit_is_not_green(tmp_path: Path) -> None:

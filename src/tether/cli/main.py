@@ -52,6 +52,17 @@ def _main_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of the subcommand ``name`` of ``parser``."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[name]
+            return found
+    raise LookupError(name)  # pragma: no cover - every subcommand is added above
+
+
 def console_main() -> int:
     """The ``tether`` program: its deadline counts from when this process started.
 
@@ -159,7 +170,14 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
         from tether.cli.timeout import main as timeout_main
 
         return timeout_main(args[1:], asked_at=asked_at)
-    parsed = _main_parser().parse_args(args)
+    parser = _main_parser()
+    parsed = parser.parse_args(args[:1]) if args[:1] in (["show"], ["ls"], ["prune"]) else None
+    if parsed is not None:
+        # The subcommand's own parser reads its options, so that a bad one is refused with
+        # its usage (``usage: tether ls ...``), not the top-level one.
+        parsed = _subparser(parser, args[0]).parse_args(args[1:], namespace=parsed)
+    else:
+        parsed = parser.parse_args(args)
     if parsed.command == "show":
         from tether.cli.review import show
 

@@ -17,7 +17,7 @@ import functools
 import io
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from tether.cli.messages import fail, print_out, warn
@@ -37,10 +37,12 @@ def add_show_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
         "asked to run it. RUN is a record (.json) or its event log (.events.jsonl), either finds "
         "the other; or a record's name as tether ls prints it, or a label (the newest run with "
         "it), both looked up in the default records directory from any directory.",
-        epilog="Colour only on a terminal, and never when NO_COLOR is set. Exit status: 0 shown "
+        epilog="Colour only on a terminal, and never when NO_COLOR is set. --follow looks for "
+        "new lines four times a second while the run goes on. Exit status: 0 shown "
         "(even if the record or the log is missing, or the log's last line is cut short: the "
-        "gaps are named on stderr), 125 nothing to show (not a tether record or event log, "
-        "unreadable, missing).",
+        "gaps are named on stderr; with --follow, followed to the run's end, or to its "
+        "supervisor's loss), 125 nothing to show (not a tether record or event log, "
+        "unreadable, missing), 130 --follow interrupted (Ctrl-C).",
     )
     show.add_argument(
         "path",
@@ -59,6 +61,13 @@ def add_show_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
     show.add_argument(
         "-a", "--all", action="store_true", help="also show the core's steps that changed nothing"
     )
+    show.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="follow a run in progress: print each event as it is written (one JSON object a "
+        "line with --json), and end when the run ends; a finished run is printed whole",
+    )
 
 
 def add_ls_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
@@ -66,7 +75,9 @@ def add_ls_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
         "ls",
         help="list the runs in a records directory (tether ls --help)",
         description="List the runs recorded in DIR, newest first: when each started (local "
-        "time), its label, the command's name, why it ended, its exit status, how long it took, "
+        "time), its label, what ran (the script or module an interpreter ran: evaluate.py for "
+        "python evaluate.py, pkg.mod for python -m pkg.mod, python -c; else the command's "
+        "name), why it ended, its exit status, how long it took, "
         "whether SIGKILL was needed, and the record's name (tether show NAME shows it, from any "
         "directory). Runs with no record yet come first, from their event logs: running (since "
         "when, for how long, the deadline left, the supervisor's and the command's pids) or lost "
@@ -95,6 +106,18 @@ def add_ls_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
         metavar="WHEN",
         help="only runs started within the last WHEN (30m, 12h, 7d) or since an ISO date/time "
         "(2024-05-01, 2024-05-01T12:00; local time unless it has an offset)",
+    )
+    ls.add_argument(
+        "--until",
+        metavar="WHEN",
+        help="only runs started at or before WHEN: a duration ago (1h: started more than an "
+        "hour ago) or an ISO date/time, as --since",
+    )
+    ls.add_argument(
+        "-n",
+        "--count",
+        metavar="N",
+        help="only the newest N runs that pass the filters (those in progress first)",
     )
     ls.add_argument(
         "--label", metavar="PATTERN", help="only runs whose label matches (shell pattern: eval-*)"
@@ -189,6 +212,8 @@ def show(args: argparse.Namespace) -> int:
         if args.last:
             fail(str(error))
         directory = None
+    if args.follow:
+        return _follow(args, directory)
     try:
         if args.last:
             assert directory is not None
@@ -205,6 +230,47 @@ def show(args: argparse.Namespace) -> int:
     if args.json:
         return print_out(run_as_json(run))
     return print_out(render_run(run, colour=use_colour(sys.stdout), all_steps=args.all))
+
+
+def _follow(args: argparse.Namespace, directory: Path | None) -> int:
+    """``tether show --follow``: the run's events as they are written, until it ends."""
+    import json
+
+    from tether.review import ReviewError, find_newest, find_run, printable_path
+    from tether.review.follow import follow, format_event
+
+    try:
+        if args.last:
+            assert directory is not None
+            path, notes = find_newest(directory), list[str]()
+        else:
+            path, notes = find_run(args.path, directory)
+    except ReviewError as error:
+        fail(str(error))
+    for note in notes:
+        warn(note)
+    origin: list[float] = []
+
+    def emit(event: Mapping[str, object]) -> None:
+        text = json.dumps(event) + "\n" if args.json else format_event(event, origin) + "\n"
+        status = print_out(text)
+        if status:
+            raise SystemExit(status)
+
+    try:
+        followed = follow(path, emit)
+    except ReviewError as error:
+        fail(str(error))
+    except KeyboardInterrupt:
+        return 130
+    if followed.skipped:
+        warn(f"{followed.skipped} line(s) of the event log were not events, and were skipped")
+    if followed.lost:
+        warn(
+            f"{printable_path(path)}: the run's supervisor is gone and left no record "
+            "(a lost run: tether show it for what is known)"
+        )
+    return 0
 
 
 def _records_directory(given: str | None) -> Path | None:
@@ -233,6 +299,7 @@ def ls(args: argparse.Namespace) -> int:
     from tether.review import (
         Filters,
         ReviewError,
+        parse_count,
         parse_reasons,
         parse_since,
         printable_path,
@@ -249,7 +316,9 @@ def ls(args: argparse.Namespace) -> int:
             reasons=parse_reasons(args.reason),
             since=None if args.since is None else parse_since(args.since),
             label=args.label,
+            until=None if args.until is None else parse_since(args.until, flag="--until"),
         )
+        count = None if args.count is None else parse_count(args.count)
     except ReviewError as error:
         fail(str(error))
     directory = _records_directory(args.directory)
@@ -271,6 +340,9 @@ def ls(args: argparse.Namespace) -> int:
         )
     rows = select(listing.records, filters)
     current = select(listing.in_progress, filters)
+    if count is not None:
+        current = current[:count]
+        rows = rows[: count - len(current)]
     if args.json:
         return print_out(rows_as_json(rows, current))
     if not rows and not current:

@@ -36,9 +36,17 @@ from tether.core.values import DeclaredValue
 # On the supervisor's path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Final
 
-__all__ = ["DEFAULT_GRACE_SECONDS", "DEFAULT_STOP_SIGNAL", "RunSpec", "SpecError", "command_name"]
+__all__ = [
+    "DEFAULT_GRACE_SECONDS",
+    "DEFAULT_STOP_SIGNAL",
+    "RunSpec",
+    "SpecError",
+    "command_name",
+    "script_name",
+]
 
 #: The most characters of the command's name a record or a launch line keeps.
 MAX_NAME_CHARACTERS: Final = 4096
@@ -183,6 +191,96 @@ def command_name(argv: tuple[str, ...] | list[str]) -> str:
     """
     name = argv[0].rstrip("/").rsplit("/", 1)[-1] if argv else ""
     return name[:MAX_NAME_CHARACTERS]
+
+
+#: Interpreters whose first operand is the program they run: Python's, and POSIX shells.
+_PYTHON_RE: Final = r"(?:python|pypy)(?:\d+(?:\.\d+)*)?[a-z]?"
+_SHELLS: Final = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash"})
+#: Python's options that take a value (``-W error``, ``-X dev``): skipped, never kept.
+_PYTHON_VALUE_LETTERS: Final = frozenset("WXQ")
+_PYTHON_LONG_WITH_VALUE: Final = frozenset({"--check-hash-based-pycs"})
+_MODULE_RE: Final = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
+
+
+def script_name(argv: tuple[str, ...] | list[str]) -> str | None:
+    """What an interpreter ran, as ``tether ls`` names it; ``None`` for any other command.
+
+    ``python evaluate.py --key K`` is ``evaluate.py`` (the script's last path
+    component), ``python -m pkg.mod`` is ``pkg.mod``, ``python -c CODE`` is
+    ``python -c`` (never the code), ``bash run.sh`` is ``run.sh`` and
+    ``bash -c CMD`` is ``bash -c``. Only the program's name is ever taken:
+    no option's value and no argument after the program (those are where
+    credentials live). The interpreters known are Python's (``python``,
+    ``python3``, ``python3.12``, ``pypy3``) and the POSIX shells; for any other
+    command, or a command line this cannot read for sure, ``None``.
+    """
+    if len(argv) < 2:
+        return None
+    import re  # here, not at the top: the supervisor's launch path never needs it
+
+    interpreter = command_name(argv)
+    if re.fullmatch(_PYTHON_RE, interpreter):
+        return _python_program(interpreter, argv[1:])
+    if interpreter in _SHELLS:
+        return _shell_program(interpreter, argv[1:])
+    return None
+
+
+def _python_program(interpreter: str, words: Sequence[str]) -> str | None:
+    import re
+
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word == "--":
+            return _script(words[index + 1]) if index + 1 < len(words) else None
+        if word == "-":
+            return f"{interpreter} -"
+        if word.startswith("--"):
+            index += 2 if word in _PYTHON_LONG_WITH_VALUE else 1
+            continue
+        if not word.startswith("-"):
+            return _script(word)
+        for position, letter in enumerate(word[1:], start=1):
+            rest = word[position + 1 :]
+            if letter == "c":
+                return f"{interpreter} -c"
+            if letter == "m":
+                module = rest or (words[index + 1] if index + 1 < len(words) else "")
+                known = re.fullmatch(_MODULE_RE, module)
+                return module[:MAX_NAME_CHARACTERS] if known else None
+            if letter in _PYTHON_VALUE_LETTERS:
+                index += 0 if rest else 1
+                break
+        index += 1
+    return None
+
+
+def _shell_program(interpreter: str, words: Sequence[str]) -> str | None:
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word == "--":
+            return _script(words[index + 1]) if index + 1 < len(words) else None
+        if word.startswith("--"):
+            index += 2 if word in ("--rcfile", "--init-file") else 1
+            continue
+        if len(word) < 2 or word[0] not in "-+":
+            return None if word == "-" else _script(word)
+        letters = word[1:]
+        if word[0] == "-" and "c" in letters:
+            return f"{interpreter} -c"
+        if word[0] == "-" and "s" in letters:
+            return None  # the program comes on stdin
+        # ``-o NAME``, ``+o NAME``, ``-O NAME`` (bash): the option's name comes next.
+        index += 2 if ("o" in letters or "O" in letters) else 1
+    return None
+
+
+def _script(path: str) -> str | None:
+    """A script's last path component, or ``None`` when there is none to give."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return name[:MAX_NAME_CHARACTERS] if name and "=" not in name else None
 
 
 def _looks_like_a_signal(name: str) -> bool:

@@ -39,11 +39,12 @@ from tether.review.files import (
     load_run,
     read_events,
 )
-from tether.review.find import find_last, find_run
+from tether.review.find import find_last, find_newest, find_run
 from tether.review.listing import (
     REASON_CHOICES,
     Filters,
     Listing,
+    parse_count,
     parse_reasons,
     parse_since,
     render_progress_table,
@@ -68,8 +69,10 @@ __all__ = [
     "describe_unexpected",
     "events_path_for",
     "find_last",
+    "find_newest",
     "find_run",
     "load_run",
+    "parse_count",
     "parse_reasons",
     "parse_since",
     "printable_path",

@@ -50,6 +50,17 @@ class ReviewError(Exception):
 # -- safe text ------------------------------------------------------------------
 
 
+def _what_ran(command: object, script: object) -> str:
+    """``tether ls``'s COMMAND column: the script an interpreter ran, else the command's name.
+
+    ``script`` is the record's (or launch line's) ``script``: ``evaluate.py``,
+    ``pkg.mod``, ``python -c``; ``-`` when neither is known.
+    """
+    if isinstance(script, str) and script:
+        return _safe(script)
+    return _safe(command) if isinstance(command, str) and command else "-"
+
+
 def _safe(value: object) -> str:
     """``value`` as text a terminal shows literally: control characters are escaped.
 

@@ -28,10 +28,10 @@ import os
 from pathlib import Path
 
 from tether.review._text import ReviewError, _path_text, _safe
-from tether.shared.paths import EVENTS_SUFFIX
+from tether.shared.paths import EVENTS_SUFFIX, events_name_for
 from tether.shared.record_file import RecordError, read_record
 
-__all__ = ["find_last", "find_run"]
+__all__ = ["find_last", "find_newest", "find_run"]
 
 
 def find_run(target: str, directory: Path | None) -> tuple[Path, list[str]]:
@@ -45,7 +45,9 @@ def find_run(target: str, directory: Path | None) -> tuple[Path, list[str]]:
     if directory is None:
         raise ReviewError(f"{_safe(target)}: no such file")
     if _is_name(target):
-        for name in (target, f"{target}.json"):
+        # A run in progress has its log and no record yet: its record's name finds the log.
+        log = target if target.endswith(EVENTS_SUFFIX) else events_name_for(target)
+        for name in (target, f"{target}.json", log):
             candidate = directory / name
             if os.path.lexists(candidate):
                 return candidate, []
@@ -62,6 +64,26 @@ def find_last(directory: Path) -> Path:
             continue
         return path
     raise ReviewError(f"no runs recorded in {_path_text(directory)}")
+
+
+def find_newest(directory: Path) -> Path:
+    """The newest run in ``directory`` by name, finished or not: its record, or, for a run in
+    progress, its event log. :class:`ReviewError` if there is none."""
+    try:
+        with os.scandir(directory) as entries:
+            logs = [
+                entry.name
+                for entry in entries
+                if entry.name.endswith(EVENTS_SUFFIX)
+                and not entry.name.startswith(".")
+                and entry.is_file(follow_symlinks=False)
+            ]
+    except (OSError, ValueError) as error:
+        problem = error.strerror if isinstance(error, OSError) else None
+        raise ReviewError(f"{_path_text(directory)}: {problem or error}") from None
+    if not logs:
+        return find_last(directory)
+    return directory / max(logs)
 
 
 def _is_name(target: str) -> bool:

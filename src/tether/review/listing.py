@@ -37,6 +37,7 @@ from tether.review._text import (
     _safe,
     _seconds_text,
     _time_instant,
+    _what_ran,
     describe_unexpected,
 )
 from tether.review.files import (
@@ -143,11 +144,13 @@ def _is_directory(entry: os.DirEntry[str]) -> bool:
 @dataclass(frozen=True)
 class Filters:
     """Which runs ``tether ls`` shows: any reason in ``reasons``, started at or after
-    ``since``, whose label matches the shell pattern ``label``; ``None`` means any."""
+    ``since`` and at or before ``until``, whose label matches the shell pattern ``label``;
+    ``None`` means any."""
 
     reasons: frozenset[str] | None = None
     since: datetime | None = None
     label: str | None = None
+    until: datetime | None = None
 
     def admit(self, record: Mapping[str, object]) -> bool:
         """Whether ``record`` passes every filter."""
@@ -155,9 +158,13 @@ class Filters:
             reason = record.get("reason")
             if not isinstance(reason, str) or reason not in self.reasons:
                 return False
-        if self.since is not None:
+        if self.since is not None or self.until is not None:
             started = _time_instant(record.get("started_at"))
-            if started is None or started < _instant(self.since):
+            if started is None:
+                return False
+            if self.since is not None and started < _instant(self.since):
+                return False
+            if self.until is not None and started > _instant(self.until):
                 return False
         if self.label is not None:
             label = record.get("variant")
@@ -187,15 +194,16 @@ def parse_reasons(values: Iterable[str]) -> frozenset[str] | None:
     return frozenset(wanted)
 
 
-def parse_since(text: str, *, now: datetime | None = None) -> datetime:
-    """``--since``: a duration (``90m``, ``2d``: within the last that long) or an ISO date/time.
+def parse_since(text: str, *, now: datetime | None = None, flag: str = "--since") -> datetime:
+    """``--since`` or ``--until``: a duration (``90m``, ``2d``: that long before now) or an ISO
+    date/time.
 
     A date or time without a UTC offset is local time. Raise :class:`ReviewError`
-    for anything else.
+    (naming ``flag``) for anything else; nothing else escapes, whatever ``text`` is.
     """
     now = datetime.now(UTC) if now is None else now
     try:
-        seconds = parse_duration(text, flag="--since")
+        seconds = parse_duration(text, flag=flag)
     except DurationError:
         pass
     else:
@@ -207,7 +215,7 @@ def parse_since(text: str, *, now: datetime | None = None) -> datetime:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
         raise ReviewError(
-            f"--since: invalid value {_brief(text)} (use a duration such as 30m, "
+            f"{flag}: invalid value {_brief(text)} (use a duration such as 30m, "
             "12h or 7d, or an ISO date or time such as 2024-05-01 or 2024-05-01T12:00)"
         ) from None
     if moment.utcoffset() is not None:
@@ -217,6 +225,14 @@ def parse_since(text: str, *, now: datetime | None = None) -> datetime:
     except _CONVERSION_ERRORS:
         # Local time cannot say it (year 1 west of Greenwich): hours do not matter there.
         return moment.replace(tzinfo=UTC)
+
+
+def parse_count(text: str) -> int:
+    """``-n``: how many runs at most, a whole number >= 0; :class:`ReviewError` otherwise."""
+    stripped = text.strip()
+    if stripped.isascii() and stripped.isdigit() and len(stripped) <= 18:
+        return int(stripped)
+    raise ReviewError(f"-n: not a whole number >= 0: {_brief(text)}")
 
 
 def select(
@@ -264,14 +280,13 @@ def _row(
     path: Path, record: Mapping[str, object], directory: Path | None, *, host: bool = False
 ) -> list[str]:
     label = record.get("variant")
-    command = record.get("command")
     status = _int(record.get("supervisor_exit_code"))
     escalated = record.get("escalated_to_sigkill")
     shown_path = path.name if directory is not None and path.parent == directory else str(path)
     cells = [
         _local(record.get("started_at")),
         _safe(label) if isinstance(label, str) else "-",
-        _safe(command) if isinstance(command, str) and command else "-",
+        _what_ran(record.get("command"), record.get("script")),
         _reason_cell(record),
         "?" if status is None else str(status),
         _seconds_text(record.get("elapsed_seconds")),
@@ -367,7 +382,7 @@ def _left_cell(run: Mapping[str, object]) -> str:
 
 
 def _progress_row(path: Path, run: Mapping[str, object], directory: Path | None) -> list[str]:
-    label, command = run.get("variant"), run.get("command")
+    label = run.get("variant")
     shown_path = path.name if directory is not None and path.parent == directory else str(path)
     elapsed = run.get("elapsed_seconds")
     cells = [
@@ -376,7 +391,7 @@ def _progress_row(path: Path, run: Mapping[str, object], directory: Path | None)
         "-" if elapsed is None else _seconds_text(elapsed),
         _left_cell(run),
         _safe(label) if isinstance(label, str) else "-",
-        _safe(command) if isinstance(command, str) and command else "-",
+        _what_ran(run.get("command"), run.get("script")),
         _pid_cell(run.get("supervisor_pid"), run.get("supervisor_alive")),
         _pid_cell(run.get("eval_pid"), run.get("command_alive")),
     ]

@@ -136,6 +136,7 @@ def in_progress(
         "reason": state,
         "variant": launched.get("label"),
         "command": command if isinstance(command, str) else None,
+        "script": script if isinstance(script := launched.get("script"), str) else None,
         "started_at": started_at,
         "supervisor_pid": supervisor,
         "eval_pid": pid,

@@ -69,8 +69,11 @@ def _exit_status_text(record: Mapping[str, object]) -> str:
 
 def _command_text(record: Mapping[str, object]) -> str:
     """The command's name (records since 0.2), its pid and how it ended."""
-    name = record.get("command")
+    name, script = record.get("command"), record.get("script")
     named = f"{_safe(name)}, " if isinstance(name, str) and name else ""
+    if isinstance(script, str) and script:
+        ran = _safe(script)
+        named = f"{ran}, " if ran.startswith(f"{_safe(name)} ") else f"{_safe(name)} ({ran}), "
     return named + _process_text(record)
 
 
@@ -419,7 +422,9 @@ def _command_named(f: _Fields) -> str:
     the supervisor for ``tether ls``, and is no news in a timeline.
     """
     f.take("supervisor_start_ticks")
-    name = f.take("command")
+    name, script = f.take("command"), f.take("script")
+    if isinstance(script, str) and script:
+        return f"command {_safe(name)} ({_safe(script)})" if isinstance(name, str) else "command"
     return f"command {_safe(name)}" if isinstance(name, str) else "command"
 
 

@@ -28,7 +28,7 @@ from tether._version import __version__
 from tether.core.durations import seconds_for_json
 from tether.core.limits import LIMIT_NAMES
 from tether.core.reasons import TETHER_FAILED, Reason
-from tether.core.spec import command_name
+from tether.core.spec import command_name, script_name
 from tether.core.values import FrozenValue
 from tether.shared.record_file import RECORD_SCHEMA_VERSION, record_schema
 
@@ -276,7 +276,12 @@ def _what_ran(spec: RunSpec) -> dict[str, object]:
         from tether.core.redaction import redact_argv
 
         argv = _bounded_argv(redact_argv(spec.argv))
-    return {"command": command_name(spec.argv), "cwd": spec.cwd, "argv": argv}
+    return {
+        "command": command_name(spec.argv),
+        "script": script_name(spec.argv),
+        "cwd": spec.cwd,
+        "argv": argv,
+    }
 
 
 def _bounded_argv(words: list[str]) -> list[str]:

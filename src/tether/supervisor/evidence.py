@@ -35,7 +35,7 @@ import time
 from tether.core.durations import seconds_for_json
 from tether.core.events import Launched, LaunchFailed
 from tether.core.reasons import TETHER_FAILED, Reason
-from tether.core.spec import command_name
+from tether.core.spec import command_name, script_name
 from tether.shared.clock import wall_clock_at
 from tether.shared.process_start import start_ticks
 from tether.shared.protocol import Finished
@@ -145,6 +145,7 @@ class Evidence:
             # The pid with its start time names this supervisor for good (tether ls).
             "supervisor_start_ticks": start_ticks(),
             "command": command_name(self.spec.argv),
+            "script": script_name(self.spec.argv),
         }
         if isinstance(launched, Launched) and tree is not None:
             self.log.emit(

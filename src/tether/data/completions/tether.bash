@@ -7,8 +7,8 @@
 
 _shtab_tether_subparsers=(show ls prune run timeout)
 
-_shtab_tether_show_option_strings=(-h --help --last --json -a --all)
-_shtab_tether_ls_option_strings=(-h --help --reason --since --label --json)
+_shtab_tether_show_option_strings=(-h --help --last --json -a --all -f --follow)
+_shtab_tether_ls_option_strings=(-h --help --reason --since --until -n --count --label --json)
 _shtab_tether_prune_option_strings=(-h --help --older-than --keep --dry-run)
 _shtab_tether_run_option_strings=(-h --help --deadline --grace --record --no-record --record-argv --label --name -v --verbose --memory-max --memory-swap-max --cpus --pids-max)
 _shtab_tether_timeout_option_strings=(-h --help -p --preserve-status -f --foreground -k --kill-after -s --signal -v --verbose --record --no-record --label)
@@ -25,6 +25,8 @@ _shtab_tether_show___last_nargs=0
 _shtab_tether_show___json_nargs=0
 _shtab_tether_show__a_nargs=0
 _shtab_tether_show___all_nargs=0
+_shtab_tether_show__f_nargs=0
+_shtab_tether_show___follow_nargs=0
 _shtab_tether_ls__h_nargs=0
 _shtab_tether_ls___help_nargs=0
 _shtab_tether_ls___json_nargs=0
