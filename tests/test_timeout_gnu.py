@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -178,7 +179,85 @@ def test_verbose_to_a_closed_pipe_is_newer_gnu_but_timed_out_is_124(as_timeout: 
     assert status_file.read_text() == "124\n"
 
 
+def _run_bytes(
+    program: str, args: list[bytes], locale: str, stderr: IO[bytes] | int = subprocess.PIPE
+) -> subprocess.CompletedProcess[bytes]:
+    """``run``, with arguments and stderr as bytes, in ``locale``."""
+    return subprocess.run(
+        [b"timeout", *args],
+        executable=program,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        timeout=BOUND,
+        env={**os.environ, "LC_ALL": locale},
+        check=False,
+    )
+
+
+def _locales() -> list[str]:
+    said = subprocess.run(["locale", "-a"], capture_output=True, text=True, check=False).stdout
+    utf8 = [name for name in ("C.UTF-8", "C.utf8") if name in said.split()]
+    return ["C", *utf8[:1]]
+
+
+NOT_UTF8 = [
+    [b"10", b"\xff"],  # failed to run command '\377' (quote)
+    [b"10", b"name\xfe\x01\xc3\xa9'"],  # octal, control, a valid character, a quote
+    [b"--\xff", b"1", b"true"],  # unrecognized option '--' and the byte itself (getopt)
+    [b"-\xff", b"1", b"true"],  # invalid option -- the byte itself (getopt)
+    [b"\xff", b"true"],  # invalid time interval '\377' (quote)
+    [b"-s", b"\xff", b"1", b"true"],  # '\377': invalid signal (quote)
+]
+
+
+@needs_gnu
+@pytest.mark.parametrize("locale", _locales())
+@pytest.mark.parametrize("args", NOT_UTF8, ids=[repr(b" ".join(a)) for a in NOT_UTF8])
+def test_bytes_that_are_not_utf8_are_said_as_gnu_says_them(
+    as_timeout: str, args: list[bytes], locale: str
+) -> None:
+    # Issue 35 item 10: Python's '\udcff' where GNU writes '\377', or the byte as given.
+    assert GNU_TIMEOUT is not None
+    gnu, ours = _run_bytes(GNU_TIMEOUT, args, locale), _run_bytes(as_timeout, args, locale)
+    assert ours.returncode == gnu.returncode
+    # In a UTF-8 locale GNU quotes with U+2018 and U+2019; tether keeps ' (and so escapes ').
+    curly = gnu.stderr.replace("\u2018".encode(), b"'").replace("\u2019".encode(), b"'")
+    if locale != "C":
+        curly = curly.replace(b"\xa9'", b"\xa9\\'")
+    assert ours.stderr == curly
+
+
+@needs_gnu
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+@pytest.mark.parametrize("args", [[b"10", b"no_such"], [b"10", b"."]], ids=["127", "126"])
+def test_a_message_that_cannot_be_written_is_a_failure_as_for_gnu(
+    as_timeout: str, args: list[bytes]
+) -> None:
+    # GNU's close_stdout at exit: a message lost to a closed or full stderr makes it 125.
+    assert GNU_TIMEOUT is not None
+    for program in (GNU_TIMEOUT, as_timeout):
+        with open("/dev/full", "wb") as full:
+            assert _run_bytes(program, args, "C", stderr=full).returncode == 125, program
+        closed = subprocess.run(
+            ["sh", "-c", '"$0" "$@" 2>&-', program, *map(os.fsdecode, args)],
+            timeout=BOUND,
+            check=False,
+        )
+        assert closed.returncode == 125, program
+
+
 # -- what newer GNU does and the machine's 9.1 does not ------------------------------------
+
+
+def test_newer_gnu_verbose_with_stderr_closed_after_the_deadline_is_124(as_timeout: str) -> None:
+    # coreutils 9.10 (commit 86061ddbb): once the deadline has passed, a -v message that
+    # cannot be written leaves the status 124 (9.1 on this machine says 125). Before it, 125:
+    # the test above.
+    for args, status in (("-v .3 sleep 10", 124), ("-v -s INT .3 sleep 10", 124)):
+        result = subprocess.run(
+            ["sh", "-c", f'"$0" {args} 2>&-', as_timeout], timeout=BOUND, check=False
+        )
+        assert result.returncode == status, args
 
 
 def test_newer_gnu_underflow_times_out(as_timeout: str) -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "print_out",
     "say",
     "say_help",
+    "stderr_failed",
     "usage_error",
     "warn",
     "write_err",
@@ -72,23 +73,48 @@ def say_help(parser: argparse.ArgumentParser) -> None:
     write_err(parser.format_help())
 
 
-def say(line: str) -> None:
+def say(line: str, *, as_given: bool = False) -> None:
     """Write ``line`` on stderr, if stderr will take it (see the module).
 
     Messages quote what was typed (an option, a path): its control characters
-    are shown escaped, never sent to the terminal to obey.
+    are shown escaped, never sent to the terminal to obey. ``as_given``: bytes
+    that are not UTF-8 are written as they were given (see :func:`write_err`).
     """
-    write_err(_visible(line) + "\n")
+    write_err(_visible(line, as_given=as_given) + "\n", as_given=as_given)
 
 
-def write_err(text: str) -> None:
+#: Whether a message could not be written on stderr (closed, full, a closed pipe):
+#: ``tether timeout`` then exits as GNU's ``close_stdout`` makes GNU ``timeout`` exit.
+_unwritten = [False]
+
+
+def stderr_failed() -> bool:
+    """Whether any message so far could not be written on stderr."""
+    return _unwritten[0]
+
+
+def write_err(text: str, *, as_given: bool = False) -> None:
+    """Write ``text`` on stderr, flushed; note it if it cannot be written.
+
+    ``as_given``: the bytes of an argument that are not UTF-8 (Python's
+    ``surrogateescape`` stand-ins) are written as those bytes, as GNU's
+    getopt writes them (``unrecognized option '--\\377'`` with byte 0xff).
+    """
     stream = sys.stderr
     if stream is None:  # started with stderr closed: print() would fall back to stdout
+        _unwritten[0] = True
         return
     try:
-        stream.write(text)
-        stream.flush()
-    except (OSError, ValueError):
+        buffer = getattr(stream, "buffer", None) if as_given else None
+        if buffer is not None:
+            stream.flush()
+            buffer.write(text.encode(stream.encoding or "utf-8", "surrogateescape"))
+            buffer.flush()
+        else:
+            stream.write(text)
+            stream.flush()
+    except (OSError, ValueError, UnicodeEncodeError):
+        _unwritten[0] = True
         _discard(stream)
 
 
@@ -141,8 +167,16 @@ def _discard(stream: IO[str] | None) -> None:
         os.close(devnull)
 
 
-def _visible(text: str) -> str:
-    """``text`` with control characters escaped, so a terminal shows them rather than obeys."""
+def _visible(text: str, *, as_given: bool = False) -> str:
+    """``text`` with control characters escaped, so a terminal shows them rather than obeys.
+
+    ``as_given`` keeps the stand-ins of bytes that are not UTF-8 as they are.
+    """
     if text.isprintable():
         return text
-    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+    return "".join(
+        char
+        if char.isprintable() or (as_given and "\udc80" <= char <= "\udcff")
+        else repr(char)[1:-1]
+        for char in text
+    )

@@ -29,7 +29,7 @@ import sys
 import time
 
 from tether._version import __version__
-from tether.cli.messages import say, write_out
+from tether.cli.messages import say, stderr_failed, write_out
 from tether.cli.timeout_options import OptionError, read_command_line
 from tether.core.reasons import DEADLINE_EXCEEDED, TETHER_FAILED, Reason, status_of
 
@@ -105,9 +105,10 @@ class _Program:
     name = "tether timeout"
 
 
-def _usage_error(message: str | None) -> NoReturn:
+def _usage_error(message: str | None, *, as_given: bool = False) -> NoReturn:
+    """Refuse the command line (125); ``as_given``: as getopt, with bytes as they were given."""
     if message is not None:
-        _say(message)
+        say(f"{_Program.name}: {message}", as_given=as_given)
     say(f"Try '{_Program.name} --help' for more information.")
     raise SystemExit(TETHER_FAILED)
 
@@ -129,7 +130,7 @@ def _duration(text: str) -> float:
 
     seconds = parse_gnu_duration(text)
     if seconds is None:
-        _usage_error(f"invalid time interval '{text}'")
+        _usage_error(f"invalid time interval {_quoted(text)}")
     return seconds
 
 
@@ -139,7 +140,7 @@ def _signal_name(text: str) -> str:
 
     name = signal_name(text)
     if name is None:
-        _say(f"'{text}': invalid signal")
+        _say(f"{_quoted(text)}: invalid signal")
         _usage_error(None)
     return name
 
@@ -169,7 +170,7 @@ def _parse(argv: list[str]) -> tuple[_Options, float, list[str]]:
     try:
         rest = read_command_line(argv, take)
     except OptionError as error:
-        _usage_error(str(error))
+        _usage_error(str(error), as_given=True)  # getopt's words: the bytes as given
     if len(rest) < 2:
         _usage_error(None)  # GNU says only where to find help here
     duration = _duration(rest[0])
@@ -254,6 +255,13 @@ def _die_like_gnu(finished: Finished, status: int) -> None:
 
 def _say(message: str) -> None:
     say(f"{_Program.name}: {message}")
+
+
+def _quoted(word: str) -> str:
+    """``word`` quoted as GNU's ``quote`` does: ``'\\377'`` for a byte that is not UTF-8."""
+    from tether.core.gnu_quoting import gnu_quote, utf8_locale
+
+    return gnu_quote(word, utf8=utf8_locale(os.environ))
 
 
 def _request(
@@ -354,7 +362,7 @@ def main(argv: list[str], *, asked_at: float | None = None, program: str = "teth
     while status.finished is None:
         for message in status.wait():
             if options.verbose and isinstance(message, Signalled) and message.signal not in quiet:
-                _say(f"sending signal {short_name(message.signal)} to command '{name}'")
+                _say(f"sending signal {short_name(message.signal)} to command {_quoted(name)}")
     finished = status.wait_finished()
     spawn.lifeline.release()
     if finished.reason == Reason.LAUNCH_FAILED or finished.message:
@@ -364,4 +372,9 @@ def main(argv: list[str], *, asked_at: float | None = None, program: str = "teth
         finished, preserve_status=options.preserve_status, stop_signal=options.stop_signal
     )
     _die_like_gnu(finished, status_code)
+    if stderr_failed():
+        # GNU's close_stdout at exit: a message that could not be written (stderr closed,
+        # full) makes the status 125, or 124 once the deadline has passed (coreutils 9.10,
+        # commit 86061ddbb; 9.1 to 9.9 say 125 then too).
+        return DEADLINE_EXCEEDED if finished.reason == Reason.DEADLINE_EXCEEDED else TETHER_FAILED
     return status_code

@@ -253,9 +253,11 @@ def _launch_failure(
     """
     reason = failure.message
     if failure.stage == "exec":
-        return CommandNotStarted(
-            failure.errno, f"failed to run command {argv[0]!r}: {reason}", "exec"
-        )
+        from tether.core.gnu_quoting import gnu_quote, utf8_locale
+
+        # Quoted as GNU timeout quotes it: '\\377' for a byte that is not UTF-8.
+        name = gnu_quote(argv[0], utf8=utf8_locale(os.environ))
+        return CommandNotStarted(failure.errno, f"failed to run command {name}: {reason}", "exec")
     if failure.stage == "chdir" and cwd is not None:
         return CommandNotStarted(
             failure.errno, f"cannot change to directory {cwd!r}: {reason}", "setup"
