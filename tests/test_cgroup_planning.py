@@ -155,3 +155,76 @@ def test_a_read_only_cgroup_file_system_names_what_works_in_a_container(
     assert "--privileged" in message
     assert "without limits" in message
     assert "as root" not in message
+
+
+@pytest.fixture
+def container(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Root in a privileged container with a cgroup namespace of its own, no service manager:
+    its ``/`` is a cgroup like any other (it has a ``cgroup.type``)."""
+    top = _cgroup(tmp_path / "cgroupfs", procs="1\n7\n", controllers="cpu io memory pids\n")
+    monkeypatch.setattr(run_cgroups, "find_hierarchies", lambda **_: [])
+    monkeypatch.setattr(run_cgroups, "_privileged", lambda: True)
+    monkeypatch.setattr(run_cgroups, "system_manager_address", lambda _environ: None)
+    monkeypatch.setattr(os, "access", lambda *_args, **_kw: True)
+    return top
+
+
+def test_a_container_whose_root_cgroup_holds_its_processes_is_refused_with_what_works(
+    container: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run_cgroups, "own_cgroup", lambda: ("/", str(container)))
+    before = _snapshot(container)
+    with pytest.raises(CgroupUnavailable) as refused:
+        run_cgroups.plan_backends(("memory", "pids"), check=False)
+    message = str(refused.value)
+    assert "holds processes of its own" in message
+    assert "docker-in-docker" in message
+    assert "tether makes the run's cgroup beside that leaf" in message
+    assert "as root" not in message
+    assert _snapshot(container) == before
+
+
+def test_an_entry_point_that_left_a_leaf_gets_the_run_cgroup_beside_it(
+    container: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docker-in-docker's entrypoint: every process moved into ``init``, the controllers
+    enabled above it. tether moves nothing and enables nothing: it makes its cgroup beside."""
+    (container / "cgroup.procs").write_text("")
+    (container / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    leaf = _cgroup(container / "init", procs="1\n7\n", controllers="cpu memory pids\n")
+    monkeypatch.setattr(run_cgroups, "own_cgroup", lambda: ("/init", str(leaf)))
+    before = _snapshot(container)
+    backends, _ = run_cgroups.plan_backends(("memory", "pids"), check=False)
+    assert backends == {"memory": "cgroup2-beside", "pids": "cgroup2-beside"}
+    assert _snapshot(container) == before
+    (container / "cgroup.subtree_control").write_text("cpu pids\n")  # memory not enabled above
+    with pytest.raises(CgroupUnavailable, match="docker-in-docker"):
+        run_cgroups.plan_backends(("memory",), check=False)
+
+
+def test_the_run_cgroup_beside_the_leaf_is_made_in_the_cgroup_above(
+    container: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (container / "cgroup.procs").write_text("")
+    (container / "cgroup.subtree_control").write_text("memory\n")
+    leaf = _cgroup(container / "init", procs=f"{os.getpid()}\n")
+    monkeypatch.setattr(cgroup_module, "own_cgroup", lambda: ("/init", str(leaf)))
+    real_mkdir = os.mkdir
+
+    def mkdir(path: str | os.PathLike[str], mode: int = 0o777) -> None:
+        real_mkdir(path, mode)  # and the files the kernel gives a new cgroup
+        for name in ("cgroup.procs", "cgroup.kill", "memory.max", "memory.oom.group"):
+            Path(path, name).write_text("")
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    made = cgroup_module.RunCgroup.create(
+        ("memory",), {"memory.max": "67108864"}, name="tether-42-0123abcd", beside=True
+    )
+    try:
+        assert made.directory == str(container / "tether-42-0123abcd")
+        assert made.path == "/tether-42-0123abcd"
+        assert (container / "tether-42-0123abcd" / "memory.max").read_text() == "67108864"
+        assert (container / "cgroup.subtree_control").read_text() == "memory\n"
+        assert (leaf / "cgroup.procs").read_text() == f"{os.getpid()}\n"  # nothing moved
+    finally:
+        made.close_join()

@@ -416,6 +416,7 @@ class RunCgroup(JoinableCgroup):
         files: dict[str, str] | None = None,
         *,
         name: str | None = None,
+        beside: bool = False,
     ) -> RunCgroup:
         """Create a fresh cgroup below this process's own; raise :class:`CgroupUnavailable`.
 
@@ -424,9 +425,16 @@ class RunCgroup(JoinableCgroup):
         cgroup is not tether's, and is never written to), and ``files`` (name to
         content: the limits) are written to it before anything can join it.
         ``name``: one from :func:`run_cgroup_name` (the run's cgroups in v1
-        hierarchies share it); a fresh one by default.
+        hierarchies share it); a fresh one by default. ``beside``: in the
+        parent of this process's cgroup instead, beside it (a container whose
+        entry point moved its processes into a leaf and enabled the
+        controllers in the cgroup above: the parent holds no process).
         """
         own_path, own_directory = own_cgroup()
+        if beside:
+            if own_path in ("", "/"):
+                raise CgroupUnavailable("the hierarchy's root has no cgroup above it")
+            own_path, own_directory = os.path.dirname(own_path), os.path.dirname(own_directory)
         probe_controllers(own_directory, controllers)  # read only: never the caller's cgroup
         remove_stale(own_directory)
         name = name or run_cgroup_name()
@@ -794,7 +802,10 @@ def is_run_cgroup(directory: str) -> bool:
     if _creator_of(name) is None or os.path.islink(directory):
         return False
     parent = os.path.dirname(directory)
-    return parent in _own_directories() or _in_own_scope(parent, name)
+    own = _own_directories()
+    # Below this process's cgroup; beside it, in its parent (``RunCgroup.create(beside=True)``).
+    above = {os.path.dirname(each) for each in own}
+    return parent in own or parent in above or _in_own_scope(parent, name)
 
 
 def _in_own_scope(scope: str, name: str) -> bool:

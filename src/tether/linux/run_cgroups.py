@@ -88,10 +88,10 @@ _DELEGATE: Final = (
 
 #: The same for root, who is never told to become root.
 _ROOT_REMEDY: Final = (
-    "where no service manager hands out a delegated cgroup (a container), tether divides "
-    "none that holds processes it did not start: make tether the entry point, or have the "
-    "entry point move its processes into a leaf cgroup first (as docker-in-docker's does), "
-    "or run without limits"
+    "where no service manager hands out a delegated cgroup (a container), tether moves no "
+    "process it did not start: have the container's entry point move its processes into a "
+    "leaf cgroup and enable the controllers in the cgroup above it (as docker-in-docker's "
+    "entrypoint does), and tether makes the run's cgroup beside that leaf; or run without limits"
 )
 
 #: For a read-only cgroup file system (a container's default).
@@ -131,6 +131,41 @@ def _v2_refusal(directory: str, name: str) -> str:
     except CgroupUnavailable as why:
         return str(why)
     return ""
+
+
+def _beside(path: str, directory: str, name: str) -> bool:
+    """Whether the run's cgroup can take ``name`` in the parent of this process's cgroup.
+
+    Where this process's own cgroup cannot be divided and no manager hands
+    out one that can, but the cgroup above it holds no process and lists the
+    controller in its ``cgroup.subtree_control`` already: the layout a
+    container's entry point leaves when it moves its processes into a leaf
+    and enables the controllers (docker-in-docker's entrypoint). Read only,
+    as every check here: tether moves no process and enables nothing there.
+    """
+    if path in ("", "/"):
+        return False
+    return not _v2_refusal(os.path.dirname(directory), name)
+
+
+def _nothing_takes(why: str) -> CgroupUnavailable:
+    """The refusal where no backend can take a controller: why, and what would work."""
+    if _READ_ONLY_REMEDY in why:
+        return CgroupUnavailable(why)
+    return CgroupUnavailable(f"{why}; {_remedy(why)}")
+
+
+def _check_v1(name: str, hierarchy: Hierarchy) -> None:
+    """Whether this process may divide ``hierarchy`` (cgroup v1) for controller ``name``."""
+    if os.access(hierarchy.directory, os.W_OK):
+        return
+    if _privileged():
+        raise _unwritable(hierarchy.directory)
+    raise CgroupUnavailable(
+        f"the {name} controller is bound to cgroup v1 ({hierarchy.directory}), "
+        "which only root can divide (systemd delegates no cgroup v1 to a user): "
+        "run tether as root"
+    )
 
 
 def _v1_by_controller(hierarchies: list[Hierarchy]) -> dict[str, Hierarchy]:
@@ -208,21 +243,15 @@ def plan_backends(
             if name in offered:
                 backends[name] = scope_backend
                 continue
+            if _beside(v2_path, v2_directory, name):
+                backends[name] = "cgroup2-beside"
+                continue
             v2_why = f"{v2_why}; {no_scope}" if no_scope and not _privileged() else v2_why
         if hierarchy is None:
-            if _READ_ONLY_REMEDY in v2_why:
-                raise CgroupUnavailable(v2_why)
-            raise CgroupUnavailable(f"{v2_why}; {_remedy(v2_why)}")
-        if not os.access(hierarchy.directory, os.W_OK):
-            if _privileged():
-                raise _unwritable(hierarchy.directory)
-            raise CgroupUnavailable(
-                f"the {name} controller is bound to cgroup v1 ({hierarchy.directory}), "
-                "which only root can divide (systemd delegates no cgroup v1 to a user): "
-                "run tether as root"
-            )
+            raise _nothing_takes(v2_why)
+        _check_v1(name, hierarchy)
         backends[name] = "cgroup1"
-    in_scope = SCOPE_BACKENDS.intersection(backends.values())
+    in_scope = (SCOPE_BACKENDS | {"cgroup2-beside"}).intersection(backends.values())
     if in_scope:
         (scope_backend,) = in_scope
         backends = {
@@ -439,10 +468,12 @@ class RunCgroups:
 
 def _make_v2(name: str, backends: Mapping[str, str], files: Mapping[str, str]) -> RunCgroup | None:
     """The v2 cgroup with its limits; without any, ``None`` where none can be made."""
-    controllers = tuple(each for each, backend in backends.items() if backend == "cgroup2")
+    beside = "cgroup2-beside" in backends.values()
+    kinds = ("cgroup2", "cgroup2-beside")
+    controllers = tuple(each for each, backend in backends.items() if backend in kinds)
     written = {file: text for file, text in files.items() if file.split(".", 1)[0] in controllers}
     try:
-        return RunCgroup.create(controllers, written, name=name)
+        return RunCgroup.create(controllers, written, name=name, beside=beside)
     except CgroupUnavailable:
         if controllers:
             raise
