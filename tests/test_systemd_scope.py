@@ -455,6 +455,41 @@ def test_the_system_manager_is_asked_for_root_s_scope_and_named_in_refusals(
     assert message.endswith("run without limits")
 
 
+def test_root_speaks_to_the_system_manager_s_private_socket_peer_to_peer(
+    tmp_path: Path, kernel: Path
+) -> None:
+    """``/run/systemd/private``: no bus daemon, so no ``Hello`` and no ``AddMatch`` (the
+    stand-in answers them ``UnknownMethod``, as systemd does), and ``JobRemoved`` comes unasked."""
+    private = tmp_path / "private"
+    log = tmp_path / "manager.jsonl"
+    arguments = ("cpu memory pids", str(log))
+    process = subprocess.Popen(
+        [sys.executable, str(FIXTURES / "stand_in_systemd.py"), f"listen:{private}"]
+        + [str(kernel), *arguments],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert _first_line(process) == "ready"
+        name = "tether-97-0123abcd"
+        run = run_cgroup_in_scope(
+            name,
+            ("memory",),
+            {"memory.max": "67108864"},
+            {"memory_max": "memory"},
+            address=f"unix:path={private}",
+            direct=True,
+            system=True,
+        )
+        run.close_join()
+        (call,) = Manager(kernel, log).calls()
+        assert call["unit"] == f"{name}.scope"
+        assert call["properties"][2] == ["PIDs", ["au", [os.getpid()]]]
+        assert (Manager(kernel, log).scope(f"{name}.scope") / name / "memory.max").exists()
+    finally:
+        _stop(process)
+
+
 @pytest.mark.usefixtures("session_scope")
 def test_the_zygote_leaves_the_scope_to_its_supervisor(bus: str) -> None:
     """A process that is not the supervisor asks for no scope, and its containment runs nothing."""
