@@ -462,10 +462,9 @@ def test_root_speaks_to_the_system_manager_s_private_socket_peer_to_peer(
     stand-in answers them ``UnknownMethod``, as systemd does), and ``JobRemoved`` comes unasked."""
     private = tmp_path / "private"
     log = tmp_path / "manager.jsonl"
-    arguments = ("cpu memory pids", str(log))
+    arguments = (f"listen:{private}", str(kernel), "cpu memory pids", str(log))
     process = subprocess.Popen(
-        [sys.executable, str(FIXTURES / "stand_in_systemd.py"), f"listen:{private}"]
-        + [str(kernel), *arguments],
+        [sys.executable, str(FIXTURES / "stand_in_systemd.py"), *arguments],
         stdout=subprocess.PIPE,
         text=True,
     )
