@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import pickle
 import stat
 import subprocess
 import sys
@@ -93,6 +94,50 @@ def test_text_true_uses_the_locale_encoding_like_subprocess() -> None:
     outcome = tether.run(["echo", "hi"], capture_output=True, text=True)
     assert outcome.stdout == "hi\n"
     assert outcome.stderr == ""
+
+
+_INVALID_UTF8 = [
+    sys.executable,
+    "-c",
+    "import sys; sys.stdout.buffer.write(b'ok \\xff\\n'); sys.stderr.write('fine\\n'); sys.exit(3)",
+]
+
+
+def test_output_that_does_not_decode_keeps_the_outcome_on_the_error(tmp_path: Path) -> None:
+    record = tmp_path / "r.json"
+    with pytest.raises(UnicodeDecodeError) as caught:
+        tether.run(_INVALID_UTF8, capture_output=True, text=True, encoding="utf-8", record=record)
+    error = caught.value
+    assert isinstance(error, tether.OutputDecodeError)
+    assert (error.encoding, error.start, error.stream) == ("utf-8", 3, "stdout")
+    outcome = error.outcome
+    assert (outcome.reason, outcome.returncode, outcome.exit_status) == ("completed", 3, 3)
+    assert outcome.record_path == record
+    assert outcome.read_record()["eval_exit_code"] == 3
+    assert (outcome.stdout, outcome.stderr) == (b"ok \xff\n", b"fine\n")
+    assert (error.stdout, error.stderr) == (b"ok \xff\n", b"fine\n")
+    assert "(the command exited with status 3; record " in str(error)
+    copy = pickle.loads(pickle.dumps(error))  # a worker's error reaches its driver whole
+    assert (copy.outcome, copy.stdout, copy.stream) == (outcome, b"ok \xff\n", "stdout")
+
+
+def test_errors_and_encoding_decode_as_subprocess_does() -> None:
+    expected = subprocess.run(_INVALID_UTF8, capture_output=True, text=True, errors="replace")
+    outcome = tether.run(_INVALID_UTF8, capture_output=True, text=True, errors="replace")
+    assert (
+        (outcome.stdout, outcome.stderr)
+        == (expected.stdout, expected.stderr)
+        == ("ok \ufffd\n", "fine\n")
+    )
+    latin = tether.run(_INVALID_UTF8, capture_output=True, encoding="latin-1", record=False)
+    assert latin.stdout == "ok \xff\n"
+    escaped = tether.run(_INVALID_UTF8, stdout=tether.PIPE, errors="surrogateescape", record=False)
+    assert (
+        escaped.stdout
+        == subprocess.run(
+            _INVALID_UTF8, stdout=subprocess.PIPE, errors="surrogateescape", check=False
+        ).stdout
+    )
 
 
 def test_uncaptured_streams_are_none_and_stderr_can_join_stdout() -> None:

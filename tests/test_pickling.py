@@ -26,7 +26,8 @@ import hypothesis.strategies as st
 from hypothesis import given
 
 import tether
-from tether.api.outcome import CommandFailed, Outcome, TimeoutExpired
+from tether.api.handle import _decode_error
+from tether.api.outcome import CommandFailed, Outcome, OutputDecodeError, TimeoutExpired
 from tether.caller.launch_errors import (
     CommandNotExecutable,
     CommandNotFound,
@@ -221,6 +222,11 @@ EXAMPLES: dict[type[BaseException], Callable[[], BaseException]] = {
     SpawnFailed: lambda: SpawnFailed("exec", errno.ENOENT, "no such file"),
     UsageError: lambda: UsageError("argument --record: expected one argument"),
     OptionError: lambda: OptionError("unrecognized option '--bogus'"),
+    OutputDecodeError: lambda: _decode_error(
+        Outcome(tether.Reason.COMPLETED, 0, 0, False, None, stdout=b"\xff"),
+        "stdout",
+        UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
+    ),
 }
 
 

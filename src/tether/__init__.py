@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from tether.api.functions import launch, launch_async, run, run_async
     from tether.api.handle import Tether
     from tether.api.options import DEVNULL, PIPE, STDOUT
-    from tether.api.outcome import CommandFailed, Outcome, TimeoutExpired
+    from tether.api.outcome import CommandFailed, Outcome, OutputDecodeError, TimeoutExpired
     from tether.caller.launch_errors import CommandNotExecutable, CommandNotFound, LaunchError
     from tether.caller.output_stream import OutputStream
 
@@ -58,6 +58,7 @@ __all__ = [
     "CommandNotFound",
     "LaunchError",
     "Outcome",
+    "OutputDecodeError",
     "OutputStream",
     "Reason",
     "Tether",
@@ -80,6 +81,7 @@ _LAZY = {
     "CommandNotFound": "tether.caller.launch_errors",
     "LaunchError": "tether.caller.launch_errors",
     "Outcome": "tether.api.outcome",
+    "OutputDecodeError": "tether.api.outcome",
     "Tether": "tether.api.handle",
     "TimeoutExpired": "tether.api.outcome",
     "launch": "tether.api.functions",

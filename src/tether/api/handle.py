@@ -386,13 +386,26 @@ class Tether:
         import dataclasses
 
         captured: dict[str, Any] = {}
+        undecoded: tuple[str, UnicodeDecodeError] | None = None
         for name, kept in exchange.kept.items():
-            data, dropped = decode_output(kept, encoding=self._encoding, errors=self._errors)
+            try:
+                data, dropped = decode_output(kept, encoding=self._encoding, errors=self._errors)
+            except UnicodeDecodeError as error:
+                undecoded = (name, error)
+                break
             captured[name] = data
             captured[f"{name}_dropped"] = dropped
+        if undecoded is not None:
+            # The run is over and recorded: the outcome goes with the error, with the bytes.
+            for name, kept in exchange.kept.items():
+                captured[name], captured[f"{name}_dropped"] = decode_output(
+                    kept, encoding=None, errors=None
+                )
         outcome = dataclasses.replace(outcome, **captured)
         with self._lock:
             self._outcome = outcome
+        if undecoded is not None:
+            raise _decode_error(outcome, *undecoded)
         return outcome
 
     # -- waiting, asyncio --------------------------------------------------
@@ -573,3 +586,16 @@ def _wait_timeout(timeout: object) -> float:
     except DurationError as error:
         raise ValueError(str(error)) from None
     return seconds
+
+
+def _decode_error(outcome: Outcome, stream: str, error: UnicodeDecodeError) -> UnicodeDecodeError:
+    """``error`` as an :class:`~tether.api.outcome.OutputDecodeError` carrying ``outcome``."""
+    from tether.api.outcome import OutputDecodeError
+
+    raised = OutputDecodeError(error.encoding, error.object, error.start, error.end, error.reason)
+    raised.outcome = outcome
+    raised.stream = stream
+    raised.stdout = outcome.stdout if isinstance(outcome.stdout, bytes) else None
+    raised.stderr = outcome.stderr if isinstance(outcome.stderr, bytes) else None
+    raised.__cause__ = error
+    return raised

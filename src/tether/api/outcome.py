@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from tether.core.spec import RunSpec
     from tether.shared.protocol import Finished, Started
 
-__all__ = ["CommandFailed", "Outcome", "TimeoutExpired"]
+__all__ = ["CommandFailed", "Outcome", "OutputDecodeError", "TimeoutExpired"]
 
 
 class TimeoutExpired(subprocess.TimeoutExpired, TimeoutError):
@@ -111,6 +111,32 @@ class CommandFailed(subprocess.CalledProcessError):
     def __reduce__(self) -> tuple[object, ...]:
         """Pickle as the outcome it was made from (an :class:`Outcome` pickles whole)."""
         return (CommandFailed, (self.outcome,))
+
+
+class OutputDecodeError(UnicodeDecodeError):
+    """Raised by ``run(..., text=True)`` (or ``encoding=``) when captured output does not decode.
+
+    A :class:`UnicodeDecodeError`, as :mod:`subprocess` raises, with its
+    attributes (``encoding``, ``object``, ``start``, ``end``, ``reason``), and
+    what ``subprocess`` loses: ``outcome``, the run's :class:`Outcome`, whole
+    (reason, status, ``oom_killed``, record), with ``stdout`` and ``stderr`` as
+    the raw bytes captured; ``stdout`` and ``stderr``, those bytes again
+    (``None`` for a stream not captured); and ``stream``, the one that did not
+    decode (``"stdout"`` or ``"stderr"``). The run is over and recorded when
+    it is raised. ``errors="replace"`` (or another handler) avoids it.
+    """
+
+    outcome: Outcome
+    stdout: bytes | None
+    stderr: bytes | None
+    stream: str
+
+    def __str__(self) -> str:
+        said = super().__str__()
+        outcome = getattr(self, "outcome", None)
+        if outcome is None:
+            return said
+        return f"{getattr(self, 'stream', 'output')} of the command: {said} ({outcome})"
 
 
 def _shown(argv: Sequence[str]) -> list[str]:
