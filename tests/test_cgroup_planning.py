@@ -228,3 +228,88 @@ def test_the_run_cgroup_beside_the_leaf_is_made_in_the_cgroup_above(
         assert (leaf / "cgroup.procs").read_text() == f"{os.getpid()}\n"  # nothing moved
     finally:
         made.close_join()
+
+
+@pytest.fixture
+def kernel_writes(container: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """Writes to the laid-out cgroupfs do what the kernel's do: ``0`` to a ``cgroup.procs``
+    moves this process there; ``+memory -pids`` edits ``cgroup.subtree_control``. Each write
+    is listed, relative to the container's cgroup."""
+    writes: list[tuple[str, str]] = []
+    me = str(os.getpid())
+
+    def write(path: str, text: str) -> None:
+        target = Path(path)
+        writes.append((str(target.relative_to(container)), text))
+        if target.name == "cgroup.procs":
+            for procs in container.rglob("cgroup.procs"):
+                procs.write_text("".join(f"{p}\n" for p in procs.read_text().split() if p != me))
+            target.write_text(target.read_text() + me + "\n")
+        elif target.name == "cgroup.subtree_control":
+            enabled = set(target.read_text().split())
+            for word in text.split():
+                (enabled.add if word[0] == "+" else enabled.discard)(word[1:])
+            target.write_text(" ".join(sorted(enabled)))
+        else:
+            target.write_text(text)
+
+    real_mkdir = os.mkdir
+
+    def mkdir(path: str | os.PathLike[str], mode: int = 0o777) -> None:
+        real_mkdir(path, mode)
+        _cgroup(Path(path), controllers="")
+
+    real_rmdir = os.rmdir
+
+    def rmdir(path: str | os.PathLike[str]) -> None:  # a cgroup goes with its files
+        if not any(Path(path, name).is_dir() for name in os.listdir(path)):
+            for name in os.listdir(path):
+                Path(path, name).unlink()
+        real_rmdir(path)
+
+    monkeypatch.setattr(os, "rmdir", rmdir)
+    monkeypatch.setattr(run_cgroups, "_write_text", write)
+    monkeypatch.setattr(cgroup_module, "_write_plain", write)
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    monkeypatch.setattr(run_cgroups, "own_cgroup", lambda: ("/", str(container)))
+    return writes
+
+
+def test_a_tether_run_entry_point_alone_in_its_cgroup_moves_into_a_leaf_and_undoes_it(
+    container: Path, kernel_writes: list[tuple[str, str]]
+) -> None:
+    """``podman run --privileged IMAGE tether run --memory-max ...``: the caller is tether's
+    own and the only process there, so it steps into a leaf; after the run, all is as before."""
+    me = os.getpid()
+    (container / "cgroup.procs").write_text(f"{me}\n")
+    before = _snapshot(container)
+    backends, _ = run_cgroups.plan_backends(("memory",), check=False, mover=me)
+    assert backends == {"memory": "cgroup2-own-leaf"}
+    with pytest.raises(CgroupUnavailable, match="holds processes"):
+        run_cgroups.plan_backends(("memory",), check=False)  # an API caller: not tether's own
+    assert _snapshot(container) == before  # planning wrote nothing
+    leaf = run_cgroups.OwnLeaf.enter(("memory",))
+    name = Path(leaf.leaf).name
+    assert name.startswith(f"tether-{me}-")
+    assert (container / "cgroup.procs").read_text() == ""
+    assert (container / "cgroup.subtree_control").read_text() == "memory"
+    assert run_cgroups._beside("/" + name, leaf.leaf, "memory")  # what the supervisor sees
+    leaf.leave()
+    assert kernel_writes == [
+        (f"{name}/cgroup.procs", "0"),
+        ("cgroup.subtree_control", "+memory"),
+        ("cgroup.subtree_control", "-memory"),
+        ("cgroup.procs", "0"),
+    ]
+    assert _snapshot(container).keys() == before.keys()
+    assert (container / "cgroup.procs").read_text() == f"{me}\n"
+    assert (container / "cgroup.subtree_control").read_text() == ""
+
+
+def test_an_entry_point_that_is_not_alone_is_refused(
+    container: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run_cgroups, "own_cgroup", lambda: ("/", str(container)))
+    (container / "cgroup.procs").write_text(f"1\n{os.getpid()}\n")  # a shell started tether
+    with pytest.raises(CgroupUnavailable, match="docker-in-docker"):
+        run_cgroups.plan_backends(("memory",), check=False, mover=os.getpid())

@@ -261,7 +261,7 @@ def test_the_supervisor_refuses_limits_the_caller_let_through(
     """Should the caller's check pass and the supervisor's fail, the run is launch_failed."""
     from tether.caller import request
 
-    monkeypatch.setattr(request, "_limits", lambda values, flags: dict(values))
+    monkeypatch.setattr(request, "_limits", lambda values, _flags, **_: dict(values))
     monkeypatch.setenv("TETHER_CONTAINMENT", "sweep")
     marker = tmp_path / "started"
     with pytest.raises(tether.LaunchError, match="resource limits need a cgroup") as refused:

@@ -113,6 +113,7 @@ def build_request(
     ignored_signals: Sequence[int] | None = None,
     join_group: int | None = None,
     limits: Mapping[str, object] | None = None,
+    own_caller: bool = False,
 ) -> RunSpec:
     """Check what a door was given and return the request, or raise (see the module).
 
@@ -128,7 +129,10 @@ def build_request(
     default, those this process ignores now (:func:`ignored_now`), as
     ``subprocess`` would hand them on (``tether timeout`` passes its own);
     ``join_group`` is the caller's process group for a command that is to use
-    the caller's terminal (:mod:`tether.caller.terminal`).
+    the caller's terminal (:mod:`tether.caller.terminal`). ``own_caller``:
+    this process is tether's own (``tether run``), which may move itself into
+    a leaf of its cgroup for the limits (:class:`~tether.linux.run_cgroups.OwnLeaf`);
+    never a program that called the API.
     """
     words = command_words(argv)
     deadline_seconds = _seconds(deadline, "deadline", flags) if deadline is not None else 0.0
@@ -142,7 +146,7 @@ def build_request(
     checked_env = environment_copy(env)
     if not isinstance(record_argv, bool):
         raise TypeError(f"record_argv must be True or False, not {record_argv!r}")
-    checked_limits = _limits(limits or {}, flags)
+    checked_limits = _limits(limits or {}, flags, mover=os.getpid() if own_caller else None)
     # Last: the only check that touches the file system (it makes the
     # record's directory), so a request refused for anything else leaves nothing.
     record_path, no_record_reason = record_choice(record)
@@ -252,7 +256,9 @@ def warn_no_record_once(why: str) -> None:
         pass
 
 
-def _limits(values: Mapping[str, object], flags: Mapping[str, str]) -> dict[str, int | float]:
+def _limits(
+    values: Mapping[str, object], flags: Mapping[str, str], *, mover: int | None = None
+) -> dict[str, int | float]:
     """The resource limits, checked, and cgroups ready to enforce them; or why not.
 
     The cgroup is checked here, in the caller, so that a run whose limits
@@ -276,7 +282,7 @@ def _limits(values: Mapping[str, object], flags: Mapping[str, str]) -> dict[str,
     try:
         if os.environ.get("TETHER_CONTAINMENT") == "sweep":  # supervisor.command's variable
             raise CgroupUnavailable("TETHER_CONTAINMENT=sweep forbids a cgroup of the run's own")
-        backends, _hierarchies = plan_backends(limit_controllers(checked), check=False)
+        backends, _hierarchies = plan_backends(limit_controllers(checked), check=False, mover=mover)
         if backends.get("memory") == "cgroup1":
             try:
                 limit_files_v1(checked)

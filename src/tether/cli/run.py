@@ -19,6 +19,8 @@ Options end at the first word that is not one (``tether run sleep 1``), or at
 
 from __future__ import annotations
 
+import os
+
 from tether.cli.messages import fail, usage_error, warn
 from tether.cli.run_options import PROGRAM, RunOptions, read_options, split_command_line
 from tether.core.reasons import Reason
@@ -28,9 +30,11 @@ from tether.core.spec import DEFAULT_GRACE_SECONDS
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Mapping
     from typing import Final, NoReturn
 
     from tether.core.spec import RunSpec
+    from tether.linux.run_cgroups import OwnLeaf
 
 __all__ = ["run"]
 
@@ -159,6 +163,7 @@ def _request(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
                 "cpu_max": args.cpus,
                 "pids_max": args.pids_max,
             },
+            own_caller=True,
         )
     except RequestError as error:
         # Where the record goes, or a machine that cannot enforce limits: not how the
@@ -174,6 +179,34 @@ def _request(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
 def run(argv: list[str], asked_at: float) -> int:
     """``tether run ARGS``; return the exit status (the deadline counts from ``asked_at``)."""
     spec, verbose = _request(argv, asked_at)
+    leaf = _own_leaf(spec.limits)
+    try:
+        return _run(spec, verbose=verbose)
+    finally:
+        if leaf is not None:
+            leaf.leave()
+
+
+def _own_leaf(limits: Mapping[str, int | float] | None) -> OwnLeaf | None:
+    """Where this caller alone holds its cgroup and no manager can help (a container whose
+    entry point is ``tether run``): move into a leaf of it, for the run's cgroup to go beside."""
+    if not limits:
+        return None
+    from tether.core.limits import limit_controllers
+    from tether.linux.cgroup import CgroupUnavailable
+    from tether.linux.run_cgroups import OwnLeaf, plan_backends
+
+    controllers = limit_controllers(limits)
+    try:
+        backends, _ = plan_backends(controllers, check=False, mover=os.getpid())
+        if "cgroup2-own-leaf" not in backends.values():
+            return None
+        return OwnLeaf.enter(controllers)
+    except CgroupUnavailable as why:
+        fail(f"cannot enforce the limits here: {why}")
+
+
+def _run(spec: RunSpec, *, verbose: bool) -> int:
     from tether.caller.interrupts import start_interruptible
     from tether.caller.launch_errors import LaunchError
 

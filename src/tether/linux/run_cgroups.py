@@ -37,6 +37,8 @@ from tether.linux.cgroup import (
     CgroupUnavailable,
     RunCgroup,
     cgroup_of,
+    enable_controllers,
+    is_hierarchy_root,
     own_cgroup,
     probe_controllers,
     read_usage,
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SCOPE_BACKENDS",
     "USAGE_KEYS",
+    "OwnLeaf",
     "RunCgroups",
     "plan_backends",
     "remove_stale_everywhere",
@@ -89,7 +92,8 @@ _DELEGATE: Final = (
 #: The same for root, who is never told to become root.
 _ROOT_REMEDY: Final = (
     "where no service manager hands out a delegated cgroup (a container), tether moves no "
-    "process it did not start: have the container's entry point move its processes into a "
+    "process it did not start: make `tether run` the container's entry point (alone in its "
+    "cgroup, it steps into a leaf itself), or have the entry point move its processes into a "
     "leaf cgroup and enable the controllers in the cgroup above it (as docker-in-docker's "
     "entrypoint does), and tether makes the run's cgroup beside that leaf; or run without limits"
 )
@@ -168,6 +172,117 @@ def _check_v1(name: str, hierarchy: Hierarchy) -> None:
     )
 
 
+#: The run's cgroup v2 beside a leaf in the cgroup above: one the entry point left, or one
+#: the ``tether run`` caller moves itself into (:class:`OwnLeaf`).
+_BESIDE: Final = frozenset({"cgroup2-beside", "cgroup2-own-leaf"})
+
+
+def _only(directory: str, mover: int, name: str) -> bool:
+    """Whether ``mover`` is the only process in the cgroup at ``directory``, which could then
+    take controller ``name`` once it moved into a leaf (a container whose entry point is
+    ``tether run``). Read only."""
+    if is_hierarchy_root(directory) or not os.access(directory, os.W_OK):
+        return False
+    try:
+        with open(os.path.join(directory, "cgroup.procs"), "rb") as procs:
+            members = procs.read().split()
+        with open(os.path.join(directory, "cgroup.type"), "rb") as kind:
+            domain = kind.read().split() == [b"domain"]
+        with open(os.path.join(directory, "cgroup.controllers"), "rb") as offered:
+            available = name.encode() in offered.read().split()
+    except OSError:
+        return False
+    return domain and available and members == [str(mover).encode()]
+
+
+class OwnLeaf:
+    """The ``tether run`` caller moved into a leaf of its own cgroup, which it alone held.
+
+    So that the run's cgroup can be made beside it (``cgroup2-beside``, as the
+    supervisor sees it): the caller makes ``tether-<pid>-<hex>`` in its
+    cgroup, moves itself there, checks that nothing else came in meanwhile,
+    and enables the controllers the limits need in the cgroup, now empty of
+    processes. Everything tether changed is undone by :meth:`leave`: the
+    controllers it enabled are disabled (unless a run's cgroup of another
+    tether is there and may use them), the caller moves back, the leaf is
+    removed. A caller SIGKILLed in between leaves an empty leaf of tether's
+    naming, which the next run or ``tether prune`` removes.
+    """
+
+    __slots__ = ("directory", "enabled", "leaf")
+
+    def __init__(self, directory: str, leaf: str, enabled: tuple[str, ...]) -> None:
+        self.directory = directory
+        self.leaf = leaf
+        self.enabled = enabled
+
+    @classmethod
+    def enter(cls, controllers: tuple[str, ...]) -> OwnLeaf:
+        """Move this process into a new leaf of its cgroup; enable ``controllers`` above it."""
+        _path, directory = own_cgroup()
+        leaf = os.path.join(directory, run_cgroup_name())
+        try:
+            os.mkdir(leaf, 0o755)
+        except OSError as error:
+            raise CgroupUnavailable(f"cannot create {leaf}: {error.strerror}") from None
+        made = cls(directory, leaf, ())
+        try:
+            _write_pid(leaf)
+            before = set(_subtree(directory))
+            enable_controllers(directory, controllers)  # refuses if anything came in
+            made.enabled = tuple(name for name in controllers if name not in before)
+        except (OSError, CgroupUnavailable) as error:
+            made.leave()
+            why = error.strerror if isinstance(error, OSError) else str(error)
+            raise CgroupUnavailable(f"cannot divide {directory} for the run: {why}") from None
+        return made
+
+    def leave(self) -> None:
+        """Undo what :meth:`enter` did, as far as nothing else now depends on it."""
+        others = [
+            name
+            for name in _listdir(self.directory)
+            if name.startswith("tether-") and os.path.join(self.directory, name) != self.leaf
+        ]
+        with contextlib.suppress(OSError):
+            if self.enabled and not others:
+                _write_text(
+                    os.path.join(self.directory, "cgroup.subtree_control"),
+                    " ".join(f"-{name}" for name in self.enabled),
+                )
+            _write_pid(self.directory)
+        with contextlib.suppress(OSError):
+            os.rmdir(self.leaf)
+
+
+def _subtree(directory: str) -> list[str]:
+    try:
+        with open(os.path.join(directory, "cgroup.subtree_control"), encoding="ascii") as file:
+            return file.read().split()
+    except OSError:
+        return []
+
+
+def _listdir(directory: str) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except OSError:
+        return []
+
+
+def _write_text(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _write_pid(directory: str) -> None:
+    """Move this process into the cgroup at ``directory``."""
+    _write_text(os.path.join(directory, "cgroup.procs"), "0")
+
+
 def _v1_by_controller(hierarchies: list[Hierarchy]) -> dict[str, Hierarchy]:
     return {name: hierarchy for hierarchy in hierarchies for name in hierarchy.controllers}
 
@@ -206,6 +321,7 @@ def plan_backends(
     *,
     check: bool = True,
     environ: Mapping[str, str] | None = None,
+    mover: int | None = None,
 ) -> tuple[dict[str, str], dict[str, Hierarchy]]:
     """Which backend takes each of ``controllers``, and the v1 hierarchies it uses.
 
@@ -218,8 +334,12 @@ def plan_backends(
     (default: this process's). A ``systemd-scope`` answer is a promise to
     ask: nothing talks to the bus here. When one controller needs the scope,
     every controller v2 could take goes there too (the run has one v2
-    cgroup). Raise :class:`CgroupUnavailable` for the first controller
-    nothing can take, saying what would work.
+    cgroup). ``mover``: the pid of a ``tether run`` caller, tether's own
+    process, which may move into a leaf of its cgroup (:class:`OwnLeaf`) if it
+    is the only process there: ``cgroup2-own-leaf``, a promise that it will
+    (never the API's caller, a program tether did not start). Raise
+    :class:`CgroupUnavailable` for the first controller nothing can take,
+    saying what would work.
     """
     backends: dict[str, str] = {}
     v2_why = ""
@@ -246,12 +366,15 @@ def plan_backends(
             if _beside(v2_path, v2_directory, name):
                 backends[name] = "cgroup2-beside"
                 continue
+            if mover is not None and _only(v2_directory, mover, name):
+                backends[name] = "cgroup2-own-leaf"
+                continue
             v2_why = f"{v2_why}; {no_scope}" if no_scope and not _privileged() else v2_why
         if hierarchy is None:
             raise _nothing_takes(v2_why)
         _check_v1(name, hierarchy)
         backends[name] = "cgroup1"
-    in_scope = (SCOPE_BACKENDS | {"cgroup2-beside"}).intersection(backends.values())
+    in_scope = (SCOPE_BACKENDS | _BESIDE).intersection(backends.values())
     if in_scope:
         (scope_backend,) = in_scope
         backends = {
