@@ -9,6 +9,7 @@ the command, with one line saying why; an unknown value is refused too.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -34,7 +35,16 @@ from conftest import (
     wait_gone,
 )
 from tether.linux import cgroup as cgroup_module
-from tether.linux.cgroup import RunCgroup, cgroup_of, own_cgroup, remove_stale, warm_attach_lock
+from tether.linux.cgroup import (
+    CgroupUnavailable,
+    RunCgroup,
+    cgroup_of,
+    divisible,
+    enable_controllers,
+    own_cgroup,
+    remove_stale,
+    warm_attach_lock,
+)
 from tether.supervisor.command import Command, CommandNotStarted, start_command
 from tether.supervisor.launch import LaunchPlan
 
@@ -151,6 +161,39 @@ def test_stale_cgroups_of_dead_supervisors_are_removed_if_empty(processes: Proce
         for directory in (stale, busy, mine):
             if directory.exists():
                 directory.rmdir()
+
+
+def test_a_cgroup_holding_processes_or_in_a_thread_subtree_is_refused_as_the_kernel_shows_it(
+    processes: Processes,
+) -> None:
+    """Read from the real files: ``cgroup.procs`` (not the kernel's EBUSY, which a threaded
+    controller never gets) and ``cgroup.type`` (a thread root, as ``+pids`` used to leave)."""
+    _path, parent = own_cgroup()
+    directory = Path(parent, f"tethertest-{os.urandom(4).hex()}")
+    directory.mkdir()
+    threads = directory / "threads"
+    sleeper = processes.start([sys.executable, "-c", "import signal; signal.pause()"])
+    try:
+        divisible(str(directory))  # empty: it may be divided
+        (directory / "cgroup.procs").write_text(str(sleeper.pid))
+        with pytest.raises(CgroupUnavailable, match="holds processes of its own"):
+            divisible(str(directory))
+        threads.mkdir()
+        (threads / "cgroup.type").write_text("threaded")  # the parent becomes a thread root
+        assert (directory / "cgroup.type").read_text().strip() == "domain threaded"
+        with pytest.raises(CgroupUnavailable, match="'domain threaded' cgroup"):
+            divisible(str(directory))
+        before = (directory / "cgroup.subtree_control").read_text()
+        with pytest.raises(CgroupUnavailable):
+            enable_controllers(str(directory), ("pids",))
+        assert (directory / "cgroup.subtree_control").read_text() == before
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        wait_gone(sleeper.pid)
+        for each in (threads, directory):
+            with contextlib.suppress(OSError):
+                each.rmdir()
 
 
 # -- falling back to the sweep -------------------------------------------------
