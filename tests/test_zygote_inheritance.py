@@ -141,6 +141,8 @@ _CHANGES = {
     "privileges": False,
     "mdwe": False,
     "scheduling": False,
+    # A chroot into a read-only bind mount of / (the same device and inode).
+    "jail": False,
     "privileges,scheduling,signals,process": False,
     # A thread's own: its nice value, CPUs, timer slack, capabilities, seccomp.
     "thread:scheduling": False,
@@ -154,6 +156,8 @@ def test_a_command_sees_the_callers_state_as_subprocess_hands_it_on(
 ) -> None:
     if "privileges" in changes and os.geteuid() != 0:
         pytest.skip("dropping CAP_SYS_ADMIN from the bounding set needs root")
+    if "jail" in changes and os.geteuid() != 0:
+        pytest.skip("a mount namespace, a bind mount and chroot need root")
     if "mdwe" in changes and ctypes.CDLL(None).prctl(66, 0, 0, 0, 0) < 0:  # PR_GET_MDWE
         pytest.skip("this kernel has no memory-deny-write-execute (Linux 6.3 on)")
     snapshots, started = _snapshots(tmp_path, changes)

@@ -19,6 +19,7 @@ import sys
 
 from tether.caller import zygote as caller_zygote
 from tether.caller.fingerprint import fingerprint
+from tether.caller.lifeline import identity as descriptor_identity
 
 _STAND_IN = (
     "import socket, sys, time\n"
@@ -33,17 +34,23 @@ def _stand_in(delay: float) -> tuple[caller_zygote._Zygote, subprocess.Popen[byt
     identity = fingerprint()
     assert identity is not None
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    proof, unused = os.pipe()  # the pipe only the zygote holds, which each request shows
     child = subprocess.Popen(
         [sys.executable, "-c", _STAND_IN, str(theirs.fileno()), str(delay)],
-        pass_fds=(theirs.fileno(),),
+        pass_fds=(theirs.fileno(), proof),
     )
     theirs.close()
+    os.close(unused)
+    os.close(proof)
     zygote = caller_zygote._Zygote.__new__(caller_zygote._Zygote)
     zygote.socket = ours
     zygote.identity = identity
     zygote.pid = None
     zygote._child = child.pid
+    zygote._proof = proof
+    zygote._made = descriptor_identity(ours.fileno())
     zygote._pidfd = os.pidfd_open(child.pid)
+    zygote._pidfd_made = descriptor_identity(zygote._pidfd)
     zygote._error = None
     return zygote, child
 

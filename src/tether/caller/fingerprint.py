@@ -29,7 +29,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["RLIMITS", "fingerprint"]
+__all__ = ["RLIMITS", "Unreadable", "fingerprint"]
 
 #: Every namespace ``/proc`` shows, those the caller's *children* will be in included
 #: (``unshare(CLONE_NEWPID)`` moves only them).
@@ -68,7 +68,10 @@ def fingerprint() -> tuple[object, ...] | None:
     set again in the forked child, and some only with a privilege the caller
     gave up; a fresh zygote inherits them all, by construction, and costs
     once per change what a spawned supervisor costs every time. ``None`` if
-    they cannot be read now (no descriptor left).
+    they cannot be read now (no descriptor left); :class:`Unreadable` if they
+    cannot be read for any other reason (a process that gave up root is no
+    longer dumpable, and its own ``/proc/self`` refuses it): a zygote is then
+    let go of (fail closed).
     """
     namespaces = []
     for name in _NAMESPACES:
@@ -76,7 +79,8 @@ def fingerprint() -> tuple[object, ...] | None:
             namespaces.append(os.readlink(f"/proc/thread-self/ns/{name}"))  # "mnt:[4026531841]"
         except FileNotFoundError:
             namespaces.append("")  # a namespace this kernel does not have
-        except OSError:
+        except OSError as error:
+            _raise_unless_short(error)
             return None
     try:
         status = _read("/proc/thread-self/status")
@@ -84,7 +88,7 @@ def fingerprint() -> tuple[object, ...] | None:
         oom_score_adj = _read("/proc/self/oom_score_adj")
         with open("/proc/self/cgroup", "rb") as cgroup:
             where = cgroup.read()
-        root = os.stat("/")  # a chroot changes no namespace
+        root = _root()  # a chroot changes no namespace
         scheduling = (
             os.getpriority(os.PRIO_PROCESS, 0),  # this thread's
             os.sched_getscheduler(0),
@@ -93,7 +97,8 @@ def fingerprint() -> tuple[object, ...] | None:
             io_priority(),
             memory_deny_write_execute(),
         )
-    except OSError:
+    except OSError as error:
+        _raise_unless_short(error)
         return None
     hard = []
     for name in RLIMITS:
@@ -104,7 +109,7 @@ def fingerprint() -> tuple[object, ...] | None:
     return (
         _NOT_IDENTITY.sub(b"", status),
         tuple(namespaces),
-        (root.st_dev, root.st_ino),
+        root,
         where,
         _lsm_label(),
         personality,
@@ -124,6 +129,45 @@ _NOT_IDENTITY: Final = re.compile(
     rb"|voluntary_ctxt_switches|nonvoluntary_ctxt_switches|Vm\w*|Rss\w*|Hugetlb\w*):.*\n",
     re.MULTILINE,
 )
+
+
+def _root() -> tuple[int, int, bytes]:
+    """The root directory as a mount sees it: its device, inode and *mount*.
+
+    A device and an inode alone are shared by a bind mount of the same
+    directory: a caller that ``chroot``s into a read-only bind mount of ``/``
+    has the same root by them, where a fresh process would be confined to the
+    read-only mount. The mount's id (``mnt_id`` in the descriptor's
+    ``fdinfo``) tells the two apart.
+    """
+    fd = os.open("/", os.O_PATH | os.O_CLOEXEC)
+    try:
+        status = os.fstat(fd)
+        info = _read(f"/proc/self/fdinfo/{fd}")
+    finally:
+        os.close(fd)
+    mount = _MOUNT_ID.search(info)
+    if mount is None:
+        raise OSError(errno.ENOENT, "no mnt_id in /proc/self/fdinfo")  # a kernel before 3.15
+    return status.st_dev, status.st_ino, mount[1]
+
+
+#: The mount's id in a descriptor's ``fdinfo``.
+_MOUNT_ID: Final = re.compile(rb"^mnt_id:\s*(\d+)", re.MULTILINE)
+
+
+class Unreadable(Exception):
+    """The caller's identity cannot be read (``/proc/self`` refused, say): not its zygote's."""
+
+
+#: What a lack of resources looks like: the identity cannot be read *now*.
+_SHORT_OF: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+
+
+def _raise_unless_short(error: OSError) -> None:
+    """Return for want of a descriptor (this once); raise :class:`Unreadable` for anything else."""
+    if error.errno not in _SHORT_OF:
+        raise Unreadable(str(error)) from None
 
 
 def _read(path: str) -> bytes:

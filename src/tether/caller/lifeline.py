@@ -37,7 +37,10 @@ from tether.shared.lifeline import CANCEL, KILL_NOW
 __all__ = [
     "Lifeline",
     "close_all",
+    "identity",
+    "keep_from_forks",
     "kept_by_the_next_fork",
+    "let_go",
     "no_fork_meanwhile",
     "run_channels",
     "tethers_own",
@@ -50,7 +53,7 @@ __all__ = [
 #: (:func:`close_all`), and ``os.fork`` takes that lock first
 #: (:func:`_before_fork`): no fork falls between a lifeline's birth and its
 #: registration, or between its close and its number's reuse.
-_open_lifelines: set[int] = set()
+_open_lifelines: dict[int, tuple[int, int] | None] = {}
 #: Re-entrant: a signal handler that launches (or forks) while its thread is
 #: making a run's channels must not wait on itself.
 _lifelines_lock = _thread.RLock()
@@ -66,9 +69,10 @@ def _after_fork_in_parent() -> None:
 
 def _close_lifelines_in_child() -> None:
     global _lifelines_lock  # noqa: PLW0603 - the child's own lock, free (the parent holds its)
-    for fd in _open_lifelines:
-        with contextlib.suppress(OSError):
-            os.close(fd)
+    for fd, made in _open_lifelines.items():
+        if identity(fd) == made:  # a number the program closed and reused is not tether's
+            with contextlib.suppress(OSError):
+                os.close(fd)
     _open_lifelines.clear()
     _lifelines_lock = _thread.RLock()
 
@@ -93,8 +97,27 @@ class Lifeline:
         os.set_blocking(fd, False)
         self._fd: int | None = fd
         self._lock = _thread.RLock()
+        #: What the descriptor is: checked before each use (:meth:`_ours`).
+        self._identity = identity(fd)
         with _lifelines_lock:
-            _open_lifelines.add(fd)
+            _open_lifelines[fd] = self._identity
+
+    def _ours(self) -> int | None:
+        """The descriptor, if it is still this lifeline; else ``None``, and it is let go of.
+
+        A program may close descriptors it does not know (``os.closerange``,
+        as daemons do) and open others, which take the freed numbers: a
+        request written to one would reach a stranger, and closing it would
+        close the program's own. A number that is no longer this lifeline's
+        socket is never written to nor closed. Called under ``self._lock``.
+        """
+        fd = self._fd
+        if fd is not None and identity(fd) != self._identity:
+            self._fd = None
+            with _lifelines_lock:
+                _open_lifelines.pop(fd, None)
+            return None
+        return fd
 
     def request(self, byte: bytes) -> None:
         """Send a request (:data:`CANCEL`, :data:`KILL_NOW`); harmless once the run is over.
@@ -104,9 +127,10 @@ class Lifeline:
         default (as command line tools do) would die of a cancel that came late.
         """
         with self._lock:  # so the descriptor cannot be closed (and its number reused) meanwhile
-            if self._fd is not None:
+            fd = self._ours()
+            if fd is not None:
                 with contextlib.suppress(OSError):
-                    _send_quietly(self._fd, byte)
+                    _send_quietly(fd, byte)
 
     def cancel(self) -> None:
         """Ask for a graceful stop: the stop signal, the grace, then SIGKILL."""
@@ -119,7 +143,7 @@ class Lifeline:
     def release(self) -> None:
         """Close the write end (what a dying caller does); safe to call twice."""
         with self._lock:
-            fd, self._fd = self._fd, None
+            fd, self._fd = self._ours(), None
         if fd is not None:
             close_all([fd])
 
@@ -156,12 +180,12 @@ def run_channels(*, spec_pipe: bool) -> list[int]:
             for kind in ("lifeline", "status", "spec")[: 3 if spec_pipe else 2]:
                 reading, writing = os.pipe() if kind == "spec" else _socket_pair()
                 made += [reading, writing]
-                _open_lifelines.add(writing)
+                _open_lifelines[writing] = identity(writing)
                 made[-2] = above_stdio(reading)
                 made[-1] = above_stdio(writing)
                 if made[-1] != writing:
-                    _open_lifelines.discard(writing)
-                    _open_lifelines.add(made[-1])
+                    _open_lifelines.pop(writing, None)
+                    _open_lifelines[made[-1]] = identity(made[-1])
         except OSError:
             close_all(made)
             raise
@@ -205,9 +229,40 @@ def close_all(fds: tuple[int, ...] | list[int]) -> None:
     """Close ``fds``, each taken out of :data:`_open_lifelines` in the same step."""
     with _lifelines_lock:
         for fd in fds:
-            _open_lifelines.discard(fd)
+            _open_lifelines.pop(fd, None)
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def keep_from_forks(*fds: int) -> None:
+    """Put ``fds`` on the list (call it under :func:`no_fork_meanwhile`, with their making).
+
+    For the zygote's socket pair: a child forked while the zygote starts must
+    hold neither end.
+    """
+    with _lifelines_lock:
+        for fd in fds:
+            _open_lifelines[fd] = identity(fd)
+
+
+def let_go(fd: int) -> None:
+    """Take ``fd`` off the list without closing it (its owner closes it, or it is not ours)."""
+    with _lifelines_lock:
+        _open_lifelines.pop(fd, None)
+
+
+def identity(fd: int) -> tuple[int, int] | None:
+    """What ``fd`` is (its device and inode), ``None`` if it is not open: a number is no name.
+
+    Kept from a descriptor's making, compared before each later use: a
+    program that closed it (``os.closerange``) may have opened something
+    else under its number.
+    """
+    try:
+        made = os.fstat(fd)
+    except OSError:
+        return None
+    return made.st_dev, made.st_ino
 
 
 def kept_by_the_next_fork(fd: int) -> None:
@@ -217,4 +272,4 @@ def kept_by_the_next_fork(fd: int) -> None:
     channel's writing end; the program has no other thread to fork meanwhile.
     """
     with _lifelines_lock:
-        _open_lifelines.discard(fd)
+        _open_lifelines.pop(fd, None)

@@ -28,6 +28,7 @@ import select
 import time
 import weakref
 
+from tether.caller.lifeline import identity
 from tether.core.spec import RunSpec
 from tether.shared.protocol import Finished, Message, Spawned, Started, decode
 
@@ -44,6 +45,8 @@ class StatusClient:
         os.set_blocking(fd, False)
         self.spec = spec
         self.fd: int | None = fd
+        #: What the descriptor is, checked before each read: a number is no name.
+        self._identity = identity(fd)
         self.started: Started | None = None
         #: What the command said of itself before its exec: where it is, for a
         #: supervisor lost before it said ``started``.
@@ -60,20 +63,7 @@ class StatusClient:
         """
         if self.fd is None or self.finished is not None:
             return []
-        at_eof = False
-        while True:
-            try:
-                chunk = os.read(self.fd, 65536)
-            except BlockingIOError:
-                break
-            except OSError:
-                chunk = b""
-            if not chunk:
-                at_eof = True
-                break
-            self._partial += chunk
-            if len(self._partial) > _MAX_LINE_BYTES and b"\n" not in self._partial:
-                self._partial = self._partial[-_MAX_LINE_BYTES:]
+        at_eof = self._read_in()
         *lines, self._partial = self._partial.split(b"\n")
         messages: list[Message] = []
         for line in lines:
@@ -94,6 +84,28 @@ class StatusClient:
             self.finished = after_supervisor_lost(self.spec, self.started or self.spawned)
             messages.append(self.finished)
         return messages
+
+    def _read_in(self) -> bool:
+        """Add what can be read now to what is held; whether the channel is at its end."""
+        if self.fd is not None and identity(self.fd) != self._identity:
+            # The program closed it (and may have opened something else under its
+            # number): never read nor close what is not this channel. The run
+            # cannot be followed any more: as a supervisor lost.
+            self.fd = None
+            return True
+        while self.fd is not None:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return False
+            except OSError:
+                chunk = b""
+            if not chunk:
+                return True
+            self._partial += chunk
+            if len(self._partial) > _MAX_LINE_BYTES and b"\n" not in self._partial:
+                self._partial = self._partial[-_MAX_LINE_BYTES:]
+        return False
 
     def wait(self, timeout: float | None = None) -> list[Message]:
         """Block until something arrives (or ``timeout`` seconds pass); return what did."""

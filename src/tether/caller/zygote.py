@@ -64,6 +64,7 @@ of, so there is no check for :mod:`tether.linux.pidfd` to make.
 from __future__ import annotations
 
 import _thread
+import array
 import contextlib
 import errno
 import json
@@ -73,12 +74,15 @@ import resource
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
 
-from tether.caller.fingerprint import RLIMITS, fingerprint
+from tether.caller.fingerprint import RLIMITS, Unreadable, fingerprint
+from tether.caller.lifeline import close_all, keep_from_forks, let_go, no_fork_meanwhile
+from tether.caller.lifeline import identity as descriptor_identity
 from tether.caller.request import ignored_now
 from tether.linux.prctl import ZYGOTE_NAME
 
@@ -109,7 +113,7 @@ _MAX_DESCRIPTORS: Final = 16
 _BOOTSTRAP: Final = (
     "import gc, sys; gc.disable(); sys.path.insert(0, sys.argv[1]); "
     "from tether.supervisor.zygote import main; "
-    "raise SystemExit(main(int(sys.argv[2]), int(sys.argv[3])))"
+    "raise SystemExit(main(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])))"
 )
 
 #: How long a zygote may take to answer a request (a fork: about a millisecond) while it is
@@ -136,9 +140,21 @@ class _Zygote:
     """
 
     def __init__(self, package_root: str, identity: tuple[object, ...], limit: float) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # Made and put on the list of what no forked child keeps in one step
+        # under the lock a fork takes: a worker forked meanwhile would hold the
+        # zygote's socket, and could ask it for commands.
+        with no_fork_meanwhile():
+            ours, theirs = self._socket_pair()
+            proof, unused = os.pipe2(os.O_CLOEXEC)
+            keep_from_forks(ours.fileno(), theirs.fileno(), proof, unused)
+        close_all([unused])
+        #: The number, in the zygote, of a pipe only it holds (:meth:`proof`).
+        self._proof = proof
         self.socket = ours
         self.identity = identity
+        #: What the socket and the pidfd are, checked before each use (:meth:`intact`).
+        self._made = descriptor_identity(ours.fileno())
+        self._pidfd_made: tuple[int, int] | None = None
         #: The zygote's pid, once it has answered a request.
         self.pid: int | None = None
         self._pidfd: int | None = None
@@ -148,24 +164,29 @@ class _Zygote:
         # ``-X tether-zygote`` names it on its command line (``ps -f``); Python
         # keeps an unknown ``-X`` option in ``sys._xoptions`` and does nothing else.
         argv = [sys.executable, "-X", ZYGOTE_NAME, "-P", "-c", _BOOTSTRAP, package_root]
-        argv.append(str(theirs.fileno()))
-        argv.append(str(os.getpid()))
+        argv += [str(theirs.fileno()), str(os.getpid()), str(proof)]
         started = _thread.allocate_lock()
         started.acquire()
         try:
             _thread.start_new_thread(self._keep, (argv, theirs, started))
         except BaseException:
-            theirs.close()
-            ours.close()
+            close_all([theirs.detach(), proof])
+            self.close()
             raise
         if not started.acquire(timeout=limit) or self._pidfd is None:
-            ours.close()
+            self.close()
             raise OSError(errno.ETIMEDOUT, f"the zygote did not start: {self._error}")
+
+    @staticmethod
+    def _socket_pair() -> tuple[socket.socket, socket.socket]:
+        """The caller's end and the zygote's, which sees every sender's credentials."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # From the start, so that no message ever reaches it without them.
+        theirs.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        return ours, theirs
 
     def _keep(self, argv: list[str], theirs: socket.socket, started: _thread.LockType) -> None:
         """In a thread of its own: start the zygote, then wait for its end and reap it."""
-        from tether.caller.lifeline import no_fork_meanwhile
-
         try:
             # Under the fork lock: a worker forked meanwhile would hold the
             # pipe on which subprocess waits for the exec.
@@ -175,16 +196,18 @@ class _Zygote:
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
-                    pass_fds=(theirs.fileno(),),
+                    pass_fds=(theirs.fileno(), self._proof),
                     start_new_session=True,
                 )
             self._child = zygote.pid
-            self._pidfd = os.pidfd_open(zygote.pid)
+            pidfd = os.pidfd_open(zygote.pid)
+            self._pidfd_made = descriptor_identity(pidfd)
+            self._pidfd = pidfd
         except BaseException as error:  # told to the launching thread
             self._error = error
             return
         finally:
-            theirs.close()
+            close_all([theirs.detach(), self._proof])  # the zygote's alone from now on
             started.release()
         with contextlib.suppress(BaseException):
             zygote.wait()
@@ -198,8 +221,15 @@ class _Zygote:
         then is SIGKILLed (:meth:`abandon`), and the run's status channel then
         says whether it had forked.
         """
+        # Who sends it, as the kernel checks it (the user and group must be this
+        # process's own): the zygote serves no one but the caller as it started it.
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, _credentials())]
+        if fds:
+            ancillary.append(
+                (socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())
+            )
         try:
-            socket.send_fds(self.socket, [request], fds, socket.MSG_DONTWAIT)
+            self.socket.sendmsg([request], ancillary, socket.MSG_DONTWAIT)
         except OSError as error:
             if error.errno in (errno.EMSGSIZE, errno.ENOBUFS):
                 return TOO_BIG  # the zygote is fine; this request takes the plain path
@@ -254,9 +284,59 @@ class _Zygote:
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
 
+    def intact(self) -> bool:
+        """Whether the socket and the pidfd are still the ones made for this zygote.
+
+        A program may close descriptors it does not know (``os.closerange``,
+        as daemons do) and open others, which take the freed numbers: a
+        request written there would hand a stranger the caller's whole
+        environment and descriptors. Checked before every use; a zygote whose
+        descriptors are gone is let go of (:meth:`disown`), and a fresh one
+        started.
+        """
+        if descriptor_identity(self.socket.fileno()) != self._made:
+            return False
+        pidfd = self._pidfd
+        return pidfd is None or descriptor_identity(pidfd) == self._pidfd_made
+
+    def proof(self) -> int | None:
+        """A descriptor that shows the zygote that this thread may look into it; ``None``: not.
+
+        The zygote's own copy of a pipe only it holds, opened through
+        ``/proc/<zygote>/fd``, which the kernel allows only to a thread that
+        may look into the zygote as ``ptrace`` would (the same user and no
+        fewer capabilities, and no Landlock domain the zygote is not in:
+        Landlock shows nowhere in ``/proc``, but a thread it restricts cannot
+        look into a process outside its domain). Sent with every request, and
+        checked by the zygote (:func:`tether.supervisor.zygote.main`): code
+        that holds the socket but has less than the zygote is refused. A
+        thread that cannot open it has less than the zygote now: it is let
+        go of, and a fresh one started, which has what the thread has. Raises
+        :class:`OSError` for want of a descriptor (nothing is known then).
+        """
+        try:
+            return os.open(
+                f"/proc/{self._child}/fd/{self._proof}",
+                os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC,
+            )
+        except OSError as error:
+            if error.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+                raise  # short of descriptors: the caller cannot tell, this once
+            return None
+
+    def disown(self) -> None:
+        """Let go of the zygote's descriptors without closing them: their numbers are not ours."""
+        let_go(self.socket.fileno())
+        self.socket.detach()
+        self._pidfd = None
+
     def close(self) -> None:
+        """Close the socket (the zygote sees its end of file and exits) and the pidfd."""
+        if not self.intact():
+            self.disown()
+            return
         with contextlib.suppress(OSError):
-            self.socket.close()
+            close_all([self.socket.detach()])
         pidfd, self._pidfd = self._pidfd, None
         if pidfd is not None:
             with contextlib.suppress(OSError):
@@ -279,14 +359,25 @@ _lock = threading.Lock()
 _exchanging = threading.local()
 #: How many zygotes this process has started (for tests and the benchmark).
 started = 0
+#: Whether a fresh zygote could not be shown that a request is its caller's
+#: (:meth:`_Zygote.proof`): every launch then takes the plain path.
+_unprovable = False
 
 
 def _forget_in_child() -> None:
-    """In a forked child: this process's zygote is its parent's, never to be used here."""
+    """In a forked child: this process's zygote is its parent's, never to be used here.
+
+    Its socket is on the list of what no forked child keeps
+    (:func:`~tether.caller.lifeline.keep_from_forks`), closed there if it is still the
+    socket made for the zygote; the pidfd is closed here on the same condition.
+    """
     global _zygote, _lock, _exchanging  # noqa: PLW0603 - the fork-safety reset of the one zygote
     if _zygote is not None:
-        with contextlib.suppress(OSError):
-            _zygote.socket.close()
+        intact = _zygote.intact()
+        _zygote.socket.detach()
+        if intact and _zygote._pidfd is not None:
+            with contextlib.suppress(OSError):
+                os.close(_zygote._pidfd)
     _zygote = None
     _lock = threading.Lock()
     _exchanging = threading.local()
@@ -309,6 +400,8 @@ def zygote_pid() -> int | None:
 def forget() -> None:
     """Let go of this caller's zygote (it exits when it sees its socket closed)."""
     global _zygote  # noqa: PLW0603
+    if _zygote is None:
+        return
     with _lock:
         if _zygote is not None:
             _zygote.close()
@@ -346,16 +439,22 @@ def fork_supervisor(
     thread already in an exchange (from a signal handler) takes the plain
     path at once.
     """
-    if getattr(_exchanging, "now", False):
+    if _unprovable or getattr(_exchanging, "now", False):
         return None
     if within is not None and within <= 0:
         return None  # no time for an exchange: the plain path never waits on anyone
     request = _request(spec_json, roles)
-    if len(request) > _MAX_REQUEST or len(fds) > _MAX_DESCRIPTORS:
+    if len(request) > _MAX_REQUEST or len(fds) >= _MAX_DESCRIPTORS:  # and the proof
         return None
-    identity = fingerprint()
+    try:
+        identity = fingerprint()
+    except Unreadable:
+        # Cannot tell whether the zygote still fits (its credentials changed so
+        # that /proc/self cannot be read, say): fail closed, let go of it now.
+        forget()
+        return None
     if identity is None:
-        return None  # cannot tell whether the zygote still fits: this once, the plain path
+        return None  # no descriptor left to read it: this once, the plain path
     _exchanging.now = True
     try:
         return _exchange(request, fds, package_root, identity, within)
@@ -370,7 +469,7 @@ def _exchange(
     identity: tuple[object, ...],
     within: float | None,
 ) -> int | None:
-    global _zygote, started  # noqa: PLW0603 - the one zygote of this caller
+    global _zygote  # noqa: PLW0603 - the one zygote of this caller
     end = time.monotonic() + (START_LIMIT if within is None else min(START_LIMIT, within))
 
     def left(limit: float) -> float:
@@ -379,17 +478,14 @@ def _exchange(
     if not _lock.acquire(timeout=left(ANSWER_LIMIT)):
         return None  # another thread's exchange is stuck (and will abandon it): not ours
     try:
-        zygote = _zygote
-        if zygote is not None and zygote.identity != identity:
-            zygote.close()  # it cannot take on what changed; a fresh one can
-            zygote = _zygote = None
-        if zygote is None:
-            try:
-                zygote = _zygote = _Zygote(package_root, identity, left(START_LIMIT))
-            except (OSError, RuntimeError):
-                return None
-            started += 1
-        answer = zygote.exchange(request, fds, left(START_LIMIT))
+        ready = _ready(package_root, identity, left(START_LIMIT))
+        if ready is None:
+            return None
+        zygote, proof = ready
+        try:
+            answer = zygote.exchange(request, [*fds, proof], left(START_LIMIT))
+        finally:
+            os.close(proof)
         if answer is None or answer == UNKNOWN:
             zygote.close()
             _zygote = None
@@ -398,6 +494,53 @@ def _exchange(
     if answer is None or answer < 0:
         return None
     return answer
+
+
+def _ready(
+    package_root: str, identity: tuple[object, ...], limit: float
+) -> tuple[_Zygote, int] | None:
+    """This caller's zygote, as it is now, and the proof for its request (:meth:`_Zygote.proof`).
+
+    Under :data:`_lock`. The zygote as it is: one whose descriptors are no
+    longer the ones made for it is let go of (never closed: their numbers are
+    someone else's now); one that differs from the caller now (its
+    fingerprint) or that the launching thread cannot show a proof to is
+    closed; a fresh one is started in their place. ``None``: the plain path,
+    this once (no descriptor left, the zygote would not start), or for good
+    (not even a fresh zygote can be shown a proof).
+    """
+    global _zygote, started, _unprovable  # noqa: PLW0603 - the one zygote of this caller
+    zygote = _zygote
+    if zygote is not None and not zygote.intact():
+        zygote.disown()  # the program closed its descriptors: start afresh
+        zygote = _zygote = None
+    try:
+        proof = None if zygote is None or zygote.identity != identity else zygote.proof()
+        if proof is not None and zygote is not None:
+            return zygote, proof
+        if zygote is not None:
+            zygote.close()  # it cannot take on what changed; a fresh one can
+        zygote = _zygote = None
+        try:
+            zygote = _zygote = _Zygote(package_root, identity, limit)
+        except (OSError, RuntimeError):
+            return None
+        started += 1
+        proof = zygote.proof()
+    except OSError:
+        return None  # no descriptor left to show it: this once, the plain path
+    if proof is None:
+        # Not even a fresh one can be shown (no /proc to open it through?):
+        # no zygote for this process, every launch takes the plain path.
+        zygote.close()
+        _zygote, _unprovable = None, True
+        return None
+    return zygote, proof
+
+
+def _credentials() -> bytes:
+    """This process's ``struct ucred`` for the zygote: its pid, effective user and group."""
+    return struct.pack("iII", os.getpid(), os.geteuid(), os.getegid())
 
 
 def _request(spec_json: bytes, roles: list[str]) -> bytes:

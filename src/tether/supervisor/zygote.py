@@ -40,12 +40,14 @@ as it would one read from a pipe.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import json
 import os
 import select
 import signal
 import socket
+import struct
 import sys
 
 from tether.core.reasons import TETHER_FAILED
@@ -74,8 +76,17 @@ MAX_REQUEST: Final = 1 << 20
 MAX_DESCRIPTORS: Final = 16
 
 
-def main(sock_fd: int, caller: int) -> int:
+def main(sock_fd: int, caller: int, proof_fd: int) -> int:
     """Serve the caller (pid ``caller``) on ``sock_fd`` until it is gone.
+
+    Only the caller, and only while it is as it was when it started this
+    zygote: every request must come from the caller's pid with the zygote's
+    own effective user and group, as the kernel vouches for them
+    (``SCM_CREDENTIALS``), and carry, as its last descriptor, the zygote's own
+    pipe ``proof_fd`` opened anew through ``/proc/<zygote>/fd`` (which the
+    kernel allows only to a thread that may look into the zygote: not one
+    with fewer capabilities, nor one in a Landlock domain). Any other request
+    is refused (answered ``-1``: the caller takes the plain path).
 
     The zygote is the caller's child, in a session of its own, started by a
     thread of the caller's that lives as long as the caller does and reaps
@@ -90,7 +101,11 @@ def main(sock_fd: int, caller: int) -> int:
     if os.getppid() != caller:
         os._exit(0)  # the caller is gone already, before the signal was asked for
     os.chdir("/")
+    proof = _identity(proof_fd)
     server = socket.socket(fileno=sock_fd)
+    # Set by the caller before it started this process (every message since
+    # carries its sender's credentials); set again here, for a caller that did not.
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
     ignored = _ignored_here()
     warm = False
     spare: _Spare | None = None
@@ -103,7 +118,21 @@ def main(sock_fd: int, caller: int) -> int:
             if spare is not None:
                 spare.let_go()
             os._exit(0)  # the caller is gone (and the spare, which sees this one go)
-        header, fds = request
+        header, fds, sender = request
+        shown = fds.pop() if fds else -1
+        vouched = sender == (caller, os.geteuid(), os.getegid()) and _identity(shown) == proof
+        with contextlib.suppress(OSError):
+            os.close(shown)
+        if not vouched or proof is None:
+            # Not the caller as it started this zygote (it gave up its user,
+            # group or capabilities since, restricted itself, or it is another
+            # process holding the socket): refused.
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            with contextlib.suppress(OSError):
+                server.send(f"-1 {os.getpid()}".encode())
+            continue
         child = -1 if spare is None else spare.take(header, fds)
         spare = None
         forked = child < 0
@@ -123,15 +152,46 @@ def main(sock_fd: int, caller: int) -> int:
         spare = _Spare.start(server, ignored)
 
 
-def _receive(server: socket.socket) -> tuple[bytes, list[int]] | None:
-    """One request, or ``None`` at end of file."""
-    data, fds, _flags, _address = socket.recv_fds(server, MAX_REQUEST, MAX_DESCRIPTORS)
+#: Room for a request's ancillary data: its descriptors, and its sender's credentials.
+_ANCILLARY: Final = socket.CMSG_SPACE(MAX_DESCRIPTORS * 4) + socket.CMSG_SPACE(12)
+
+
+def _receive(server: socket.socket) -> tuple[bytes, list[int], tuple[int, int, int]] | None:
+    """One request, its descriptors, and who sent it; ``None`` at end of file.
+
+    Who sent it is what the kernel vouches for (``SCM_CREDENTIALS``, on every
+    message since ``SO_PASSCRED`` is set): the sender's pid, and the user and
+    group it claimed, which the kernel lets it claim only if they are its
+    own (real, effective or saved; any for a process with ``CAP_SETUID`` /
+    ``CAP_SETGID``), or its real ones if it claimed none. ``(0, -1, -1)``
+    without them: never a caller.
+    """
+    data, ancillary, _flags, _address = server.recvmsg(MAX_REQUEST, _ANCILLARY)
+    fds: list[int] = []
+    sender = (0, -1, -1)
+    for level, kind, value in ancillary:
+        if level != socket.SOL_SOCKET:
+            continue
+        if kind == socket.SCM_RIGHTS:
+            fds += array.array("i", value[: len(value) - len(value) % 4])
+        elif kind == socket.SCM_CREDENTIALS and len(value) >= 12:
+            pid, uid, gid = struct.unpack("iII", value[:12])
+            sender = (pid, uid, gid)
     if not data:
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
         return None
-    return data, fds
+    return data, fds, sender
+
+
+def _identity(fd: int) -> tuple[int, int] | None:
+    """What ``fd`` is (device and inode); ``None`` if it is not open."""
+    try:
+        status = os.fstat(fd)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
 
 
 def _warm_up() -> None:
@@ -502,4 +562,4 @@ def _set_limit(name: str, soft: int, hard: int) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised as a subprocess
-    sys.exit(main(int(sys.argv[1]), int(sys.argv[2])))
+    sys.exit(main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])))
