@@ -119,17 +119,11 @@ def main(sock_fd: int, caller: int, proof_fd: int) -> int:
                 spare.let_go()
             os._exit(0)  # the caller is gone (and the spare, which sees this one go)
         header, fds, sender = request
-        shown = fds.pop() if fds else -1
-        vouched = sender == (caller, os.geteuid(), os.getegid()) and _identity(shown) == proof
-        with contextlib.suppress(OSError):
-            os.close(shown)
-        if not vouched or proof is None:
+        if not _vouched_for(fds, sender, caller, proof):
             # Not the caller as it started this zygote (it gave up its user,
             # group or capabilities since, restricted itself, or it is another
-            # process holding the socket): refused.
-            for fd in fds:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            # process holding the socket): refused, and it takes the plain path.
+            _close(fds)
             with contextlib.suppress(OSError):
                 server.send(f"-1 {os.getpid()}".encode())
             continue
@@ -150,6 +144,25 @@ def main(sock_fd: int, caller: int, proof_fd: int) -> int:
             warm = True
             _warm_up()
         spare = _Spare.start(server, ignored)
+
+
+def _vouched_for(
+    fds: list[int], sender: tuple[int, int, int], caller: int, proof: tuple[int, int] | None
+) -> bool:
+    """Whether the kernel vouches for a request as the caller's: its pid, the zygote's
+    effective user and group, and the zygote's pipe (``proof``) as its last descriptor,
+    which is taken out of ``fds`` and closed."""
+    shown = fds.pop() if fds else -1
+    vouched = proof is not None and _identity(shown) == proof
+    with contextlib.suppress(OSError):
+        os.close(shown)
+    return vouched and sender == (caller, os.geteuid(), os.getegid())
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 #: Room for a request's ancillary data: its descriptors, and its sender's credentials.
