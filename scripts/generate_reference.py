@@ -21,7 +21,7 @@ def generated() -> dict[str, str]:
     from argparse_manpage.manpage import Manpage
 
     from tether._version import __version__
-    from tether.cli.reference import exit_status_section, reference_parser
+    from tether.cli.reference import examples_section, exit_status_section, reference_parser
 
     manpage = Manpage(
         reference_parser(),
@@ -36,6 +36,7 @@ def generated() -> dict[str, str]:
     )
     manpage.date = __version__  # not the day it was made: the page must not change with it
     manpage.add_section("exit status", "=", exit_status_section())
+    manpage.add_section("examples", "=", examples_section())
     return {
         "man/tether.1": str(manpage),
         "completions/tether.bash": shtab.complete(reference_parser(), shell="bash"),

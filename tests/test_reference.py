@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BOUND, ROOT, tether_argv
-from tether.cli.reference import TIMEOUT_OPTIONS, reference_parser
+from conftest import BOUND, ROOT, cgroup_problem, tether_argv
+from tether.cli.reference import EXAMPLES, TIMEOUT_OPTIONS, reference_parser
 
 DATA = ROOT / "src" / "tether" / "data"
 needs_generators = pytest.mark.skipif(
@@ -120,3 +120,30 @@ def test_the_tether_timeout_statuses_match_its_help() -> None:
     ).stdout
     listed = set(re.findall(r"^\s+(\d+)\s", shown[shown.index("Exit status:") :], re.MULTILINE))
     assert listed == {status for status, _ in TIMEOUT_STATUSES if status.isdigit()}
+
+
+@pytest.mark.timeout(120)
+def test_the_manual_pages_examples_are_in_it_and_run_as_written(tmp_path: Path) -> None:
+    page = (DATA / "man" / "tether.1").read_text()
+    section = page[page.index(".SH EXAMPLES") :]
+    tether = Path(sys.executable).with_name("tether")
+    if not tether.exists():
+        pytest.skip(f"no tether script beside {sys.executable}")
+    env = {**os.environ, "PATH": f"{tether.parent}:{os.environ['PATH']}"}
+    statuses = []
+    for _what, command in EXAMPLES:
+        assert command.replace("-", "\\-") in section
+        if "--memory-max" in command and cgroup_problem() is not None:
+            continue  # refused (125) where no cgroup can take the limit, as documented
+        ran = subprocess.run(
+            ["sh", "-c", command],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=BOUND,
+            check=False,
+        )
+        assert ran.returncode != 125, (command, ran.stderr)  # every option taken as written
+        statuses.append(ran.returncode)
+    assert statuses[:3] == [124, 0, 0]  # the run stopped at its deadline; show and ls read it

@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 
 __all__ = [
+    "EXAMPLES",
     "EXIT_STATUSES",
     "SINCE_EXAMPLES",
     "TIMEOUT_OPTIONS",
     "TIMEOUT_STATUSES",
+    "examples_section",
     "exit_status_section",
     "reference_parser",
 ]
@@ -50,6 +52,37 @@ TIMEOUT_STATUSES: tuple[tuple[str, str], ...] = (
     ("N", "COMMAND's own exit status otherwise (128+N if it died of signal N, as its caller "
      "sees it: tether timeout then dies of the same signal)"),
 )  # fmt: skip
+
+
+#: The manual page's EXAMPLES: (what it does, the command line as typed in a shell).
+#: ``tests/test_reference.py`` runs each one as written.
+EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("Run a command that starts a background child in a session of its own; after two "
+     "seconds stop both, exit 124, and say so in one line (what ended the run, how many "
+     "processes were stopped, where the record is):",
+     "tether run -v --deadline 2s -- sh -c 'setsid sleep 60 & sleep 60'"),
+    ("Tell the whole story of the last run: the verdict, then its timeline:",
+     "tether show --last"),
+    ("The five newest runs of the last hour that a deadline stopped, for jq:",
+     "tether ls -n 5 --reason deadline_exceeded --since 1h --json"),
+    ("Evaluate with a label, under limits the kernel enforces on the whole tree (an OOM kill "
+     "is said first everywhere: killed by the OOM killer at its memory limit of 512 MiB):",
+     "tether run --label eval-42 --deadline 2h --memory-max 512M --cpus 1 -- "
+     "python3 evaluate.py"),
+    ("GNU timeout's drop-in: TERM after a minute, KILL five seconds later:",
+     "tether timeout -k 5s 1m make test"),
+    ("Say which runs older than a week would be removed, and remove nothing:",
+     "tether prune --older-than 7d --dry-run"),
+)  # fmt: skip
+
+
+def examples_section() -> str:
+    """The manual page's EXAMPLES section, in roff."""
+    lines: list[str] = []
+    for what, command in EXAMPLES:
+        typed = command.replace("\\", "\\e").replace("-", "\\-")
+        lines += [".PP", what, ".PP", ".RS", ".nf", typed, ".fi", ".RE"]
+    return "\n".join(lines)
 
 
 def exit_status_section() -> str:
