@@ -106,6 +106,8 @@ ZYGOTE_VARIABLE: Final = "TETHER_ZYGOTE"
 #: A request larger than this takes the plain path (the zygote's own limit; the
 #: socket's send buffer, about 208 KiB by default, may refuse a smaller one).
 _MAX_REQUEST: Final = 1 << 20
+#: Room for the request's first line, by when its answer is needed (:func:`_exchange`).
+_ANSWER_BY_SIZE: Final = 32
 #: The most descriptors one request carries (the zygote's ``MAX_DESCRIPTORS``):
 #: a run with more (many ``pass_fds``) takes the plain path.
 _MAX_DESCRIPTORS: Final = 16
@@ -444,7 +446,8 @@ def fork_supervisor(
     if within is not None and within <= 0:
         return None  # no time for an exchange: the plain path never waits on anyone
     request = _request(spec_json, roles)
-    if len(request) > _MAX_REQUEST or len(fds) >= _MAX_DESCRIPTORS:  # and the proof
+    # (``>=``: the proof goes with the descriptors; and room for the first line.)
+    if len(request) > _MAX_REQUEST - _ANSWER_BY_SIZE or len(fds) >= _MAX_DESCRIPTORS:
         return None
     try:
         identity = fingerprint()
@@ -482,8 +485,12 @@ def _exchange(
         if ready is None:
             return None
         zygote, proof = ready
+        # By when the answer is needed, on the request's first line: the zygote's wait for its
+        # spare is bounded by the same clock (the zygote and this process share CLOCK_MONOTONIC).
+        limit = left(START_LIMIT)
+        answer_by = b"%.6f\n" % (time.monotonic() + limit)
         try:
-            answer = zygote.exchange(request, [*fds, proof], left(START_LIMIT))
+            answer = zygote.exchange(answer_by + request, [*fds, proof], limit)
         finally:
             os.close(proof)
         if answer is None or answer == UNKNOWN:

@@ -93,6 +93,7 @@ __all__ = [
     "probe_controllers",
     "read_usage",
     "remove_stale",
+    "remove_unused",
     "run_cgroup_name",
     "unescape",
     "warm_attach_lock",
@@ -260,7 +261,7 @@ def remove_stale(parent: str) -> int:
     ]
     for name in stale[:_STALE_BOUND]:
         with contextlib.suppress(OSError):
-            removed += _remove_unused(os.path.join(parent, name))
+            removed += remove_unused(os.path.join(parent, name))
     return removed
 
 
@@ -278,7 +279,7 @@ def _hold(procs_fd: int) -> None:
         fcntl.flock(procs_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
 
 
-def _remove_unused(directory: str) -> int:
+def remove_unused(directory: str) -> int:
     """Remove the empty cgroup ``directory`` unless its ``cgroup.procs`` is held (:func:`_hold`):
     1 if removed, 0 if not; :class:`OSError` if it cannot be looked at or removed."""
     fd = os.open(os.path.join(directory, "cgroup.procs"), os.O_RDONLY | os.O_CLOEXEC)
@@ -381,6 +382,24 @@ class JoinableCgroup:
             os.write(self._procs_fd, b"0")
         except OSError as error:
             raise OSError(error.errno, error.strerror, procs) from None
+
+    def intact(self) -> bool:
+        """Whether this is still the cgroup made, and empty: a cgroup made ahead of its run
+        (by the zygote's spare) may have been removed, or replaced by another of its name,
+        meanwhile. Its ``cgroup.procs`` is still the file held open, and lists nobody."""
+        if self._procs_fd is None:
+            return False
+        try:
+            held = os.fstat(self._procs_fd)
+            fd = os.open(os.path.join(self.directory, "cgroup.procs"), os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                now = os.fstat(fd)
+                listed = os.read(fd, 1)
+            finally:
+                os.close(fd)
+        except OSError:
+            return False
+        return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino) and not listed
 
     @property
     def join_descriptor(self) -> int | None:

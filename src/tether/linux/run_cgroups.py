@@ -43,6 +43,7 @@ from tether.linux.cgroup import (
     probe_controllers,
     read_usage,
     remove_stale,
+    remove_unused,
     run_cgroup_name,
 )
 from tether.linux.cgroup1 import Hierarchy, V1Cgroup, find_hierarchies, read_usage_v1
@@ -64,6 +65,7 @@ __all__ = [
     "OwnLeaf",
     "RunCgroups",
     "plan_backends",
+    "remove_left_by",
     "remove_stale_everywhere",
 ]
 
@@ -388,13 +390,8 @@ def plan_backends(
 _V1_CONTROLLERS: Final = frozenset({"memory", "cpu", "cpuacct", "pids"})
 
 
-def remove_stale_everywhere() -> list[str]:
-    """Remove stale cgroups of tether's naming below this process's own, in every hierarchy.
-
-    Only empty ones whose creator is gone (:func:`~tether.linux.cgroup.remove_stale`):
-    never one tether did not name, never one something runs in. Return the
-    directories they were in, for ``tether prune`` to say.
-    """
+def _parents() -> list[str]:
+    """Where tether makes a run's cgroups: below this process's own, in every hierarchy."""
     parents: list[str] = []
     with contextlib.suppress(CgroupUnavailable):
         parents.append(own_cgroup()[1])
@@ -403,9 +400,33 @@ def remove_stale_everywhere() -> list[str]:
         for hierarchy in find_hierarchies()
         if hierarchy.controllers & _V1_CONTROLLERS
     )
+    return parents
+
+
+def remove_stale_everywhere() -> list[str]:
+    """Remove stale cgroups of tether's naming below this process's own, in every hierarchy.
+
+    Only empty ones whose creator is gone (:func:`~tether.linux.cgroup.remove_stale`):
+    never one tether did not name, never one something runs in. Return the
+    directories they were in, for ``tether prune`` to say.
+    """
     removed: list[str] = []
-    for parent in parents:
+    for parent in _parents():
         removed.extend([parent] * remove_stale(parent))
+    return removed
+
+
+def remove_left_by(creator: int) -> int:
+    """Remove the empty, unused cgroups ``creator`` (a pid, dead) made beside this process's
+    own, in every hierarchy: what a spare the zygote killed made ahead. How many."""
+    removed = 0
+    prefix = f"tether-{creator}-"
+    for parent in _parents():
+        with contextlib.suppress(OSError):
+            for name in os.listdir(parent):
+                if name.startswith(prefix) and len(name) == len(prefix) + 8:
+                    with contextlib.suppress(OSError):
+                        removed += remove_unused(os.path.join(parent, name))
     return removed
 
 
@@ -512,6 +533,11 @@ class RunCgroups:
     def close_join(self) -> None:
         for cgroup in self._all():
             cgroup.close_join()
+
+    def intact(self) -> bool:
+        """Whether every cgroup of the run is still the one made, and empty
+        (:meth:`~tether.linux.cgroup.JoinableCgroup.intact`)."""
+        return all(cgroup.intact() for cgroup in self._all())
 
     # -- looking --------------------------------------------------------------
 

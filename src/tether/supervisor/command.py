@@ -191,6 +191,8 @@ def start_command(
             process_group=0 if join_group is None else join_group,
             pass_fds=plan.pass_fds,
             born_in=None if cgroup is None else cgroup.clone_descriptor,
+            until=plan.deadline_at,
+            hangup=plan.lifeline,
         )
     except OSError as error:  # the fork itself: EAGAIN under ulimit -u, ENOMEM
         _discard(cgroup)

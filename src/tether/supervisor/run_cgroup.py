@@ -144,6 +144,11 @@ class Containment:
         (:attr:`RunCgroups.join_takes_lock`): not for a command born in its only cgroup."""
         return self._cgroup is not None and self._cgroup.join_takes_lock
 
+    def intact(self) -> bool:
+        """Whether the cgroup made is still there, still the one made, and empty (or none was
+        made): looked at before a cgroup made ahead of its request is used."""
+        return self._cgroup is None or self._cgroup.intact()
+
     def release(self) -> None:
         """Hand the cgroup on to a forked child: this process keeps no descriptor of it."""
         if self._cgroup is not None:

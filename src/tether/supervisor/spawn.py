@@ -25,9 +25,13 @@ failed on a close-on-exec pipe: end of file means the ``exec`` succeeded.
 from __future__ import annotations
 
 import contextlib
+import errno as errno_codes
 import fcntl
+import math
 import os
+import select
 import signal
+import time
 
 from tether.linux.clone3 import CloneUnavailable, fork_into_cgroup
 from tether.linux.descriptors import close_all_but
@@ -35,6 +39,7 @@ from tether.linux.descriptors import close_all_but
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
+    from typing import Final
 
 __all__ = ["SpawnFailed", "exec_candidates", "spawn"]
 
@@ -63,6 +68,8 @@ def spawn(
     process_group: int = 0,
     pass_fds: tuple[tuple[int, int], ...] = (),
     born_in: int | None = None,
+    until: float | None = None,
+    hangup: int | None = None,
 ) -> int:
     """Start ``argv`` in a new process group; return its pid, or raise :class:`SpawnFailed`.
 
@@ -81,6 +88,13 @@ def spawn(
     be born in (:func:`~tether.linux.clone3.fork_into_cgroup`) where the
     kernel allows it; ``prepare`` is told whether it was. A fork that fails
     raises :class:`OSError`.
+
+    The wait for the child's ``exec`` is bounded: by ``until`` (the run's
+    deadline, on ``time.monotonic()``) and by the end of ``hangup`` (the
+    lifeline's reading end: the caller gone). A child that has not reached its
+    ``exec`` by then (stopped, or born into a frozen cgroup, where it would
+    wait for as long as someone keeps it frozen) is SIGKILLed, and the spawn
+    fails (stage ``start``, ``ETIMEDOUT``): nothing of the command ever ran.
     """
     environment = os.environ if env is None else env
     held = tuple(source for _number, source in pass_fds)
@@ -115,13 +129,20 @@ def spawn(
         )
     _close_all((*held, go_r, go_w))  # the child may exec now
     os.close(errors_w)
-    chunks = []
     try:
-        while chunk := os.read(errors_r, 4096):
-            chunks.append(chunk)
+        said = _exec_report(errors_r, until, hangup)
     finally:
         os.close(errors_r)
-    said = b"".join(chunks)
+    if said is None:
+        _kill_unstarted(pid)
+        raise SpawnFailed(
+            "start",
+            errno_codes.ETIMEDOUT,
+            "the command did not start before its deadline (it did not reach its exec: "
+            "stopped, or in a frozen cgroup)"
+            if hangup is None or not _hung_up(hangup)
+            else "the caller was gone before the command reached its exec",
+        )
     if not said:
         return pid
     os.waitpid(pid, 0)
@@ -129,6 +150,60 @@ def spawn(
     number, _, message = rest.partition(":")
     errno = int(number) if number.isdigit() else None
     raise SpawnFailed(stage, errno, message or (os.strerror(errno) if errno else stage))
+
+
+def _exec_report(errors_r: int, until: float | None, hangup: int | None) -> bytes | None:
+    """What the child reported before its exec (``b""``: it reached it); ``None`` if it did
+    not by ``until``, or ``hangup`` ended first."""
+    poller = select.poll()
+    poller.register(errors_r, select.POLLIN)
+    if hangup is not None:
+        poller.register(hangup, 0)  # its end only (POLLHUP): a request on it is the loop's
+    chunks: list[bytes] = []
+    while True:
+        if until is None:
+            timeout = None
+        else:
+            left = until - time.monotonic()
+            if left <= 0:
+                return None
+            timeout = math.ceil(left * 1000)
+        for fd, events in poller.poll(timeout):
+            if fd == errors_r:
+                chunk = os.read(errors_r, 4096)
+                if not chunk:
+                    return b"".join(chunks)
+                chunks.append(chunk)
+            elif events & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                return None
+
+
+def _hung_up(fd: int) -> bool:
+    poller = select.poll()
+    poller.register(fd, 0)
+    return bool(poller.poll(0))
+
+
+def _kill_unstarted(pid: int) -> None:
+    """SIGKILL the child that never reached its exec, and reap it if it dies in time (one
+    frozen by the v1 freezer dies only once thawed: the subreaper's sweep reaps it then)."""
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)  # still this process's child, unreaped: never reused
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return
+    try:
+        if select.select([pidfd], [], [], _REAP_LIMIT)[0]:
+            os.waitpid(pid, 0)
+    except OSError:
+        pass
+    finally:
+        os.close(pidfd)
+
+
+#: How long a child killed before its exec is waited for.
+_REAP_LIMIT: Final = 1.0
 
 
 def _fork(born_in: int | None) -> tuple[int, bool]:

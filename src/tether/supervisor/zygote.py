@@ -43,12 +43,14 @@ from __future__ import annotations
 import array
 import contextlib
 import json
+import math
 import os
 import select
 import signal
 import socket
 import struct
 import sys
+import time
 
 from tether.core.reasons import TETHER_FAILED
 from tether.linux.cgroup import warm_attach_lock
@@ -127,23 +129,64 @@ def main(sock_fd: int, caller: int, proof_fd: int) -> int:
             with contextlib.suppress(OSError):
                 server.send(f"-1 {os.getpid()}".encode())
             continue
-        child = -1 if spare is None else spare.take(header, fds)
+        _serve(server, header, fds, spare, ignored)
         spare = None
-        forked = child < 0
-        if forked:
-            child = _fork_supervisor(server, header, fds, ignored)
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        with contextlib.suppress(OSError):
-            server.send(f"{child} {os.getpid()}".encode())
-        if forked and child > 0:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(child, 0)
         if not warm:
             warm = True
             _warm_up()
         spare = _Spare.start(server, ignored)
+
+
+def _serve(
+    server: socket.socket,
+    header: bytes,
+    fds: list[int],
+    spare: _Spare | None,
+    ignored: frozenset[int],
+) -> None:
+    """Answer one request: through the spare if it takes it in time, else forked here."""
+    answer_by, header = _answer_by(header)
+    passed_over = None
+    child = -1
+    if spare is not None:
+        child = spare.take(header, fds, answer_by)
+        passed_over = spare if spare.killed else None
+    forked = child < 0
+    if forked:
+        child = _fork_supervisor(server, header, fds, ignored)
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    with contextlib.suppress(OSError):
+        server.send(f"{child} {os.getpid()}".encode())
+    if forked and child > 0:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(child, 0)
+    if passed_over is not None:
+        passed_over.remove_its_cgroups()  # after the answer: out of the launch's way
+
+
+#: The longest a spare is given to say it took a request (a wake-up and a ``send``: well
+#: under a millisecond when idle; a busy machine's wait for a CPU is the rest); never
+#: more than half of what is left of the caller's own bound (:func:`_answer_by`).
+SPARE_LIMIT: Final = 1.0
+
+
+def _answer_by(message: bytes) -> tuple[float, bytes]:
+    """The request's header, and by when (``time.monotonic()``) the caller needs the answer.
+
+    The caller puts that time on the request's first line: the caller's own
+    bound on the exchange (its deadline, or the zygote's start limit), so that
+    the zygote's wait for its spare is bounded by the same clock. A request
+    without it is answered by :data:`SPARE_LIMIT` from now.
+    """
+    first, newline, rest = message.partition(b"\n")
+    try:
+        if newline and rest.startswith(b"{"):
+            return float(first), rest
+    except ValueError:
+        pass
+    return time.monotonic() + SPARE_LIMIT, message
 
 
 def _vouched_for(
@@ -300,17 +343,23 @@ class _Spare:
     end of the pair closes), so a caller's death takes it too.
 
     A spare sits idle for as long as its caller launches nothing, where any
-    process of the same user may stop it (``SIGSTOP``), and a request passed
-    to a stopped spare would hold its launch up for as long as it stays
-    stopped. So the intermediate, whose child the spare still is, sends the
-    zygote a pidfd of it before it exits, and the zygote looks at the spare
-    before it passes a request on: stopped (or traced), or gone, and the zygote
-    forks instead, and SIGKILLs a stopped spare through that pidfd (never a
-    reused pid) rather than leave it stopped for good, as it does with an
-    unused spare when it exits itself.
+    process of the same user may stop it (``SIGSTOP``), freeze it (a freezer
+    cgroup) or starve it, and a request passed to a spare that does not run
+    would hold its launch up for as long as it stays so. A look at its state
+    first would be a race (stopped right after the look), so there is none:
+    the spare's first act on a request, before anything else, is to say it
+    took it, and the zygote waits for that word no longer than the caller's
+    own bound allows (:meth:`take`, :data:`SPARE_LIMIT`). Without it in time,
+    the spare is SIGKILLed through a pidfd of it (never a reused pid), which
+    the intermediate, whose child it still is, sends the zygote before it
+    exits: a spare that never said it took the request never ran a line of it,
+    and a killed one never will (a frozen one dies as it thaws, before it runs
+    any more of its own code), so the zygote forks the request's supervisor
+    itself, and it starts once. Its cgroup made ahead is removed once it is
+    dead (:meth:`remove_its_cgroups`), after the request is answered.
     """
 
-    __slots__ = ("intermediate", "pid", "pidfd", "socket")
+    __slots__ = ("intermediate", "killed", "pid", "pidfd", "socket")
 
     def __init__(self, intermediate: int, ours: socket.socket, pid: int, pidfd: int) -> None:
         #: The spare's parent, reaped: the pid the zygote answers a request with.
@@ -318,6 +367,8 @@ class _Spare:
         self.socket = ours
         self.pid = pid
         self.pidfd = pidfd
+        #: Whether the zygote SIGKILLed it (it did not take a request in time, or was stopped).
+        self.killed = False
 
     @classmethod
     def start(cls, server: socket.socket, ignored: frozenset[int]) -> _Spare | None:
@@ -362,47 +413,94 @@ class _Spare:
             return None
         return cls(child, ours, int(said), pidfds[0])
 
-    def take(self, header: bytes, fds: list[int]) -> int:
-        """Pass the request on to the spare; the pid to answer with, or ``-1`` if it cannot
-        take it (stopped, traced, gone).
+    def take(self, header: bytes, fds: list[int], answer_by: float) -> int:
+        """Pass the request on to the spare; the pid to answer with, ``-1`` if it did not take
+        it (the zygote forks instead), or ``0`` (the caller's ``UNKNOWN``) if it said it took
+        it only after it was given up on.
 
-        The zygote's copies of the descriptors stay the zygote's to close.
+        Waits for its word at most :data:`SPARE_LIMIT`, and at most half of
+        what is left until ``answer_by`` (the other half is the zygote's own
+        fork's). The zygote's copies of the descriptors stay the zygote's to close.
         """
+        wait = min(SPARE_LIMIT, max(0.0, answer_by - time.monotonic()) / 2)
         try:
-            if not self._running():
-                return -1
-            socket.send_fds(self.socket, [header], fds, socket.MSG_NOSIGNAL)
+            socket.send_fds(self.socket, [header], fds, socket.MSG_NOSIGNAL | socket.MSG_DONTWAIT)
         except OSError:
+            self.close()
             return -1  # gone, or a request larger than the pair takes: fork instead
+        try:
+            poller = select.poll()
+            poller.register(self.socket, select.POLLIN)
+            if poller.poll(math.ceil(wait * 1000)) and self._took():
+                return self.intermediate
+            self._kill()
+            # A word sent as the wait ended: it took the request, and may have run some of it.
+            return 0 if self._took() else -1
         finally:
             self.close()
-        return self.intermediate
+
+    def _took(self) -> bool:
+        try:
+            return self.socket.recv(16, socket.MSG_DONTWAIT) == _TAKEN
+        except OSError:
+            return False
+
+    def _kill(self) -> None:
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            self.killed = True
 
     def close(self) -> None:
-        """Close what the zygote holds of the spare: unused, it sees end of file and exits."""
+        """Close what the zygote holds of the spare: unused, it sees end of file and exits.
+
+        The pidfd of one the zygote killed is kept, for :meth:`remove_its_cgroups`.
+        """
         self.socket.close()
-        with contextlib.suppress(OSError):
-            os.close(self.pidfd)
+        if not self.killed:
+            with contextlib.suppress(OSError):
+                os.close(self.pidfd)
 
     def let_go(self) -> None:
         """The zygote is ending: close, after killing the spare if it is stopped (it would
-        never see the end of file)."""
+        never see the end of file), and remove that one's cgroups."""
         with contextlib.suppress(OSError):
-            self._running()
+            if _stopped(self.pid, self.pidfd):
+                self._kill()
         self.close()
+        if self.killed:
+            self.remove_its_cgroups()
 
-    def _running(self) -> bool:
-        """Whether the spare runs (neither stopped nor traced); one that does not is killed."""
-        # Loaded with the warm-up already, as every spare is forked after it.
-        from tether.linux.proctree import state_of
+    def remove_its_cgroups(self, within: float = SPARE_LIMIT) -> None:
+        """Once the killed spare is dead (waited for at most ``within`` seconds), remove the
+        cgroups it made ahead, which it cannot remove itself; then let go of its pidfd.
 
-        state = state_of(self.pid)
-        if select.select([self.pidfd], [], [], 0)[0]:
-            return False  # gone: the state read was of another process, if of any
-        if state in ("T", "t"):
-            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-            return False
-        return state is not None
+        A spare still frozen then keeps them (and its lock on them), until it dies as it
+        thaws; ``tether prune`` removes them after that.
+        """
+        try:
+            if select.select([self.pidfd], [], [], within)[0]:
+                from tether.linux.run_cgroups import remove_left_by
+
+                remove_left_by(self.pid)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(self.pidfd)
+
+
+#: What a spare says, first, when it gets its request.
+_TAKEN: Final = b"taken"
+
+
+def _stopped(pid: int, pidfd: int) -> bool:
+    """Whether process ``pid`` (``pidfd``) is stopped or traced, as ``/proc`` says now."""
+    from tether.linux.proctree import state_of
+
+    state = state_of(pid)
+    if select.select([pidfd], [], [], 0)[0]:
+        return False  # gone: the state read was of another process, if of any
+    return state in ("T", "t")
 
 
 def _serve_as_spare(requests: socket.socket, ignored: frozenset[int]) -> NoReturn:
@@ -417,6 +515,10 @@ def _serve_as_spare(requests: socket.socket, ignored: frozenset[int]) -> NoRetur
         header, fds, _flags, _address = socket.recv_fds(requests, MAX_REQUEST, MAX_DESCRIPTORS)
     except OSError:
         header, fds = b"", []
+    if header:
+        # First, before anything of the request: the zygote forks it itself without this word.
+        with contextlib.suppress(OSError):
+            requests.send(_TAKEN, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
     requests.close()
     request = _Request.read(header) if header else None
     containment = None if ahead is None else ahead.for_request(request)
@@ -444,10 +546,20 @@ class _MadeAhead:
         self.containment = containment
 
     def for_request(self, request: _Request | None) -> Containment | None:
-        """This containment if ``request`` would make the same; else ``None``, and it is removed."""
+        """This containment if ``request`` would make the same and it is intact; else ``None``
+        (the supervisor makes its own), and it is removed.
+
+        Intact: still there, still the cgroup made, and empty
+        (:meth:`~tether.supervisor.run_cgroup.Containment.intact`). It waited
+        for as long as the caller launched nothing, where anyone with the
+        right to may have removed it (``tether prune`` of another namespace, an
+        administrator's cleanup): a fresh supervisor would make a new one, and
+        so does this one.
+        """
         if request is not None and request.spec.get("limits") is None:
             with contextlib.suppress(CommandNotStarted):
-                if containment_setting(request.environ) == self.setting:
+                same = containment_setting(request.environ) == self.setting
+                if same and self.containment.intact():
                     return self.containment
         self.containment.discard()
         return None
