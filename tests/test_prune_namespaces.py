@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -36,9 +35,22 @@ _CALLER = textwrap.dedent(
     import os, sys
     with open("/proc/sys/kernel/ns_last_pid", "w") as f:
         f.write(sys.argv[1])
+    import time
     import tether
+    from tether.caller import zygote
+    from tether.linux.cgroup import own_cgroup
     tether.run(["true"], record=False)
-    print("ready", flush=True)
+    parent = own_cgroup()[1]
+    end = time.monotonic() + 10
+    while time.monotonic() < end:  # the spare's, made once it is forked (not the zygote's)
+        spares = [
+            name for name in os.listdir(parent)
+            if name.startswith("tether-") and int(name.split("-")[1]) > zygote.zygote_pid()
+        ]
+        if spares:
+            break
+        time.sleep(0.01)
+    print(" ".join(spares), flush=True)
     sys.stdin.readline()
     outcome = tether.run(["true"], record=False)
     print("second", outcome.reason.value, flush=True)
@@ -56,21 +68,6 @@ def _unused_pids_from(start: int, count: int) -> int:
 
 def _run_cgroups(directory: str) -> set[str]:
     return {name for name in os.listdir(directory) if name.startswith("tether-")}
-
-
-def _made_in_namespace(parent: str, before: set[str], first: int) -> set[str]:
-    """The cgroups made by the namespace's processes (pids above ``first``), once there are
-    some: the spare makes its own once forked, after the launch that forked it returned."""
-    end = time.monotonic() + BOUND
-    while True:
-        made = {
-            name
-            for name in _run_cgroups(parent) - before
-            if first < int(name.split("-")[1]) <= first + 200
-        }
-        if made or time.monotonic() > end:
-            return made
-        time.sleep(0.02)
 
 
 def test_prune_keeps_the_cgroup_of_a_spare_waiting_in_another_pid_namespace(
@@ -93,9 +90,9 @@ def test_prune_keeps_the_cgroup_of_a_spare_waiting_in_another_pid_namespace(
     try:
         assert caller.stdout is not None
         assert caller.stdin is not None
-        assert caller.stdout.readline() == "ready\n"
-        made = _made_in_namespace(parent, before, first)
+        made = set(caller.stdout.readline().split())
         assert made, "no cgroup made ahead for the spare in the namespace"
+        assert made <= _run_cgroups(parent) - before
         pruned = subprocess.run(
             tether_argv("prune"),
             env=api_env(tmp_path),
