@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -154,3 +155,53 @@ def test_tether_ray_refuses_pass_fds() -> None:
 
     with pytest.raises(ValueError, match=r"^pass_fds: not taken by tether\.ray"):
         tether.ray.run(["true"], pass_fds=(3,))
+
+
+_ABOVE_THE_LIMIT = """
+import json, os, resource, subprocess, sys
+import tether
+
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (4096, hard))
+read, write = os.pipe()
+os.dup2(write, 3000)
+os.close(write)
+resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+probe = [
+    sys.executable,
+    "-c",
+    "import os, resource; os.write(3000, b'through'); "
+    "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])",
+]
+ran = subprocess.run(probe, pass_fds=(3000,), capture_output=True, text=True)
+said = {"subprocess": ran.stdout}
+said["subprocess_wrote"] = os.read(read, 100).decode()
+outcome = tether.run(probe, pass_fds=(3000,), capture_output=True, record=False)
+said["tether"] = outcome.stdout.decode()
+said["tether_wrote"] = os.read(read, 100).decode()
+print(json.dumps(said))
+"""
+
+
+def test_a_passed_descriptor_above_the_soft_limit_reaches_the_command_as_from_subprocess(
+    path_env: dict[str, str],
+) -> None:
+    """Descriptor 3000 under a soft ``RLIMIT_NOFILE`` of 1024: at its number, the limit kept."""
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 4096:
+        pytest.skip("the hard open-file limit is below 4096 here")
+    result = subprocess.run(
+        [sys.executable, "-c", _ABOVE_THE_LIMIT],
+        capture_output=True,
+        text=True,
+        timeout=BOUND * 3,
+        env=path_env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    said = json.loads(result.stdout)
+    assert said == {
+        "subprocess": "1024\n",
+        "subprocess_wrote": "through",
+        "tether": "1024\n",
+        "tether_wrote": "through",
+    }

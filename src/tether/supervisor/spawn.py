@@ -106,6 +106,7 @@ def spawn(
         _close_all(held)
         raise
     go_r, go_w = os.pipe2(os.O_CLOEXEC) if pass_fds else (-1, -1)
+    room = _room_for(pass_fds, errors_w, go_r)
     try:
         pid, in_cgroup = _fork(born_in)
     except OSError:
@@ -126,6 +127,7 @@ def spawn(
             errors=errors_w,
             pass_fds=pass_fds,
             go=go_r,
+            room=room,
         )
     _close_all((*held, go_r, go_w))  # the child may exec now
     os.close(errors_w)
@@ -269,8 +271,13 @@ def _child(
     errors: int,
     pass_fds: tuple[tuple[int, int], ...],
     go: int,
+    room: tuple[int, int, int] | None,
 ) -> None:
-    """In the child: never returns."""
+    """In the child: never returns.
+
+    ``room``: the descriptor limit to take on while ``pass_fds`` are moved to
+    their numbers, and the limits to give back after (:func:`_room_for`).
+    """
     stage = "dup"
     try:
         # A source among 0-2 could be overwritten by an earlier dup2: move them all up first.
@@ -288,8 +295,14 @@ def _child(
         os.setpgid(0, process_group)
         stage = "prepare"
         prepare()
+        if room is not None:
+            import resource  # loaded by the parent already (_room_for)
+
+            resource.setrlimit(resource.RLIMIT_NOFILE, (room[0], room[2]))
         errors, go = _hand_on(pass_fds, errors, go)
         close_all_but((errors, go, *(number for number, _source in pass_fds)))
+        if room is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (room[1], room[2]))  # the caller's
         if go >= 0:
             os.read(go, 1)  # end of file: the supervisor let go of its copies
             os.close(go)
@@ -298,6 +311,35 @@ def _child(
     except BaseException as error:  # every failure is the parent's to report
         _report(errors, stage, error)
     os._exit(255)
+
+
+def _room_for(
+    pass_fds: tuple[tuple[int, int], ...], errors: int, go: int
+) -> tuple[int, int, int] | None:
+    """The soft descriptor limit ``pass_fds`` need to be moved to their numbers, if above today's.
+
+    A descriptor at its number is what ``subprocess`` hands on whatever the
+    limits (it never moves one): a caller whose soft ``RLIMIT_NOFILE`` is 1024
+    may pass its descriptor 3000. Here each arrives under another number and
+    is moved (``dup2``, which refuses a number at or above the soft limit), so
+    the child takes on a soft limit high enough for the moves (and the
+    copies :func:`_hand_on` makes above them all), up to the hard limit, and
+    gives the caller's back before the ``exec``. ``None``: no need. Returns
+    the soft limit to take on, and the soft and hard limits to give back.
+    """
+    if not pass_fds:
+        return None
+    highest = max(errors, go, *(max(pair) for pair in pass_fds))
+    needed = highest + len(pass_fds) + 3
+    try:
+        if needed <= os.sysconf("SC_OPEN_MAX"):
+            return None
+    except (OSError, ValueError):
+        return None
+    import resource  # only for such a caller: the child finds it loaded
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return (needed if hard == resource.RLIM_INFINITY else min(needed, hard)), soft, hard
 
 
 def _hand_on(pass_fds: tuple[tuple[int, int], ...], errors: int, go: int) -> tuple[int, int]:
