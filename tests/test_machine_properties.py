@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from tether.core.effects import Effect, Exit, SignalTree, Verdict, WriteRecord
 from tether.core.events import (
+    ActivitySeen,
     CallerLost,
     CancelRequested,
     CommandExited,
@@ -67,6 +68,8 @@ KINDS = (
     "kill",
     "exit",
     "tree_emptied",
+    "activity",
+    "activity_at_timer",
 )
 
 
@@ -90,6 +93,7 @@ class Scenario:
     launch_at: float
     launch_fails: bool
     steps: list[Step]
+    idle: float | None = None
 
 
 scenarios = st.builds(
@@ -110,6 +114,8 @@ scenarios = st.builds(
         ),
         max_size=25,
     ),
+    # The idle bound (issue 38.5): none, or a bound the steps can reach and outlast.
+    idle=st.one_of(st.none(), _finite(0.001, 8.0)),
 )
 
 
@@ -121,6 +127,8 @@ class Trace:
     term_at: float | None = None
     kill_at: float | None = None
     caller_lost: bool = False
+    #: When the run last did something, as the idle bound counts it (launch, activity).
+    active_at: float | None = None
 
     def grace(self, scenario: Scenario) -> float:
         """The grace the machine must keep: the caller's loss bounds it."""
@@ -163,6 +171,11 @@ def event_for(step: Step, machine: RunMachine, trace: Trace) -> Event:  # noqa: 
             )
         case "tree_emptied" if trace.exited:
             return TreeEmptied(now=now)
+        case "activity":
+            return ActivitySeen(now=now)
+        case "activity_at_timer" if timer is not None:
+            # Seen at the wake-up for the idle bound: it happened before it, so it counts.
+            return ActivitySeen(now=max(trace.now, timer))
         case _:
             return Tick(now=now)
 
@@ -172,6 +185,7 @@ def new_machine(scenario: Scenario) -> RunMachine:
         deadline_at=scenario.deadline_at,
         grace_seconds=scenario.grace,
         settle_seconds=scenario.settle,
+        idle_seconds=scenario.idle,
     )
 
 
@@ -202,6 +216,7 @@ def feed(machine: RunMachine, event: Event, trace: Trace, scenario: Scenario) ->
     if promised:
         assert before is Phase.WATCHING
     trace.steps.append((event, effects))
+    idle_at = track_activity(before, machine, event, trace, scenario)
     if isinstance(event, CallerLost) and before in (Phase.WATCHING, Phase.TERMINATING):
         trace.caller_lost = True
 
@@ -217,7 +232,12 @@ def feed(machine: RunMachine, event: Event, trace: Trace, scenario: Scenario) ->
     assert machine.next_deadline is None or machine.next_deadline > event.now
     match machine.phase:
         case Phase.WATCHING:
-            assert machine.next_deadline == scenario.deadline_at
+            timers = [scenario.deadline_at]
+            if scenario.idle is not None:
+                assert trace.active_at is not None
+                timers.append(trace.active_at + scenario.idle)
+            known = [timer for timer in timers if timer is not None]
+            assert machine.next_deadline == (min(known) if known else None)
         case Phase.TERMINATING:
             assert trace.term_at is not None
             grace_over = trace.term_at + trace.grace(scenario)
@@ -229,15 +249,56 @@ def feed(machine: RunMachine, event: Event, trace: Trace, scenario: Scenario) ->
             assert machine.next_deadline is None
         case Phase.LAUNCHING:
             raise AssertionError("a fed machine is never launching")
-    # An overdue deadline is acted on first, whatever the event was.
+    check_overdue(
+        before, event, effects=effects, machine=machine, idle_at=idle_at, scenario=scenario
+    )
+
+
+def track_activity(
+    before: Phase, machine: RunMachine, event: Event, trace: Trace, scenario: Scenario
+) -> float | None:
+    """Keep the trace's last activity; return when the idle bound ran out before ``event``."""
+    idle_at = None
+    if before is Phase.WATCHING and scenario.idle is not None:
+        assert trace.active_at is not None
+        idle_at = trace.active_at + scenario.idle
+    seen = isinstance(event, ActivitySeen) and before is Phase.WATCHING
+    if machine.phase is Phase.WATCHING and (isinstance(event, Launched) or seen):
+        trace.active_at = event.now
+    return idle_at
+
+
+def check_overdue(
+    before: Phase,
+    event: Event,
+    *,
+    effects: list[Effect],
+    machine: RunMachine,
+    idle_at: float | None,
+    scenario: Scenario,
+) -> None:
+    # An overdue deadline (or idle bound) is acted on first, whatever the event was; activity
+    # is the one event that comes before the idle bound (it happened before it was seen).
+    if isinstance(event, ActivitySeen):
+        idle_at = None
+    deadline = scenario.deadline_at
+    overdue_deadline = deadline is not None and event.now >= deadline
+    overdue_idle = idle_at is not None and event.now >= idle_at
     if (
         before in (Phase.LAUNCHING, Phase.WATCHING)
         and not isinstance(event, LaunchFailed)
-        and scenario.deadline_at is not None
-        and event.now >= scenario.deadline_at
+        and (overdue_deadline or overdue_idle)
     ):
         assert effects[:2] == [TERM, CONT]
-        assert machine.reason is Reason.DEADLINE_EXCEEDED
+        idle_first = overdue_idle and (deadline is None or (idle_at or 0) < deadline)
+        if not overdue_deadline or idle_first:
+            assert machine.reason is Reason.IDLE_EXCEEDED
+        else:
+            assert machine.reason is Reason.DEADLINE_EXCEEDED
+    # The idle bound never stops a run early, nor one that has none.
+    if before is Phase.WATCHING and machine.reason is Reason.IDLE_EXCEEDED:
+        assert idle_at is not None
+        assert event.now >= idle_at
 
 
 @SETTINGS
@@ -331,6 +392,10 @@ def check_status(verdict: Verdict) -> None:
     match verdict.reason:
         case Reason.DEADLINE_EXCEEDED:
             assert verdict.exit_status == 124
+            assert verdict.idle_seconds is None
+        case Reason.IDLE_EXCEEDED:
+            assert verdict.exit_status == 124
+            assert verdict.idle_seconds is not None
         case Reason.CANCELLED | Reason.PARENT_LOST:
             assert verdict.exit_status == 130
         case Reason.COMPLETED:

@@ -71,7 +71,10 @@ class LaunchOptions(TypedDict, total=False):
 
     ``deadline``: stop the command this long after the call (``None`` or ``0``:
     never). ``grace``: how long SIGTERM gets before SIGKILL (default 10 s;
-    ``None``: never escalate). ``record``: where the record goes.
+    ``None``: never escalate). ``idle``: stop the command, as at the deadline,
+    once it has written no output and its whole tree has used no CPU time for
+    this long (reason ``idle_exceeded``; ``None`` or ``0``: never, the default).
+    ``record``: where the record goes.
     ``record_argv``: keep the whole command line in the record, redacted
     (default: only the command's name and working directory). ``label``:
     a name for the run, kept in the record. ``cwd``, ``env``: the command's
@@ -93,6 +96,7 @@ class LaunchOptions(TypedDict, total=False):
 
     deadline: Duration | None
     grace: Duration | None
+    idle: Duration | None
     record: RecordOption
     record_argv: bool
     label: str | None

@@ -114,6 +114,7 @@ def build_request(
     join_group: int | None = None,
     limits: Mapping[str, object] | None = None,
     own_caller: bool = False,
+    idle: object = None,
 ) -> RunSpec:
     """Check what a door was given and return the request, or raise (see the module).
 
@@ -133,9 +134,11 @@ def build_request(
     this process is tether's own (``tether run``), which may move itself into
     a leaf of its cgroup for the limits (:class:`~tether.linux.run_cgroups.OwnLeaf`);
     never a program that called the API.
+    ``idle`` of ``None`` or ``0`` means no idle bound.
     """
     words = command_words(argv)
     deadline_seconds = _seconds(deadline, "deadline", flags) if deadline is not None else 0.0
+    idle_seconds = _seconds(idle, "idle", flags) if idle is not None else 0.0
     grace_seconds = math.inf if grace is None else _seconds(grace, "grace", flags)
     checked_label = _label(label, flags)
     from tether.shared.signals import is_signal_name
@@ -165,6 +168,7 @@ def build_request(
         ignored_signals=tuple(ignored_now() if ignored_signals is None else ignored_signals),
         join_group=join_group,
         limits=checked_limits or None,
+        idle_seconds=idle_seconds or None,
     )
 
 

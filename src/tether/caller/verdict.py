@@ -96,6 +96,7 @@ def _what_ended(told: Told, deadline_seconds: float | None) -> str:
 
 _ENDINGS: dict[str, str] = {
     Reason.CANCELLED: "cancelled",
+    Reason.IDLE_EXCEEDED: "idle too long: no output and no CPU time for the idle bound",
     Reason.PARENT_LOST: "the caller was lost",
     Reason.SUPERVISOR_LOST: "the supervisor was lost",
 }

@@ -33,7 +33,8 @@ __all__ = [
 EXIT_STATUSES: tuple[tuple[str, str], ...] = (
     ("N", "the command completed: its own exit status (0 for success)"),
     ("128+N", "the command was killed by signal N (137: SIGKILL, 143: SIGTERM)"),
-    ("124", "the deadline passed (--deadline): the whole tree was stopped"),
+    ("124", "the deadline passed (--deadline), or the run was idle for its --idle bound: the "
+     "whole tree was stopped"),
     ("125", "tether itself failed: bad usage or duration, a record that cannot be written, "
      "the supervisor lost; for show, ls and prune: nothing to show, a bad option, an "
      "unreadable directory"),

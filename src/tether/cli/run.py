@@ -42,6 +42,7 @@ _USAGE_RUN: Final = "tether run [OPTIONS] [--] CMD [ARG]..."
 _FLAGS: Final = {
     "deadline": "--deadline",
     "grace": "--grace",
+    "idle": "--idle",
     "label": "--label",
     "memory_max": "--memory-max",
     "memory_swap_max": "--memory-swap-max",
@@ -71,8 +72,8 @@ def _run_parser() -> argparse.ArgumentParser:
         "env and nice: tether run --deadline 5m make test. "
         "Durations: a number of seconds with an optional suffix s, m, h or d "
         "(30, 30s, 5m, 1.5h, 2d); 0 means none. Exit status: CMD's own (128+N if killed by "
-        "signal N), 124 deadline passed, 125 tether failed, 126 CMD cannot be executed, "
-        "127 CMD not found, 130 cancelled.",
+        "signal N), 124 deadline passed or idle too long, 125 tether failed, 126 CMD cannot "
+        "be executed, 127 CMD not found, 130 cancelled.",
     )
     parser.add_argument(
         "--deadline",
@@ -84,6 +85,13 @@ def _run_parser() -> argparse.ArgumentParser:
         metavar="DUR",
         help="time between SIGTERM and SIGKILL when stopping "
         f"(default: {format_duration(DEFAULT_GRACE_SECONDS)})",
+    )
+    parser.add_argument(
+        "--idle",
+        metavar="DUR",
+        help="stop CMD, as at the deadline, once it has written no output and its whole tree "
+        "has used no CPU time for this long (reason idle_exceeded, status 124; checked at "
+        "most once a second; default: 0, no idle bound)",
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
@@ -152,6 +160,7 @@ def _request(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
             asked_at=asked_at,
             deadline=args.deadline,
             grace=DEFAULT_GRACE_SECONDS if args.grace is None else args.grace,
+            idle=args.idle,
             record=False if args.no_record else args.record,
             label=args.label,
             record_argv=args.record_argv,

@@ -37,6 +37,7 @@ OPTIONS: Final = {
     "--help": ("help", False),
     "--deadline": ("deadline", True),
     "--grace": ("grace", True),
+    "--idle": ("idle", True),
     "--record": ("record", True),
     "--no-record": ("no_record", False),
     "--record-argv": ("record_argv", False),
@@ -66,6 +67,7 @@ class RunOptions:
     def __init__(self) -> None:
         self.deadline: str | None = None
         self.grace: str | None = None
+        self.idle: str | None = None
         self.record: str | None = None
         self.no_record = False
         self.record_argv = False

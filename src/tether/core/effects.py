@@ -40,7 +40,9 @@ class Verdict(FrozenValue):
 
     Times are monotonic seconds from the events. ``returncode`` is ``None`` when
     the command never started or never exited (it could not be killed within
-    the settle bound, which ``unkillable`` then says).
+    the settle bound, which ``unkillable`` then says). ``idle_seconds`` is how
+    long the run had been idle when it was stopped for it (``idle_exceeded``),
+    else ``None``.
     """
 
     __slots__ = (  # noqa: RUF023 - the fields in order
@@ -53,6 +55,7 @@ class Verdict(FrozenValue):
         "unkillable",
         "launch_errno",
         "launch_error",
+        "idle_seconds",
     )
     reason: Reason
     exit_status: int
@@ -63,6 +66,7 @@ class Verdict(FrozenValue):
     unkillable: bool
     launch_errno: int | None
     launch_error: str | None
+    idle_seconds: float | None
 
     def __init__(
         self,
@@ -76,6 +80,7 @@ class Verdict(FrozenValue):
         unkillable: bool = False,
         launch_errno: int | None = None,
         launch_error: str | None = None,
+        idle_seconds: float | None = None,
     ) -> None:
         values = (
             reason,
@@ -87,6 +92,7 @@ class Verdict(FrozenValue):
             unkillable,
             launch_errno,
             launch_error,
+            idle_seconds,
         )
         for name, value in zip(self.__slots__, values, strict=True):
             object.__setattr__(self, name, value)

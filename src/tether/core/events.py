@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from typing import Literal
 
 __all__ = [
+    "ActivitySeen",
     "CallerLost",
     "CancelRequested",
     "CommandExited",
@@ -181,6 +182,19 @@ class TreeEmptied(FrozenValue):
         object.__setattr__(self, "now", now)
 
 
+class ActivitySeen(FrozenValue):
+    """The run did something at ``now``: output on its streams, or CPU time used by its tree.
+
+    Only a run with an ``idle`` bound is told; the idle time counts again from ``now``.
+    """
+
+    __slots__ = ("now",)
+    now: float
+
+    def __init__(self, now: float) -> None:
+        object.__setattr__(self, "now", now)
+
+
 class Tick(FrozenValue):
     """Nothing happened but time passed: the adapter's ``poll()`` timed out."""
 
@@ -204,4 +218,5 @@ Event = (
     | SignalRequested
     | SuspendRequested
     | ResumeRequested
+    | ActivitySeen
 )

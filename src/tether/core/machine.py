@@ -40,6 +40,7 @@ from transitions import Machine
 
 from tether.core.effects import Effect, Exit, SignalName, SignalTree, Verdict, WriteRecord
 from tether.core.events import (
+    ActivitySeen,
     CallerLost,
     CancelRequested,
     CommandExited,
@@ -123,6 +124,7 @@ _TRIGGER: Final[dict[type[Event], str]] = {
     SignalRequested: "pass_on",
     SuspendRequested: "suspend",
     ResumeRequested: "resume",
+    ActivitySeen: "activity",
 }
 
 _W, _T, _K, _R = Phase.WATCHING, Phase.TERMINATING, Phase.KILLING, Phase.RECORDED
@@ -138,8 +140,15 @@ _TABLE: Final[list[TransitionConfigDict]] = [
         "dest": _R,
         "after": "finish_launch_failed",
     },
-    # Timers: the deadline while watching, the grace while terminating, the
-    # settle bound while killing.
+    # Timers: the idle bound and the deadline while watching (whichever came
+    # first), the grace while terminating, the settle bound while killing.
+    {
+        "trigger": "tick",
+        "source": _W,
+        "dest": _T,
+        "conditions": "idle_expired",
+        "after": "stop_for_idle",
+    },
     {
         "trigger": "tick",
         "source": _W,
@@ -212,6 +221,9 @@ _TABLE: Final[list[TransitionConfigDict]] = [
     {"trigger": "command_exited", "source": _R, "dest": None, "after": "note_exit"},
     {"trigger": "tree_emptied", "source": [_T, _K], "dest": _R, "after": "finish"},
     {"trigger": "tree_emptied", "source": _R, "dest": None},
+    # Output or CPU time: the idle time counts again (only while watching it matters).
+    {"trigger": "activity", "source": _W, "dest": None, "after": "note_activity"},
+    {"trigger": "activity", "source": [_T, _K, _R], "dest": None},
 ]
 
 
@@ -231,8 +243,16 @@ class _Run:
         grace_seconds: float,
         settle_seconds: float,
         stop_signal: SignalName = "SIGTERM",
+        idle_seconds: float | None = None,
     ) -> None:
         self.deadline_at = deadline_at
+        self.idle_seconds = idle_seconds
+        #: When the run last did something (its launch, then each ActivitySeen).
+        self.active_at: float | None = None
+        self.idle_for: float | None = None
+        #: Set while an ActivitySeen is handled: what it reports came before it was
+        #: seen, so the idle bound waits for it (the deadline does not).
+        self.idle_held = False
         self.grace_seconds = grace_seconds
         self.settle_seconds = settle_seconds
         self.stop_signal = stop_signal
@@ -252,6 +272,26 @@ class _Run:
     def timer_expired(self) -> bool:
         return self.timer_at is not None and self.now >= self.timer_at
 
+    def idle_at(self) -> float | None:
+        """When the idle bound runs out, while watching a run that has one."""
+        if self.idle_seconds is None or self.active_at is None or self.state is not _W:
+            return None
+        if self.idle_held:
+            return None
+        return self.active_at + self.idle_seconds
+
+    def idle_expired(self) -> bool:
+        """The idle bound ran out, and before the deadline did (the first to pass wins)."""
+        idle_at = self.idle_at()
+        if idle_at is None or self.now < idle_at:
+            return False
+        return self.timer_at is None or idle_at < self.timer_at or self.now < self.timer_at
+
+    def due(self) -> bool:
+        """Some timer ran out: the deadline, the grace, the settle bound or the idle bound."""
+        idle_at = self.idle_at()
+        return self.timer_expired() or (idle_at is not None and self.now >= idle_at)
+
     def grace_is_finite(self) -> bool:
         return not math.isinf(self.grace_seconds)
 
@@ -262,6 +302,16 @@ class _Run:
 
     def arm_deadline(self) -> None:
         self.timer_at = self.deadline_at
+        self.active_at = self.now
+
+    def note_activity(self) -> None:
+        # Never backwards: an event is never older than the last one (checked on feed).
+        self.active_at = self.now
+
+    def stop_for_idle(self) -> None:
+        assert self.active_at is not None
+        self.idle_for = self.now - self.active_at
+        self._terminate(Reason.IDLE_EXCEEDED)
 
     def note_exit(self) -> None:
         assert isinstance(self.event, CommandExited)
@@ -373,13 +423,14 @@ class _Run:
             stop_started_at=self.stop_started_at,
             finished_at=self.now,
             unkillable=unkillable,
+            idle_seconds=self.idle_for if reason is Reason.IDLE_EXCEEDED else None,
         )
         self.reason = reason
         self.timer_at = None
         self.effects += [WriteRecord(verdict), Exit(verdict.exit_status)]
 
     def _exit_status(self, reason: Reason) -> int:
-        if reason is Reason.DEADLINE_EXCEEDED:
+        if reason in (Reason.DEADLINE_EXCEEDED, Reason.IDLE_EXCEEDED):
             return DEADLINE_EXCEEDED
         if reason is Reason.COMPLETED:
             # Completed means the command exited by itself, so its status is known.
@@ -448,6 +499,7 @@ class RunMachine:
         grace_seconds: float,
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
         stop_signal: SignalName = "SIGTERM",
+        idle_seconds: float | None = None,
     ) -> None:
         # Written so that NaN fails too: a NaN timer never expires (every comparison is false).
         if not (grace_seconds >= 0 and settle_seconds > 0):
@@ -456,11 +508,14 @@ class RunMachine:
             raise ValueError("deadline_at must be a time, not NaN")
         if math.isinf(settle_seconds):
             raise ValueError("settle must be finite: the record must be written")
+        if idle_seconds is not None and not (0 < idle_seconds < math.inf):
+            raise ValueError("idle must be a finite number of seconds > 0")
         self._run = _Run(
             deadline_at=deadline_at,
             grace_seconds=grace_seconds,
             settle_seconds=settle_seconds,
             stop_signal=stop_signal,
+            idle_seconds=idle_seconds,
         )
         self._machine = _interpreter()
 
@@ -471,9 +526,28 @@ class RunMachine:
 
     @property
     def next_deadline(self) -> float | None:
-        """The monotonic time at which the machine wants a :class:`Tick`, or ``None``."""
+        """The monotonic time at which the machine wants a :class:`Tick`, or ``None``.
+
+        While watching a run with an idle bound, the sooner of its deadline and
+        the end of its idle bound (counted from the last :class:`ActivitySeen`).
+        """
+        timer = self._run.timer_at
+        timer = None if timer is None or math.isinf(timer) else timer
+        idle_at = self._run.idle_at()
+        if idle_at is None:
+            return timer
+        return idle_at if timer is None else min(timer, idle_at)
+
+    @property
+    def next_timer(self) -> float | None:
+        """:attr:`next_deadline` without the idle bound: the deadline, grace or settle timer."""
         timer = self._run.timer_at
         return None if timer is None or math.isinf(timer) else timer
+
+    @property
+    def watches_idle(self) -> bool:
+        """Whether the run has an idle bound that still counts (it is watching)."""
+        return self._run.idle_at() is not None
 
     @property
     def reason(self) -> Reason | None:
@@ -492,7 +566,10 @@ class RunMachine:
         run = self._run
         if run.state is not Phase.WATCHING or event.now < run.now:
             return ()
-        overdue = run.timer_at is not None and event.now >= run.timer_at
+        idle_at = None if isinstance(event, ActivitySeen) else run.idle_at()
+        overdue = (run.timer_at is not None and event.now >= run.timer_at) or (
+            idle_at is not None and event.now >= idle_at
+        )
         trigger = _TRIGGER[type(event)]
         return first_signals(trigger, overdue=overdue, stop_signal=run.stop_signal)
 
@@ -502,12 +579,18 @@ class RunMachine:
         run = self._run
         run.now = event.now
         effects: list[Effect] = []
-        # Overdue timers first: the event happened after them.
-        effects += self._expire_timers()
-        if not (isinstance(event, Tick) and effects):
-            run.event = event
-            self._machine.events[_TRIGGER[type(event)]].trigger(run)
-            effects += self._take_effects()
+        # Overdue timers first: the event happened after them. Activity is the
+        # exception for the idle bound: it is seen at a wake-up (a CPU sample, a
+        # byte from the caller), and happened before it.
+        run.idle_held = isinstance(event, ActivitySeen)
+        try:
+            effects += self._expire_timers()
+            if not (isinstance(event, Tick) and effects):
+                run.event = event
+                self._machine.events[_TRIGGER[type(event)]].trigger(run)
+                effects += self._take_effects()
+        finally:
+            run.idle_held = False
         # The event may itself have armed an overdue timer (a launch after the
         # deadline, a grace of zero).
         effects += self._expire_timers()
@@ -518,7 +601,7 @@ class RunMachine:
         effects: list[Effect] = []
         run = self._run
         # Each expiry moves the phase strictly forward, so this ends within three rounds.
-        while run.timer_expired():
+        while run.due():
             run.event = Tick(run.now)
             self._machine.events["tick"].trigger(run)
             effects += self._take_effects()

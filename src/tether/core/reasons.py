@@ -1,7 +1,8 @@
 """Why a run ended, and the exit status every door reports for it.
 
-The vocabulary is closed on purpose: five reasons from the seed supervisor and
-one added for the caller's side (``supervisor_lost``), so that an operator can
+The vocabulary is closed on purpose: five reasons from the seed supervisor,
+one added for the caller's side (``supervisor_lost``) and one for a run that
+stalled (``idle_exceeded``, its ``idle`` bound), so that an operator can
 group a thousand records by ``reason`` and a script can branch on it without
 parsing prose. The exit statuses follow GNU ``timeout`` where it has an answer
 (124, 125, 126, 127, 128+N) and the seed where it does not (130 for a run that
@@ -47,6 +48,9 @@ class Reason(StrEnum):
     COMPLETED = "completed"
     CANCELLED = "cancelled"
     DEADLINE_EXCEEDED = "deadline_exceeded"
+    #: Nothing happened for the run's ``idle`` bound (no output, no CPU time
+    #: used by its tree) and it was stopped like a deadline (status 124).
+    IDLE_EXCEEDED = "idle_exceeded"
     PARENT_LOST = "parent_lost"
     LAUNCH_FAILED = "launch_failed"
     #: The supervisor vanished, or failed, without saying how the run ended:

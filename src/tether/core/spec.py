@@ -100,6 +100,9 @@ class RunSpec(DeclaredValue):
     #: Resource limits for the run's cgroup, by name (:data:`~tether.core.limits.LIMIT_NAMES`),
     #: as plain numbers; ``None`` (or empty) for none. Added in tether 0.2.
     limits: dict[str, int | float] | None = None
+    #: The idle bound: stop the run once it has produced no output and its tree has
+    #: used no CPU time for this many seconds (``None``: no bound, the default).
+    idle_seconds: float | None = None
     #: Where the caller's file descriptors arrived in the supervisor, by role:
     #: ``lifeline``, ``status``, ``stdin``, ``stdout``, ``stderr``, and where they apply
     #: ``cwd`` (the caller's working directory) and ``record_dir`` (the held record directory).
@@ -157,6 +160,11 @@ class RunSpec(DeclaredValue):
         # Written so that NaN fails too.
         if deadline is not None and not 0 < deadline < math.inf:
             raise SpecError(f"deadline_seconds must be a finite number > 0, not {deadline!r}")
+        idle = self.idle_seconds
+        if idle is not None and (
+            isinstance(idle, bool) or not isinstance(idle, int | float) or not 0 < idle < math.inf
+        ):
+            raise SpecError(f"idle_seconds must be a finite number > 0, not {idle!r}")
         if not self.grace_seconds >= 0:
             raise SpecError(f"grace_seconds must be a number >= 0, not {self.grace_seconds!r}")
         if not all(

@@ -27,6 +27,7 @@ _REASON_WORDS: Final[Mapping[str, str]] = {
     Reason.COMPLETED: "the command exited on its own",
     Reason.CANCELLED: "someone asked for the run to stop",
     Reason.DEADLINE_EXCEEDED: "the deadline passed and the command was stopped",
+    Reason.IDLE_EXCEEDED: "no output and no CPU time for its idle bound: the command was stopped",
     Reason.PARENT_LOST: "the caller died and the command was stopped",
     Reason.LAUNCH_FAILED: "the command could not be started",
     Reason.SUPERVISOR_LOST: "the supervisor vanished before saying how the run ended",

@@ -297,6 +297,15 @@ def _bounded_argv(words: list[str]) -> list[str]:
     return kept
 
 
+def _idle(spec: RunSpec, verdict: Verdict | None) -> dict[str, object]:
+    """The idle bound asked for, and how long the run had been idle when it was stopped for it."""
+    measured = None if verdict is None else verdict.idle_seconds
+    return {
+        "idle_seconds": spec.idle_seconds,
+        "idle_measured_seconds": None if measured is None else _seconds(measured),
+    }
+
+
 def _deadline(spec: RunSpec) -> float:
     """The deadline as the seed's record says it: ``0`` for none."""
     return 0 if spec.deadline_seconds is None else spec.deadline_seconds
@@ -342,6 +351,7 @@ def build_document(verdict: Verdict, facts: RunFacts) -> dict[str, object]:
         "signals_without_pidfd": facts.signals_without_pidfd,
         "event_log_lines_dropped": facts.event_log_lines_dropped,
         **_tree_fields(facts),
+        **_idle(facts.spec, verdict),
     }
 
 
@@ -413,6 +423,7 @@ def build_lost_document(
         "tether_error": " ".join(message.split()),
         "signals_without_pidfd": None,
         "event_log_lines_dropped": None,
+        **_idle(spec, None),
         "limits": None,
         "limits_enforced_by": None,
         "tree_usage": None,

@@ -63,6 +63,7 @@ with deferred("inspect", "traceback"):
 
 from tether.core.effects import Effect, Exit, SignalTree, WriteRecord
 from tether.core.events import (
+    ActivitySeen,
     CancelRequested,
     CommandExited,
     Event,
@@ -93,6 +94,7 @@ if TYPE_CHECKING:
     from tether.core.effects import Verdict
     from tether.core.spec import RunSpec
     from tether.shared.lifeline import Vocabulary
+    from tether.supervisor.activity import ActivityProbe
     from tether.supervisor.launch import LaunchAttempt
 
 
@@ -139,7 +141,16 @@ class Supervision:
             deadline_at=spec.deadline_at,
             grace_seconds=spec.grace_seconds,
             stop_signal=spec.stop_signal,
+            idle_seconds=spec.idle_seconds,
         )
+        #: What tells the core whether the tree did anything, for a run with an idle
+        #: bound (:mod:`tether.supervisor.activity`); ``None`` without one: no looks.
+        self.probe: ActivityProbe | None = None
+        if spec.idle_seconds is not None and self.tree is not None:
+            from tether.supervisor.activity import ActivityProbe
+
+            self.probe = ActivityProbe(self.tree)
+        self.next_look = 0.0
         #: The signals sent to the tree since it began to stop, in order: what a
         #: process found late gets (:meth:`ProcessTree.catch_up`).
         self.stopping_with: list[int] = []
@@ -169,12 +180,14 @@ class Supervision:
             self.watch.register(self.tree.pidfd, "exit")
         self._take_over(first)
         self._told()
+        if self.probe is not None:
+            self._look(time.monotonic(), first=True)
         while not self._recorded():
-            deadline = self.machine.next_deadline
+            deadline = self._wake_at()
             timeout = None if deadline is None else wait_bound(deadline - time.monotonic())
             ready = self.watch.wait(timeout)
             now = time.monotonic()
-            events = self._translate(ready, now) or [Tick(now)]
+            events = self._look(now) + self._translate(ready, now) or [Tick(now)]
             self._send_ahead(events[0])
             for event in events:
                 self._feed(event)
@@ -184,6 +197,35 @@ class Supervision:
         self.watch.close()
         self.evidence.log.close()
         return self.exit_status
+
+    def _wake_at(self) -> float | None:
+        """When to wake: the core's next timer; with an idle bound, no sooner than the next look.
+
+        The idle bound's end is when the tree must be looked at (a look then
+        covers all it did since the last one), but never sooner than
+        :data:`~tether.supervisor.activity.SAMPLE_SECONDS` after the last look:
+        a tree that keeps busy costs at most one wake-up a second, a run
+        without the bound none.
+        """
+        idle_at = self.machine.next_deadline
+        if self.probe is None or not self.machine.watches_idle or idle_at is None:
+            return idle_at
+        look_at = max(self.next_look, idle_at)
+        timer = self.machine.next_timer
+        return look_at if timer is None else min(timer, look_at)
+
+    def _look(self, now: float, *, first: bool = False) -> list[Event]:
+        """Look at the tree if a look is due (the idle bound's end); ActivitySeen if it moved."""
+        probe = self.probe
+        if probe is None or not self.machine.watches_idle:
+            return []
+        due = self.machine.next_deadline
+        if not first and now < self.next_look and (due is None or now < due):
+            return []
+        from tether.supervisor.activity import SAMPLE_SECONDS
+
+        self.next_look = now + SAMPLE_SECONDS
+        return [ActivitySeen(now)] if probe.changed() else []
 
     def _take_over(self, first: Event) -> None:
         """Take the watch over from the sentry, and replay what it saw and did.
@@ -320,7 +362,10 @@ class Supervision:
         before = self.machine.phase
         effects = self.machine.feed(event)
         told = not self.lifeline.untold(event)
-        if told:
+        # The tree's activity is news only when it changes something: a busy run's
+        # looks (one a second at most) do not each write a line.
+        quiet = isinstance(event, ActivitySeen) and not effects
+        if told and not quiet:
             self._tell(
                 "step",
                 event.now,

@@ -10,7 +10,7 @@ _shtab_tether_subparsers=(show ls prune run timeout)
 _shtab_tether_show_option_strings=(-h --help --last --json -a --all -f --follow)
 _shtab_tether_ls_option_strings=(-h --help --reason --since --until -n --count --label --json)
 _shtab_tether_prune_option_strings=(-h --help --older-than --keep --dry-run)
-_shtab_tether_run_option_strings=(-h --help --deadline --grace --record --no-record --record-argv --label --name -v --verbose --memory-max --memory-swap-max --cpus --pids-max)
+_shtab_tether_run_option_strings=(-h --help --deadline --grace --idle --record --no-record --record-argv --label --name -v --verbose --memory-max --memory-swap-max --cpus --pids-max)
 _shtab_tether_timeout_option_strings=(-h --help -p --preserve-status -f --foreground -k --kill-after -s --signal -v --verbose --record --no-record --label)
 _shtab_tether_option_strings=(-h --help --version)
 
@@ -59,7 +59,7 @@ _shtab_tether___version_nargs=0
 # Custom Preamble
 
 _shtab_tether_reasons() {
-  compgen -W "completed cancelled deadline_exceeded parent_lost launch_failed supervisor_lost running lost" -- "$1"
+  compgen -W "completed cancelled deadline_exceeded idle_exceeded parent_lost launch_failed supervisor_lost running lost" -- "$1"
 }
 
 
