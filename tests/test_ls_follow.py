@@ -105,9 +105,19 @@ def test_the_record_and_ls_name_the_script_not_the_interpreter(tmp_path: Path) -
 
 
 def test_ls_count_reason_since_until_with_json() -> None:
-    for _ in range(6):
-        done = tether("run", "--deadline", "0.05", "--grace", "1", "--", "sleep", "5")
-        assert done.returncode == 124, done.stderr
+    # Six runs that hit their deadline, at once (a deadline long enough for the command to
+    # reach its exec on a loaded machine: one it does not reach is a launch failure).
+    stopped = [
+        subprocess.Popen(
+            tether_argv("run", "--deadline", "3", "--grace", "1", "--", "sleep", "30"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(6)
+    ]
+    for run in stopped:
+        _out, err = run.communicate(timeout=BOUND)
+        assert run.returncode == 124, err
     assert tether("run", "--label", "ok", "--", "true").returncode == 0
     listed = tether("ls", "-n", "5", "--reason", "deadline_exceeded", "--since", "1h", "--json")
     assert listed.returncode == 0, listed.stderr
