@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BOUND, alive, api_caller, api_env, wait_gone
+from conftest import BOUND, alive, api_caller, api_env, read_json, wait_gone
 
 
 def _caller(script: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -312,3 +312,39 @@ def test_no_command_outlives_a_caller_that_forks_workers_while_it_launches(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(with_workers, signal.SIGKILL)
         caller.wait(timeout=BOUND)
+
+
+_CLOSED_WITH_A_RECORD = """
+import json, os, select, sys
+import tether
+
+runs, other = sys.argv[1], sys.argv[2]
+long = tether.launch(["sleep", "600"], record=f"{runs}/long.json")
+supervisor = long.supervisor_pid
+os.closerange(3, 65536)  # as daemons do
+# Directories of the program's own take the freed numbers (the held record directory's too).
+held = [os.open(other, os.O_RDONLY | os.O_DIRECTORY) for _ in range(16)]
+try:
+    outcome = long.wait(timeout=10)
+    said = outcome.reason.value
+except Exception as error:
+    said = type(error).__name__
+try:  # the supervisor, which saw its lifeline end, writes its record and exits
+    select.select([os.pidfd_open(supervisor)], [], [], 10)
+except ProcessLookupError:
+    pass
+print(json.dumps({"said": said, "other": sorted(os.listdir(other))}))
+"""
+
+
+def test_a_caller_that_closed_its_descriptors_writes_no_record_into_a_stranger(
+    tmp_path: Path,
+) -> None:
+    """The held record directory is checked too: no fallback record where it is not tether's."""
+    runs, other = tmp_path / "runs", tmp_path / "other"
+    runs.mkdir()
+    other.mkdir()
+    said = json.loads(_caller(_CLOSED_WITH_A_RECORD, tmp_path, str(runs), str(other)).stdout)
+    assert said["other"] == []
+    # The supervisor saw its lifeline end (the program closed it) and wrote its own record.
+    assert read_json(runs / "long.json")["reason"] == "parent_lost"

@@ -146,9 +146,11 @@ class StatusClient:
                 os.close(fd)
 
 
-def _close_quietly(fd: int) -> None:
-    with contextlib.suppress(OSError):
-        os.close(fd)
+def _close_quietly(fd: int, made: tuple[int, int] | None) -> None:
+    """Close ``fd`` if it is still what was ``made`` (never a number the program reused)."""
+    if identity(fd) == made:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 class HoldingStatusClient(StatusClient):
@@ -162,9 +164,15 @@ class HoldingStatusClient(StatusClient):
 
     def __init__(self, spec: RunSpec, fd: int, record_dir: int) -> None:
         super().__init__(spec, fd)
-        self._let_go_of_record_dir = weakref.finalize(self, _close_quietly, record_dir)
+        made = identity(record_dir)
+        self._record_dir, self._record_dir_made = record_dir, made
+        self._let_go_of_record_dir = weakref.finalize(self, _close_quietly, record_dir, made)
 
     def read_available(self) -> list[Message]:
+        if self.finished is None and identity(self._record_dir) != self._record_dir_made:
+            # The program closed the held directory (its number may be another
+            # file's now): no fallback record through it, nor by its path.
+            self.spec = self.spec.replace(record_path=None)
         messages = super().read_available()
         if self.finished is not None:
             self._let_go_of_record_dir()
