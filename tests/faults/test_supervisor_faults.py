@@ -204,10 +204,33 @@ def assert_one_line_no_traceback(run: SeedRun, starting: str) -> None:
 #: The lowest open-file limit under which the seed door starts a command, per mode.
 _floors: dict[str, int] = {}
 
-#: Where the search starts: stdin, stdout, stderr, the lifeline and the two ends
-#: of the wakeup pipe, and one more. Under fewer, the supervisor fails before it
-#: gets to check (and starts nothing either).
-_FEWEST = 7
+
+def _interpreter_holds() -> int:
+    """Descriptors the interpreter itself keeps once the supervisor has loaded ``_ctypes``.
+
+    A libffi with static trampolines (Debian's 3.5, under its Python 3.14 and 3.15)
+    keeps its own library open from then on; older ones keep nothing.
+    """
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os; before = len(os.listdir('/proc/self/fd')); import _ctypes; "
+            "print(len(os.listdir('/proc/self/fd')) - before)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=BOUND,
+    )
+    return int(probe.stdout)
+
+
+#: Where the search starts: stdin, stdout, stderr, the lifeline, what the interpreter
+#: keeps for itself, and one to import with. Under fewer, the interpreter cannot load
+#: the supervisor at all. From here every limit is the supervisor's to refuse,
+#: including one that leaves no descriptor for its signal pipe.
+_FEWEST = 5 + _interpreter_holds()
 
 
 def start_at_the_floor(

@@ -11,7 +11,6 @@ a command stopped at its ``deadline`` is not, it is an outcome.
 
 from __future__ import annotations
 
-import signal
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -147,23 +146,22 @@ def _shown(argv: Sequence[str]) -> list[str]:
 
 
 def _failure_message(outcome: Outcome) -> str:
-    """``CalledProcessError``'s sentence for a run that completed, the reason for any other."""
-    command = f"Command '{_shown(outcome.argv)}'"
-    if outcome.label:
-        command += f" ({outcome.label})"
+    """``CalledProcessError``'s sentence for a run that completed, the reason for any other.
+
+    The sentence is the one this Python's :mod:`subprocess` writes (3.15 no longer
+    quotes a list in ``returned non-zero exit status``), with the label after the
+    command and the details before the final period.
+    """
+    shown = _shown(outcome.argv)
+    label = f" ({outcome.label})" if outcome.label else ""
     code = outcome.returncode
-    if outcome.reason is Reason.COMPLETED and code is not None and code != 0:
-        if code < 0:
-            try:
-                said = f"died with {signal.Signals(-code)!r}"
-            except ValueError:
-                said = f"died with unknown signal {-code}"
-        else:
-            said = f"returned non-zero exit status {code}"
-        if code == outcome.exit_status or code < 0:
-            return command + " " + said + _failure_details(outcome) + "."
+    completed = outcome.reason is Reason.COMPLETED and code is not None and code != 0
+    if completed and code is not None and (code == outcome.exit_status or code < 0):
+        sentence = str(subprocess.CalledProcessError(code, shown))
+        command, verb, said = sentence.rpartition(" died with " if code < 0 else " returned ")
+        return command + label + verb + said.removesuffix(".") + _failure_details(outcome) + "."
     said = f"ended with reason {outcome.reason.value}, exit status {outcome.exit_status}"
-    return command + " " + said + _failure_details(outcome) + "."
+    return f"Command '{shown}'{label} {said}{_failure_details(outcome)}."
 
 
 def _failure_details(outcome: Outcome) -> str:

@@ -46,7 +46,7 @@ from tether.review.files import (
     read_events,
 )
 from tether.review.progress import LOST, RUNNING, in_progress
-from tether.shared.paths import EVENTS_SUFFIX
+from tether.shared.paths import EVENTS_SUFFIX, events_name_for
 from tether.shared.record_file import RecordError, read_record
 
 # -- many runs: ls ----------------------------------------------------------------------
@@ -102,7 +102,10 @@ def scan(directory: Path) -> Listing:
             listing.skipped.append(_record_problem(error))
         except Exception as error:  # a bug, not the file's fault: it must not cost the listing
             listing.skipped.append(f"{_path_text(path)}: {describe_unexpected(error)}")
-    stems = {path.stem for path, _ in listing.records} | {path.name for path, _ in listing.records}
+    # The stem as the event log's writer takes it (events_name_for), not pathlib's: on
+    # Python 3.14 ``x.``'s stem is ``x``, which would claim another run's ``x.events.jsonl``.
+    stems = {events_name_for(path.name)[: -len(EVENTS_SUFFIX)] for path, _ in listing.records}
+    stems |= {path.name for path, _ in listing.records}
     for log in logs:
         if log.name[: -len(EVENTS_SUFFIX)] not in stems:
             _take_unrecorded(listing, log)

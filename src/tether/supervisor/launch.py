@@ -103,10 +103,19 @@ class SignalWakeup:
     """Signals delivered as bytes on a pipe, read in the loop, never handled in a handler."""
 
     def __init__(self) -> None:
-        self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        #: Why there is no pipe (``-1`` for both ends): then no command may start.
+        self.failure: OSError | None = None
+        try:
+            self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as error:
+            # Under an open-file limit with no descriptor left for it (the interpreter may
+            # hold one more of its own: libffi's trampolines keep their library open).
+            self.read_fd = self.write_fd = -1
+            self.failure = error
         #: Bytes read from the pipe by someone else (the sentry), not drained yet.
         self.pending = b""
-        signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
+        if self.write_fd >= 0:
+            signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
         for number in _HANDLED:
             signal.signal(number, _wake_only)
 
@@ -119,7 +128,7 @@ class SignalWakeup:
         """
         received = [number for number in self.pending if number in _HANDLED]
         self.pending = b""
-        while True:
+        while self.read_fd >= 0:
             try:
                 chunk = os.read(self.read_fd, 256)
             except BlockingIOError:
@@ -127,6 +136,7 @@ class SignalWakeup:
             if not chunk:
                 return received
             received += [number for number in chunk if number in _HANDLED]
+        return received
 
 
 def _wake_only(_number: int, _frame: object) -> None:
@@ -268,6 +278,8 @@ def launch(
     wakeup = SignalWakeup()
     set_child_subreaper()
     try:
+        if wakeup.failure is not None:
+            raise _no_signal_pipe(wakeup.failure)
         _check_descriptors(plan.close_after_launch)
         command = start_command(plan, announce=_announcer(status), containment=containment)
     except CommandNotStarted as failure:
@@ -379,6 +391,19 @@ def _check_descriptors(freed_after_launch: tuple[int, ...]) -> None:
             f"({free} free, {NEEDED} needed; raise ulimit -n)",
             "setup",
         )
+
+
+def _no_signal_pipe(error: OSError) -> CommandNotStarted:
+    """No pipe for the signals that stop the command: a command tether could not stop."""
+    if error.errno == errno.EMFILE:
+        return CommandNotStarted(
+            errno.EMFILE,
+            "too few file descriptors free under the open-file limit to supervise a command "
+            "(none for its signal pipe; raise ulimit -n)",
+            "setup",
+        )
+    reason = error.strerror or str(error)
+    return CommandNotStarted(error.errno, f"cannot make the signal pipe: {reason}", "setup")
 
 
 def _unwatchable(error: OSError) -> CommandNotStarted:

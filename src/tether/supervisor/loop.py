@@ -173,7 +173,8 @@ class Supervision:
     def run(self, first: Event) -> int:
         """Feed events until the run is recorded; return the exit status."""
         self.evidence.open_log(first, self.tree)
-        self.watch.register(self.wakeup.read_fd, "signal")
+        if self.wakeup.read_fd >= 0:  # none when the launch failed for want of a descriptor
+            self.watch.register(self.wakeup.read_fd, "signal")
         if self.lifeline.fd is not None:
             self.watch.register(self.lifeline.fd, "lifeline")
         if self.tree is not None:
