@@ -27,6 +27,17 @@ could set, and a child that failed to take one on would be a command that
 can tell. ``tests/test_zygote_inheritance.py`` holds the two ways to the
 same state side by side with ``subprocess``.
 
+**It fails closed.** The zygote serves only its caller as it started it:
+every request carries the sender's credentials, which the kernel vouches for
+(``SCM_CREDENTIALS``), and a proof only a thread that may look into the zygote
+can make (:meth:`_Zygote.proof`: a thread that gave up the zygote's user or
+capabilities, or that Landlock restricts, cannot). A request without them is
+refused, and takes the plain path. This side lets go of its zygote as soon
+as the fingerprint differs or cannot be read, or the proof cannot be made.
+No descriptor is trusted by its number (:meth:`_Zygote.intact`): a program
+that closed the zygote's socket and opened something else under its number
+has nothing written there, nor closed, and its next launch starts afresh.
+
 **A lost zygote is never a lost launch.** If the zygote cannot be reached or
 does not answer, the request takes the plain path (a fresh interpreter per
 supervisor, :func:`tether.caller.start.spawn_supervisor`) unless the
