@@ -117,6 +117,12 @@ def test_a_sleeper_is_stopped_for_idling(tmp_path: Path, mode: str) -> None:
     assert 1.0 <= measured < 2.5
     assert document["eval_exit_code"] == -15
     assert took < 6.0  # stopped at about 1-2 s, never after the 60 s
+    shown = subprocess.run(
+        tether_argv("show", str(record)), capture_output=True, text=True, timeout=BOUND
+    ).stdout
+    assert "  reason        idle_exceeded - no output and no CPU time" in shown
+    assert "  exit status   124 (idle bound passed)\n" in shown
+    assert "without output or CPU time when stopped (bound 1.000s)" in shown
 
 
 PRINTER = "import time\nfor i in range(10):\n    print(i, flush=True)\n    time.sleep(0.3)\n"

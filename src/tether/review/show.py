@@ -63,6 +63,8 @@ def _exit_status_text(record: Mapping[str, object]) -> str:
         if code is not None and code < 0:
             return f"{status} (128+{-code}: the command was killed by {described(-code)})"
         return f"{status} (the command's own)"
+    if record.get("reason") == Reason.IDLE_EXCEEDED:
+        return f"{status} (idle bound passed)"
     words = _STATUS_WORDS.get(status)
     return f"{status} ({words})" if words else str(status)
 
@@ -278,6 +280,21 @@ def _outcome(out: _Lines, record: Mapping[str, object]) -> None:
         f"(deadline {_policy_text(record.get('deadline_seconds'), none_for_zero=True)}, "
         f"grace {_policy_text(record.get('grace_seconds'), none_for_zero=False)})",
     )
+    _optional(out, "idle", _idle_text(record))
+
+
+def _idle_text(record: Mapping[str, object]) -> str | None:
+    """The idle bound, and how long the run had been idle when it was stopped for it."""
+    bound = record.get("idle_seconds")
+    if not isinstance(bound, int | float) or isinstance(bound, bool):
+        return None
+    measured = record.get("idle_measured_seconds")
+    if isinstance(measured, int | float) and not isinstance(measured, bool):
+        return (
+            f"{_seconds_text(measured)} without output or CPU time when stopped "
+            f"(bound {_seconds_text(bound)})"
+        )
+    return f"bound {_seconds_text(bound)} (never reached)"
 
 
 def _stopping(out: _Lines, record: Mapping[str, object]) -> None:
