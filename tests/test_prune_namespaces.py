@@ -10,11 +10,13 @@ and the caller's next launch must still get it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,56 @@ def test_prune_keeps_the_cgroup_of_a_spare_waiting_in_another_pid_namespace(
         if caller.poll() is None:
             caller.kill()
             caller.wait(BOUND)
+
+
+#: The creator of a run's cgroup (a zygote, say) hands it to a child that will join it
+#: later (the supervisor it forked), prints where it is, and exits; the child joins once told.
+_CREATOR_GONE_BEFORE_THE_JOIN = textwrap.dedent(
+    """
+    import os, sys
+    from tether.linux.cgroup import RunCgroup
+    cgroup = RunCgroup.create()
+    if os.fork() == 0:
+        sys.stdin.readline()
+        try:
+            cgroup.join()
+            print("joined", flush=True)
+        except OSError as error:
+            print(f"not joined: {error}", flush=True)
+        os._exit(0)
+    cgroup.close_join()
+    print(cgroup.directory, flush=True)
+    """
+)
+
+
+def test_a_cgroup_still_held_for_its_join_outlives_its_creator(tmp_path: Path) -> None:
+    """The zygote that made a run's cgroup may be gone (abandoned, replaced) before the
+    supervisor it forked has its command join: the stale sweep of any other run must not
+    take the cgroup from under it (issue 35 item 12's lost launch)."""
+    skip_without_cgroup()
+    from tether.linux.cgroup import remove_stale
+
+    creator = subprocess.Popen(
+        [sys.executable, "-c", _CREATOR_GONE_BEFORE_THE_JOIN],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=api_env(tmp_path),
+    )
+    assert creator.stdout is not None
+    assert creator.stdin is not None
+    directory = Path(creator.stdout.readline().strip())
+    assert creator.wait(BOUND) == 0  # the creator is gone; its child holds the cgroup
+    try:
+        remove_stale(str(directory.parent))  # another run's sweep, now
+        creator.stdin.write("\n")
+        creator.stdin.flush()
+        assert creator.stdout.readline() == "joined\n"
+    finally:
+        creator.stdin.close()
+        end = time.monotonic() + BOUND
+        while directory.exists() and time.monotonic() < end:
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+            time.sleep(0.01)
