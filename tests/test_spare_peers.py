@@ -178,3 +178,56 @@ def test_a_frozen_run_cgroup_never_holds_the_launch_past_its_deadline(tmp_path: 
         time.sleep(0.01)
     assert not cgroup.exists(), "the run's cgroup is left"
     assert not alive(said["spare"])
+
+
+_FROZEN_ZYGOTE = """
+import json, os, sys, time
+import tether
+from tether.caller import zygote
+freezer = sys.argv[1]
+os.mkdir(freezer)
+tether.run(["true"], record=False)
+frozen = zygote.zygote_pid()
+with open(f"{freezer}/cgroup.procs", "w") as procs:
+    procs.write(str(frozen))
+with open(f"{freezer}/freezer.state", "w") as state:
+    state.write("FROZEN")
+while open(f"{freezer}/freezer.state").read().strip() != "FROZEN":
+    time.sleep(0.001)
+begun = time.monotonic()
+try:
+    outcome = tether.run(["true"], deadline=3, record=False)
+    said = {"reason": outcome.reason.value}
+except tether.LaunchError as error:
+    said = {"error": str(error), "errno": error.errno}
+took = time.monotonic() - begun
+after = tether.run(["true"], record=False)  # a fresh zygote
+with open(f"{freezer}/freezer.state", "w") as state:
+    state.write("THAWED")
+print(json.dumps({**said, "took": took, "frozen": frozen, "after": after.reason.value}))
+"""
+
+
+@pytest.mark.skipif(
+    not (_FREEZER / "cgroup.procs").exists(),
+    reason="needs the cgroup v1 freezer (a hybrid host), as root",
+)
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to freeze the zygote")
+def test_a_frozen_zygote_never_holds_the_launch_past_its_bound(tmp_path: Path) -> None:
+    freezer = _FREEZER / f"tether-test-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        done = api_caller(["-c", _FROZEN_ZYGOTE, str(freezer)], tmp_path, timeout=BOUND * 2)
+        said = json.loads(done.stdout)
+        # The deadline, and the few seconds after it the supervisor has to say how it ended.
+        assert said["took"] < 3 + 5 + 2, said
+        assert "did not start the command within" in said.get("error", ""), said
+        assert said["errno"] == 110  # ETIMEDOUT
+        assert said["after"] == "completed"
+        assert wait_gone(said["frozen"])  # abandoned while frozen: dead as it thawed
+    finally:
+        if freezer.exists():
+            (freezer / "freezer.state").write_text("THAWED")
+            end = time.monotonic() + BOUND
+            while (freezer / "cgroup.procs").read_text().strip() and time.monotonic() < end:
+                time.sleep(0.01)
+            freezer.rmdir()

@@ -26,7 +26,13 @@ from tether.api.options import PIPE, LaunchOptions, RunOptions, StdioPlan, reque
 from tether.api.outcome import Outcome, TimeoutExpired
 from tether.caller.capture import DEFAULT_MAX_OUTPUT_BYTES, Exchange
 from tether.caller.output_stream import ready
-from tether.caller.start import Spawn, close_spec_pipe, send_spec, spawn_supervisor
+from tether.caller.start import (
+    Spawn,
+    close_spec_pipe,
+    launch_bound,
+    send_spec,
+    spawn_supervisor,
+)
 from tether.core.durations import DurationError, duration_seconds
 from tether.core.reasons import Reason
 
@@ -70,7 +76,9 @@ def launch(argv: Argv, **options: Unpack[LaunchOptions]) -> Tether:
     try:
         try:
             send_spec(spawn)
-            tether._wait_blocking(tether._is_launched, None)
+            bound = launch_bound(spawn.spec)
+            if not tether._wait_blocking(tether._is_launched, bound):
+                tether._abandon_launch(bound)
         except BaseException:
             tether._stop_blocking()
             raise
@@ -220,7 +228,11 @@ async def launch_async(argv: Argv, **options: Unpack[LaunchOptions]) -> Tether:
     try:
         try:
             await _send_spec_async(spawn)
-            await tether._wait_async(tether._is_launched)
+            bound = launch_bound(spawn.spec)
+            try:
+                await asyncio.wait_for(tether._wait_async(tether._is_launched), bound)
+            except TimeoutError:
+                tether._abandon_launch(bound)
         except asyncio.CancelledError:
             await tether._stop_async()
             raise

@@ -24,6 +24,7 @@ imported only by the ``async`` methods.
 from __future__ import annotations
 
 import contextlib
+import errno as errno_codes
 import math
 import os
 import select
@@ -75,6 +76,8 @@ class Tether:
         self._started: Started | None = None
         self._finished: Finished | None = None
         self._outcome: Outcome | None = None
+        #: The bound a launch was let go of at (its supervisor said nothing by then).
+        self._abandoned: float | None = None
         self._plan = plan
         pipes = {} if plan is None else plan.pipes
         self._encoding = None if plan is None else plan.encoding
@@ -544,6 +547,23 @@ class Tether:
 
     # -- the end of a launch -----------------------------------------------
 
+    def _abandon_launch(self, bound: float) -> None:
+        """The supervisor said nothing within ``bound`` seconds of the launch: let it go.
+
+        The lifeline is closed (a supervisor that ever runs again stops, and
+        starts nothing), whatever the command said of itself is stopped, and
+        the fallback record written (:meth:`StatusClient.abandon`);
+        :meth:`_launched_or_raise` then raises.
+        """
+        self._lifeline.release()
+        finished = self._status.abandon()
+        with self._lock:
+            self._abandoned = bound
+            if self._outcome is None:
+                self._finished = finished
+                self._outcome = Outcome.from_finished(finished, self._spec, self._started)
+        self._notify()
+
     def _launched_or_raise(self) -> Tether:
         """Return self if the command started; raise :class:`LaunchError` if it never did.
 
@@ -557,6 +577,15 @@ class Tether:
         finished, outcome = self._finished, self._outcome
         assert finished is not None
         assert outcome is not None
+        abandoned = self._abandoned
+        if abandoned is not None:
+            raise LaunchError(
+                f"the supervisor did not start the command within {abandoned:.3g} s "
+                "(it, or the zygote with the request, is stopped or frozen): let go of",
+                errno=errno_codes.ETIMEDOUT,
+                exit_status=outcome.exit_status,
+                record_path=outcome.record_path,
+            )
         if outcome.reason is Reason.LAUNCH_FAILED:
             raise launch_error(
                 outcome.message or f"cannot run {self._name!r}",

@@ -55,9 +55,12 @@ if TYPE_CHECKING:
 
 
 __all__ = [
+    "LAUNCH_LIMIT",
+    "PAST_THE_DEADLINE",
     "Spawn",
     "close_spec_pipe",
     "handed_over_forked",
+    "launch_bound",
     "send_spec",
     "spawn_supervisor",
 ]
@@ -207,6 +210,21 @@ def _spawn_intermediate(spec: RunSpec, passed: tuple[int, ...], spec_r: int) -> 
         start_new_session=spec.join_group is None,
         process_group=None if spec.join_group is None else 0,
     )
+
+
+#: How long a launch without a deadline waits for its supervisor to say the command started.
+LAUNCH_LIMIT: Final = 30.0
+#: How long past its deadline a launch waits for that (the supervisor says how it ended).
+PAST_THE_DEADLINE: Final = 5.0
+
+
+def launch_bound(spec: RunSpec) -> float:
+    """How long a launch waits, from now, for its supervisor to say the command started (or
+    could not): until the deadline and :data:`PAST_THE_DEADLINE` after it, or
+    :data:`LAUNCH_LIMIT` without a deadline. A supervisor that has said nothing by then is
+    stopped or frozen (or its zygote is, holding the request): it is let go of."""
+    left = _time_left(spec)
+    return LAUNCH_LIMIT if left is None else max(0.0, left) + PAST_THE_DEADLINE
 
 
 def _time_left(spec: RunSpec, limit: float | None = None) -> float | None:

@@ -107,6 +107,19 @@ class StatusClient:
                 self._partial = self._partial[-_MAX_LINE_BYTES:]
         return False
 
+    def abandon(self) -> Finished:
+        """Give the supervisor up as lost: it said nothing within the launch's bound.
+
+        What a lost supervisor's end of file would do (stop what the command
+        said of itself, write the fallback record), without waiting for that
+        end: a stopped or frozen peer holding the channel open never gives it.
+        """
+        if self.finished is None:
+            from tether.caller.fallback import after_supervisor_lost
+
+            self.finished = after_supervisor_lost(self.spec, self.started or self.spawned)
+        return self.finished
+
     def wait(self, timeout: float | None = None) -> list[Message]:
         """Block until something arrives (or ``timeout`` seconds pass); return what did."""
         end = None if timeout is None else time.monotonic() + timeout
