@@ -47,7 +47,8 @@ _CALLER = textwrap.dedent(
     while time.monotonic() < end:  # the spare's, made once it is forked (not the zygote's)
         spares = [
             name for name in os.listdir(parent)
-            if name.startswith("tether-") and int(name.split("-")[1]) > zygote.zygote_pid()
+            if name.startswith("tether-")
+            and zygote.zygote_pid() < int(name.split("-")[1]) <= int(sys.argv[1]) + 200
         ]
         if spares:
             break
