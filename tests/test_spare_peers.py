@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import BOUND, alive, api_caller, skip_without_cgroup, wait_gone
+from conftest import BOUND, alive, api_caller, api_env, skip_without_cgroup, wait_gone
 from test_zygote_spare import _FIND_THE_SPARE
 
 _MADE_BY = """
@@ -231,3 +233,44 @@ def test_a_frozen_zygote_never_holds_the_launch_past_its_bound(tmp_path: Path) -
             while (freezer / "cgroup.procs").read_text().strip() and time.monotonic() < end:
                 time.sleep(0.01)
             freezer.rmdir()
+
+
+_HELD_BY_A_FROZEN_RUN_CGROUP = (
+    _FIND_THE_SPARE
+    + _MADE_BY
+    + """
+ran = tether.run(["true"], record=False)
+waiting = spare({ran.supervisor_pid})
+ahead = made_by(waiting)
+with open(os.path.join(parent, ahead[0], "cgroup.freeze"), "w") as freeze:
+    freeze.write("1")
+print(json.dumps({"spare": waiting, "cgroup": os.path.join(parent, ahead[0])}), flush=True)
+tether.run(["true"], record=False)  # no deadline: held until this caller is gone
+"""
+)
+
+
+def test_a_launch_held_by_a_frozen_run_cgroup_leaves_nothing_when_its_caller_dies(
+    tmp_path: Path,
+) -> None:
+    skip_without_cgroup()
+    caller = subprocess.Popen(
+        [sys.executable, "-c", _HELD_BY_A_FROZEN_RUN_CGROUP],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=api_env(tmp_path),
+    )
+    try:
+        assert caller.stdout is not None
+        said = json.loads(caller.stdout.readline())
+        procs = Path(said["cgroup"]) / "cgroup.procs"
+        end = time.monotonic() + BOUND
+        while not procs.read_text().split():  # the command, born frozen
+            assert time.monotonic() < end, "no command was born in the frozen cgroup"
+            time.sleep(0.01)
+        (command,) = (int(pid) for pid in procs.read_text().split())
+    finally:
+        caller.kill()
+        caller.wait(BOUND)
+    assert wait_gone(said["spare"]), "the supervisor outlived its caller"
+    assert wait_gone(command), "the command, frozen before its exec, outlived its caller"
