@@ -41,6 +41,7 @@ import contextlib
 import errno as errno_codes
 import os
 import signal
+import time
 
 from tether.linux.prctl import set_parent_death_signal
 from tether.supervisor.identity import restore_in_child
@@ -57,6 +58,7 @@ from tether.supervisor.spawn import SpawnFailed, spawn
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+    from typing import Final
 
     from tether.linux.run_cgroups import RunCgroups
     from tether.supervisor.launch import LaunchPlan
@@ -138,6 +140,20 @@ def _prepare_child(
                 raise
 
 
+#: However early the deadline, a forked command gets this long to reach its exec: a
+#: deadline that passed already (``timeout=0``) starts the command and then stops it, as
+#: :mod:`subprocess` does, rather than fail its launch on a busy machine.
+EXEC_AT_LEAST: Final = 5.0
+
+
+def _exec_by(deadline_at: float | None) -> float | None:
+    """When a command forked now must have reached its exec: the deadline, or
+    :data:`EXEC_AT_LEAST` from now if that is later; ``None`` without a deadline."""
+    if deadline_at is None:
+        return None
+    return max(deadline_at, time.monotonic() + EXEC_AT_LEAST)
+
+
 def start_command(
     plan: LaunchPlan, *, announce: Announce | None = None, containment: Containment | None = None
 ) -> Command:
@@ -191,7 +207,7 @@ def start_command(
             process_group=0 if join_group is None else join_group,
             pass_fds=plan.pass_fds,
             born_in=None if cgroup is None else cgroup.clone_descriptor,
-            until=plan.deadline_at,
+            until=_exec_by(plan.deadline_at),
             hangup=plan.lifeline,
         )
     except OSError as error:  # the fork itself: EAGAIN under ulimit -u, ENOMEM
