@@ -28,6 +28,7 @@ from hypothesis import given
 import tether
 from tether.api.handle import _decode_error
 from tether.api.outcome import CommandFailed, Outcome, OutputDecodeError, TimeoutExpired
+from tether.caller.fingerprint import Unreadable
 from tether.caller.launch_errors import (
     CommandNotExecutable,
     CommandNotFound,
@@ -44,6 +45,7 @@ from tether.core.spec import SpecError
 from tether.linux import UnsupportedPlatform
 from tether.linux.cgroup import CgroupUnavailable
 from tether.linux.clone3 import CloneUnavailable
+from tether.linux.systemd_scope import BusGarbled
 from tether.review._text import ReviewError
 from tether.shared.record_file import JSONRefused, RecordError
 from tether.supervisor.command import CommandNotStarted
@@ -222,6 +224,8 @@ EXAMPLES: dict[type[BaseException], Callable[[], BaseException]] = {
     SpawnFailed: lambda: SpawnFailed("exec", errno.ENOENT, "no such file"),
     UsageError: lambda: UsageError("argument --record: expected one argument"),
     OptionError: lambda: OptionError("unrecognized option '--bogus'"),
+    Unreadable: lambda: Unreadable("[Errno 13] Permission denied: '/proc/self/status'"),
+    BusGarbled: lambda: BusGarbled("a message of 70000 bytes"),
     OutputDecodeError: lambda: _decode_error(
         Outcome(tether.Reason.COMPLETED, 0, 0, False, None, stdout=b"\xff"),
         "stdout",
