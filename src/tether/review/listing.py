@@ -103,7 +103,8 @@ def scan(directory: Path) -> Listing:
         except Exception as error:  # a bug, not the file's fault: it must not cost the listing
             listing.skipped.append(f"{_path_text(path)}: {describe_unexpected(error)}")
     # The stem as the event log's writer takes it (events_name_for), not pathlib's: on
-    # Python 3.14 ``x.``'s stem is ``x``, which would claim another run's ``x.events.jsonl``.
+    # Python 3.14 ``x.``'s stem is ``x`` (claiming another run's ``x.events.jsonl``) and
+    # ``..a``'s is ``..a`` (leaving the record's own ``..events.jsonl`` unclaimed).
     stems = {events_name_for(path.name)[: -len(EVENTS_SUFFIX)] for path, _ in listing.records}
     stems |= {path.name for path, _ in listing.records}
     for log in logs:

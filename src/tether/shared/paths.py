@@ -144,9 +144,10 @@ def events_name_for(record_name: str) -> str:
     """The event log's file name for the record named ``record_name`` (its stem, as pathlib
     took it up to Python 3.13, and :data:`EVENTS_SUFFIX`).
 
-    A final dot is no suffix (``x.`` -> ``x..events.jsonl``) on every Python: 3.14's
-    pathlib takes it for one, and a log's name must not change with the Python that
-    writes or looks for it.
+    The same on every Python: a final dot is no suffix (``x.`` -> ``x..events.jsonl``),
+    leading dots are (``..a`` -> ``..events.jsonl``). 3.14's pathlib reads both the
+    other way, and a log's name must not change with the Python that writes or looks
+    for it.
     """
     dot = record_name.rfind(".")
     stem = record_name[:dot] if 0 < dot < len(record_name) - 1 else record_name
