@@ -356,8 +356,8 @@ def test_auto_uses_a_cgroup_where_one_can_be_made(
 
 
 def test_cgroup_kill_reaches_a_process_its_writer_may_not_signal(processes: Processes) -> None:
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv(1) to act as another user")
+    if os.geteuid() != 0 or shutil.which("setpriv") is None or shutil.which("kill") is None:
+        pytest.skip("needs root, and setpriv(1) and kill(1) to act as another user")
     cgroup = RunCgroup.create()
     try:
         victim = sleeper_in(cgroup, processes)

@@ -150,7 +150,7 @@ def test_a_read_only_cgroup_file_system_names_what_works_in_a_container(
     with pytest.raises(CgroupUnavailable) as refused:
         run_cgroups.plan_backends(("memory",), check=False)
     message = str(refused.value)
-    assert "read-only file system" in message
+    assert "is mounted read-only (a container's default)" in message
     assert "--cgroupns=private" in message
     assert "--privileged" in message
     assert "without limits" in message

@@ -102,9 +102,8 @@ _ROOT_REMEDY: Final = (
 
 #: For a read-only cgroup file system (a container's default).
 _READ_ONLY_REMEDY: Final = (
-    "the cgroup file system is mounted read-only (a container's default): give the container "
-    "a writable cgroup namespace (podman or docker run --cgroupns=private with /sys/fs/cgroup "
-    "mounted read-write, or --privileged), or run without limits"
+    "give the container a writable cgroup namespace (podman or docker run --cgroupns=private "
+    "with /sys/fs/cgroup mounted read-write, or --privileged), or run without limits"
 )
 
 
@@ -124,7 +123,9 @@ def _unwritable(directory: str) -> CgroupUnavailable:
     except OSError:
         read_only = False
     if read_only:
-        return CgroupUnavailable(f"{directory} is on a read-only file system; {_READ_ONLY_REMEDY}")
+        return CgroupUnavailable(
+            f"{directory} is mounted read-only (a container's default): {_READ_ONLY_REMEDY}"
+        )
     return CgroupUnavailable(f"{directory} is not writable by this user")
 
 
@@ -378,7 +379,7 @@ def plan_backends(
         backends[name] = "cgroup1"
     in_scope = (SCOPE_BACKENDS | _BESIDE).intersection(backends.values())
     if in_scope:
-        (scope_backend,) = in_scope
+        scope_backend = sorted(in_scope)[0]  # one, as the hierarchy's shape makes it
         backends = {
             name: scope_backend if backend == "cgroup2" else backend
             for name, backend in backends.items()
