@@ -195,6 +195,52 @@ def test_a_cgroup_holding_processes_or_in_a_thread_subtree_is_refused_as_the_ker
                 each.rmdir()
 
 
+_STEP_ASIDE = """
+import json, os, sys
+from tether.linux.run_cgroups import OwnLeaf
+with open(os.path.join(sys.argv[1], "cgroup.procs"), "w") as procs:
+    procs.write("0")  # alone in the cgroup, as a container's entry point is
+def where():
+    return open("/proc/self/cgroup").read().splitlines()[-1]
+seen = {"before": where()}
+leaf = OwnLeaf.enter(())
+seen["inside"] = where()
+seen["procs"] = open(os.path.join(sys.argv[1], "cgroup.procs")).read().split()
+seen["leaf"] = leaf.leaf
+leaf.leave()
+seen["after"] = where()
+print(json.dumps(seen))
+"""
+
+
+def test_the_entry_point_steps_into_a_leaf_and_back_on_a_real_kernel() -> None:
+    """``tether run`` alone in its cgroup (``OwnLeaf``): it moves into a leaf of its own, the
+    cgroup is left empty for the run's cgroup to go beside it, and all is undone after.
+    (No controller here: the development machine's v2 hierarchy offers none to enable.)"""
+    _path, parent = own_cgroup()
+    directory = Path(parent, f"tethertest-{os.urandom(4).hex()}")
+    directory.mkdir()
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", _STEP_ASIDE, str(directory)],
+            capture_output=True,
+            text=True,
+            timeout=BOUND,
+            check=True,
+        )
+        seen = json.loads(result.stdout)
+        name = Path(seen["leaf"]).name
+        assert seen["before"].endswith(f"/{directory.name}")
+        assert name.startswith("tether-")
+        assert seen["inside"].endswith(f"/{directory.name}/{name}")
+        assert seen["procs"] == []  # the cgroup itself holds nothing while the run goes on
+        assert seen["after"] == seen["before"]
+        assert not Path(seen["leaf"]).exists()
+        assert (directory / "cgroup.subtree_control").read_text().strip() == ""
+    finally:
+        directory.rmdir()
+
+
 # -- falling back to the sweep -------------------------------------------------
 
 
