@@ -120,6 +120,7 @@ EVERY_SPEC_FIELD: dict[str, object] = {
     "ignored_signals": (1, 2),
     "join_group": 4242,
     "limits": {"memory_max": 1 << 30, "cpu_max": 1.5},
+    "idle_seconds": 30.0,
     "fds": {"lifeline": 3, "status": 4, "stdin": 5, "stdout": 6, "stderr": 7},
 }
 

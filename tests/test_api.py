@@ -666,3 +666,10 @@ def test_names_are_exported_lazily_but_visibly() -> None:
     from tether import launch
 
     assert launch is tether.launch
+
+
+def test_a_deadline_of_years_is_waited_for_in_pieces_poll_can_take() -> None:
+    """``poll()`` takes at most 2**31-1 ms; a longer deadline (GNU-valid) must not overflow it."""
+    assert tether.run(["true"], deadline=2**32, record=False).reason is tether.Reason.COMPLETED
+    with tether.launch(["true"], deadline=2**32, record=False) as job:
+        assert job.wait(timeout=2**32).exit_status == 0

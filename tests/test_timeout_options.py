@@ -95,7 +95,8 @@ def _by_reference(argv: list[str]) -> object:
         timeout._take(options, name, value)
     if refused is not None:
         index, error = refused
-        timeout._usage_error(_message(error, argv[index]))
+        # getopt says the word as given, bytes that are not UTF-8 included.
+        timeout._usage_error(_message(error, argv[index]), as_given=True)
     if len(rest) < 2:
         timeout._usage_error(None)
     return vars(options), timeout._duration(rest[0]), rest[1:]

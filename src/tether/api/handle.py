@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import errno as errno_codes
-import math
 import os
 import select
 import threading
@@ -42,6 +41,7 @@ from tether.caller.output_stream import OutputStream, resolve
 from tether.caller.start import Spawn
 from tether.core.durations import DurationError, duration_seconds
 from tether.core.reasons import Reason
+from tether.shared.poll_wait import poll_ms
 from tether.shared.protocol import Finished, Started
 
 if TYPE_CHECKING:
@@ -290,7 +290,7 @@ class Tether:
                 # poll(), not select(): a busy caller may hold descriptors above 1024.
                 poller = select.poll()
                 poller.register(fd, select.POLLIN)
-                poller.poll(None if remaining is None else math.ceil(remaining * 1000))
+                poller.poll(poll_ms(remaining))
 
     # -- run()'s exchange of input and output ----------------------------
 

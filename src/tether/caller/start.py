@@ -31,6 +31,7 @@ import sys
 from tether.caller.descriptors import completed, open_run
 from tether.caller.launch_errors import cannot_start
 from tether.caller.lifeline import Lifeline, close_all, no_fork_meanwhile
+from tether.shared.poll_wait import poll_ms
 from tether.shared.protocol import PASSED_ROLE
 
 # On the path to the command's launch (``tether run`` forks its supervisor
@@ -254,7 +255,7 @@ def _nobody_writes(status_r: int, within: float | None) -> bool:
     try:
         poller = select.poll()
         poller.register(status_r, select.POLLIN)
-        if not poller.poll(None if within is None else max(0, int(within * 1000))):
+        if not poller.poll(poll_ms(within)):
             return False
         return not borrowed.recv(1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT)
     except BlockingIOError:

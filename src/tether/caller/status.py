@@ -22,7 +22,6 @@ Caller side: standard library only.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import select
 import time
@@ -30,6 +29,7 @@ import weakref
 
 from tether.caller.lifeline import identity
 from tether.core.spec import RunSpec
+from tether.shared.poll_wait import poll_ms
 from tether.shared.protocol import Finished, Message, Spawned, Started, decode
 
 __all__ = ["HoldingStatusClient", "StatusClient"]
@@ -133,7 +133,7 @@ class StatusClient:
             # poll(), not select(): a busy caller may hold descriptors above 1024.
             poller = select.poll()
             poller.register(self.fd, select.POLLIN)
-            poller.poll(None if remaining is None else math.ceil(remaining * 1000))
+            poller.poll(poll_ms(remaining))
 
     def wait_finished(self) -> Finished:
         """Block until the run is over, close the pipe, and say how it ended.

@@ -65,6 +65,7 @@ from tether.core.first_signals import CALLER_LOST, CANCEL, KILL, TICK, first_sig
 from tether.linux.proctree import descendants
 from tether.shared.lifeline import CANCEL as CANCEL_BYTE
 from tether.shared.lifeline import KILL_NOW
+from tether.shared.poll_wait import poll_ms
 from tether.supervisor.launch import CANCEL_SIGNALS
 
 TYPE_CHECKING = False
@@ -204,7 +205,7 @@ class Sentry:
         if deadline is None or self._stopping:
             return None
         # Rounded up: waking a millisecond early would only mean a second wait.
-        return max(0, int((deadline - time.monotonic()) * 1000) + 1)
+        return poll_ms(deadline - time.monotonic())
 
     def _read_lifeline(self, poller: select.poll, now: float) -> None:
         lifeline = self._lifeline

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import errno as errno_codes
 import fcntl
-import math
 import os
 import select
 import signal
@@ -35,6 +34,7 @@ import time
 
 from tether.linux.clone3 import CloneUnavailable, fork_into_cgroup
 from tether.linux.descriptors import close_all_but
+from tether.shared.poll_wait import poll_ms
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ def _exec_report(errors_r: int, until: float | None, hangup: int | None) -> byte
             left = until - time.monotonic()
             if left <= 0:
                 return None
-            timeout = math.ceil(left * 1000)
+            timeout = poll_ms(left)
         for fd, events in poller.poll(timeout):
             if fd == errors_r:
                 chunk = os.read(errors_r, 4096)
