@@ -9,11 +9,13 @@ subreaper (``tests/test_zygote_spare.py``'s way of finding the spare).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -95,6 +97,23 @@ def test_a_spare_passed_over_leaves_no_cgroup(tmp_path: Path) -> None:
 
 _FREEZER = Path("/sys/fs/cgroup/freezer")
 
+
+@contextlib.contextmanager
+def _freezer_cgroup() -> Iterator[Path]:
+    """The path of a v1 freezer cgroup for a test's caller to make; thawed, waited empty
+    (bounded) and removed however the test ends."""
+    freezer = _FREEZER / f"tether-test-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        yield freezer
+    finally:
+        if freezer.exists():
+            (freezer / "freezer.state").write_text("THAWED")
+            end = time.monotonic() + BOUND
+            while (freezer / "cgroup.procs").read_text().strip() and time.monotonic() < end:
+                time.sleep(0.01)
+            freezer.rmdir()
+
+
 _FROZEN_SPARE = (
     _FIND_THE_SPARE
     + _MADE_BY
@@ -130,20 +149,12 @@ print(json.dumps({**said, "took": took, "frozen": frozen, "ahead": ahead, "paren
 )
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to freeze the spare")
 def test_a_frozen_spare_never_holds_the_launch_past_its_bound(tmp_path: Path) -> None:
-    freezer = _FREEZER / f"tether-test-{os.getpid()}-{time.monotonic_ns()}"
-    try:
+    with _freezer_cgroup() as freezer:
         said = json.loads(api_caller(["-c", _FROZEN_SPARE, str(freezer)], tmp_path).stdout)
         assert said.get("reason") == "completed", said
         assert said["took"] < 3, said  # the spare's wait is bounded by the deadline
         assert said["supervisor"] != said["frozen"]  # forked instead: started once
         assert wait_gone(said["frozen"])  # killed while frozen: dead as it thawed
-    finally:
-        if freezer.exists():
-            (freezer / "freezer.state").write_text("THAWED")
-            end = time.monotonic() + BOUND
-            while (freezer / "cgroup.procs").read_text().strip() and time.monotonic() < end:
-                time.sleep(0.01)
-            freezer.rmdir()
 
 
 _FROZEN_RUN_CGROUP = (
@@ -216,8 +227,7 @@ print(json.dumps({**said, "took": took, "frozen": frozen, "after": after.reason.
 )
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to freeze the zygote")
 def test_a_frozen_zygote_never_holds_the_launch_past_its_bound(tmp_path: Path) -> None:
-    freezer = _FREEZER / f"tether-test-{os.getpid()}-{time.monotonic_ns()}"
-    try:
+    with _freezer_cgroup() as freezer:
         done = api_caller(["-c", _FROZEN_ZYGOTE, str(freezer)], tmp_path, timeout=BOUND * 2)
         said = json.loads(done.stdout)
         # The deadline, and the few seconds after it the supervisor has to say how it ended.
@@ -226,13 +236,6 @@ def test_a_frozen_zygote_never_holds_the_launch_past_its_bound(tmp_path: Path) -
         assert said["errno"] == 110  # ETIMEDOUT
         assert said["after"] == "completed"
         assert wait_gone(said["frozen"])  # abandoned while frozen: dead as it thawed
-    finally:
-        if freezer.exists():
-            (freezer / "freezer.state").write_text("THAWED")
-            end = time.monotonic() + BOUND
-            while (freezer / "cgroup.procs").read_text().strip() and time.monotonic() < end:
-                time.sleep(0.01)
-            freezer.rmdir()
 
 
 _HELD_BY_A_FROZEN_RUN_CGROUP = (
