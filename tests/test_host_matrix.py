@@ -15,6 +15,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "host-matrix"
 
@@ -163,3 +165,41 @@ def test_blackbox_judges_enforcement_by_containment() -> None:
     checks["cli_pids"] = {"outcome": "not-enforced", "status": 125, "stderr": "could not join"}
     (problem,) = blackbox.judge(checks, "enforce")
     assert "could not join" in problem
+
+
+def _stand_in_qemu(directory: Path, script: str) -> None:
+    """A ``qemu-system-x86_64`` on PATH that plays a guest: ``script`` runs in sh with the
+    console and results files (qemu's two ``-serial file:`` ports) as $1 and $2."""
+    qemu = directory / "qemu-system-x86_64"
+    qemu.write_text(f'#!/bin/sh\nset -- $(printf "%s\\n" "$@" | sed -n "s/^file://p")\n{script}\n')
+    qemu.chmod(0o755)
+
+
+def _guest(tmp_path: Path) -> Any:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    boot = hm.select("trixie/root-service", None)[0]
+    return hm.Guest(boot, tmp_path / "d", tmp_path / "k", tmp_path / "i", tmp_path / "s", logs)
+
+
+def test_a_guest_whose_kernel_panics_ends_its_boot_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    panics = 'echo "Kernel panic - not syncing: Fatal exception" > "$1"'
+    _stand_in_qemu(tmp_path, f'echo "=== tether-matrix begin 1 uptime=3" > "$2"\n{panics}')
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    _, secs, why = hm.boot_once(_guest(tmp_path), (60, 600), hm.TCG)
+    assert why is not None
+    assert "panicked" in why
+    assert secs < 30
+
+
+def test_a_guest_that_prints_nothing_for_too_long_is_taken_for_dead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _stand_in_qemu(tmp_path, 'echo "=== tether-matrix begin 1 uptime=3" > "$2"\nexec sleep 60')
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(hm, "STALL_LIMIT", 3)
+    _, secs, why = hm.boot_once(_guest(tmp_path), (60, 600), hm.TCG)
+    assert why == "the guest printed nothing for 3 s"
+    assert secs < 30
