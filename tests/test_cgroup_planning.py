@@ -268,8 +268,8 @@ def kernel_writes(container: Path, monkeypatch: pytest.MonkeyPatch) -> list[tupl
         real_rmdir(path)
 
     monkeypatch.setattr(os, "rmdir", rmdir)
-    monkeypatch.setattr(run_cgroups, "_write_text", write)
-    monkeypatch.setattr(cgroup_module, "_write_plain", write)
+    monkeypatch.setattr(run_cgroups, "write_plain", write)
+    monkeypatch.setattr(cgroup_module, "write_plain", write)
     monkeypatch.setattr(os, "mkdir", mkdir)
     monkeypatch.setattr(run_cgroups, "own_cgroup", lambda: ("/", str(container)))
     return writes

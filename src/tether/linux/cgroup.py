@@ -92,11 +92,13 @@ __all__ = [
     "own_cgroup",
     "probe_controllers",
     "read_usage",
+    "read_words",
     "remove_stale",
     "remove_unused",
     "run_cgroup_name",
     "unescape",
     "warm_attach_lock",
+    "write_plain",
 ]
 
 #: The name of every cgroup tether creates: ``tether-<creator pid>-<8 hex digits>``.
@@ -548,12 +550,12 @@ def _write_control(directory: str, name: str, content: str) -> None:
     """Write one of the cgroup's own files (a limit), as it is: never created or followed."""
     path = os.path.join(directory, name)
     try:
-        _write_plain(path, content)
+        write_plain(path, content)
     except OSError as error:
         raise CgroupUnavailable(f"cannot write {content!r} to {path}: {_why(error)}") from None
 
 
-def _words(path: str) -> list[str]:
+def read_words(path: str) -> list[str]:
     try:
         with open(path, encoding="ascii", errors="replace") as file:
             return file.read().split()
@@ -611,7 +613,7 @@ def divisible(directory: str) -> None:
     """
     if is_hierarchy_root(directory):
         return
-    kind = " ".join(_words(os.path.join(directory, "cgroup.type"))) or "domain"
+    kind = " ".join(read_words(os.path.join(directory, "cgroup.type"))) or "domain"
     if kind != "domain":
         raise CgroupUnavailable(
             f"{directory} is a {kind!r} cgroup (a thread subtree), below which the kernel "
@@ -623,7 +625,7 @@ def divisible(directory: str) -> None:
 
 def _offered(directory: str, controllers: tuple[str, ...]) -> None:
     """Whether the cgroup v2 hierarchy offers ``controllers`` to ``directory``; why not."""
-    available = set(_words(os.path.join(directory, "cgroup.controllers")))
+    available = set(read_words(os.path.join(directory, "cgroup.controllers")))
     absent = [name for name in controllers if name not in available]
     if absent:
         listed = " ".join(sorted(available)) or "none"
@@ -649,7 +651,7 @@ def probe_controllers(directory: str, controllers: tuple[str, ...]) -> None:
         return
     _offered(directory, controllers)
     divisible(directory)
-    enabled = set(_words(os.path.join(directory, "cgroup.subtree_control")))
+    enabled = set(read_words(os.path.join(directory, "cgroup.subtree_control")))
     missing = [name for name in controllers if name not in enabled]
     if missing:
         request = " ".join(f"+{name}" for name in missing)
@@ -672,7 +674,7 @@ def enable_controllers(directory: str, controllers: tuple[str, ...]) -> None:
     written to ``cgroup.subtree_control`` for what is missing. Raise
     :class:`CgroupUnavailable` with the reason.
     """
-    enabled = set(_words(os.path.join(directory, "cgroup.subtree_control")))
+    enabled = set(read_words(os.path.join(directory, "cgroup.subtree_control")))
     missing = tuple(name for name in controllers if name not in enabled)
     if not missing:
         return
@@ -680,7 +682,7 @@ def enable_controllers(directory: str, controllers: tuple[str, ...]) -> None:
     divisible(directory)
     request = " ".join(f"+{name}" for name in missing)
     try:
-        _write_plain(os.path.join(directory, "cgroup.subtree_control"), request)
+        write_plain(os.path.join(directory, "cgroup.subtree_control"), request)
     except OSError as error:
         why = HOLDS_PROCESSES if error.errno == errno.EBUSY else _why(error)
         raise CgroupUnavailable(
@@ -688,7 +690,7 @@ def enable_controllers(directory: str, controllers: tuple[str, ...]) -> None:
         ) from None
 
 
-def _write_plain(path: str, content: str) -> None:
+def write_plain(path: str, content: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         os.write(fd, content.encode())
@@ -699,7 +701,7 @@ def _write_plain(path: str, content: str) -> None:
 def _keyed(path: str) -> dict[str, int]:
     """A flat-keyed cgroup file (``cpu.stat``, ``memory.events``) as numbers by key."""
     values: dict[str, int] = {}
-    words = _words(path)
+    words = read_words(path)
     for key, value in zip(words[::2], words[1::2], strict=False):
         if value.isdecimal():
             values[key] = int(value)
@@ -720,7 +722,7 @@ def read_usage(directory: str) -> dict[str, int | float | None]:
     cpu = _keyed(os.path.join(directory, "cpu.stat"))
     memory_events = _keyed(os.path.join(directory, "memory.events"))
     pids_events = _keyed(os.path.join(directory, "pids.events"))
-    peak = _words(os.path.join(directory, "memory.peak"))
+    peak = read_words(os.path.join(directory, "memory.peak"))
 
     def seconds(key: str) -> float | None:
         return None if key not in cpu else round(cpu[key] / 1e6, 6)
@@ -892,11 +894,11 @@ def _kill_listed(directory: str) -> list[int]:
     for below, _subdirectories, _files in os.walk(directory, topdown=False):
         procs = os.path.join(below, "cgroup.procs")
         opened: dict[str, int] = {}
-        for word in _words(procs):
+        for word in read_words(procs):
             if word.isdecimal() and word != "0" and word not in opened:
                 with contextlib.suppress(OSError):
                     opened[word] = os.pidfd_open(int(word))
-        still = set(_words(procs))
+        still = set(read_words(procs))
         for word, pidfd in opened.items():
             try:
                 if word not in still:

@@ -42,9 +42,11 @@ from tether.linux.cgroup import (
     own_cgroup,
     probe_controllers,
     read_usage,
+    read_words,
     remove_stale,
     remove_unused,
     run_cgroup_name,
+    write_plain,
 )
 from tether.linux.cgroup1 import Hierarchy, V1Cgroup, find_hierarchies, read_usage_v1
 from tether.linux.systemd_scope import (
@@ -231,7 +233,7 @@ class OwnLeaf:
         made = cls(directory, leaf, ())
         try:
             _write_pid(leaf)
-            before = set(_subtree(directory))
+            before = set(read_words(os.path.join(directory, "cgroup.subtree_control")))
             enable_controllers(directory, controllers)  # refuses if anything came in
             made.enabled = tuple(name for name in controllers if name not in before)
         except (OSError, CgroupUnavailable) as error:
@@ -249,21 +251,13 @@ class OwnLeaf:
         ]
         with contextlib.suppress(OSError):
             if self.enabled and not others:
-                _write_text(
+                write_plain(
                     os.path.join(self.directory, "cgroup.subtree_control"),
                     " ".join(f"-{name}" for name in self.enabled),
                 )
             _write_pid(self.directory)
         with contextlib.suppress(OSError):
             os.rmdir(self.leaf)
-
-
-def _subtree(directory: str) -> list[str]:
-    try:
-        with open(os.path.join(directory, "cgroup.subtree_control"), encoding="ascii") as file:
-            return file.read().split()
-    except OSError:
-        return []
 
 
 def _listdir(directory: str) -> list[str]:
@@ -273,17 +267,9 @@ def _listdir(directory: str) -> list[str]:
         return []
 
 
-def _write_text(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-
-
 def _write_pid(directory: str) -> None:
     """Move this process into the cgroup at ``directory``."""
-    _write_text(os.path.join(directory, "cgroup.procs"), "0")
+    write_plain(os.path.join(directory, "cgroup.procs"), "0")
 
 
 def _v1_by_controller(hierarchies: list[Hierarchy]) -> dict[str, Hierarchy]:
