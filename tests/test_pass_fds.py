@@ -19,6 +19,7 @@ import resource
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,20 +34,21 @@ def path_env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     return env
 
 
+def _said_by(args: list[str], env: dict[str, str]) -> Any:
+    """What the Python program ``python ARGS`` printed as JSON; it must succeed."""
+    result = subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=BOUND * 3, env=env,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
 @pytest.mark.parametrize("numbers", [(3, 4, 5, 900), (10, 11, 12, 13), (7,)])
 def test_passed_pipes_reach_the_command_at_their_numbers_and_end(
     path_env: dict[str, str], numbers: tuple[int, ...]
 ) -> None:
-    result = subprocess.run(
-        [sys.executable, str(FIXTURES / "api_pass_fds.py"), *map(str, numbers)],
-        capture_output=True,
-        text=True,
-        timeout=BOUND * 3,
-        env=path_env,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    said = json.loads(result.stdout)
+    said = _said_by([str(FIXTURES / "api_pass_fds.py"), *map(str, numbers)], path_env)
     assert said["zygote"] is (path_env["TETHER_ZYGOTE"] == "1")
     assert said["exit_status"] == 0
     for number in numbers:
@@ -189,16 +191,7 @@ def test_a_passed_descriptor_above_the_soft_limit_reaches_the_command_as_from_su
     """Descriptor 3000 under a soft ``RLIMIT_NOFILE`` of 1024: at its number, the limit kept."""
     if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 4096:
         pytest.skip("the hard open-file limit is below 4096 here")
-    result = subprocess.run(
-        [sys.executable, "-c", _ABOVE_THE_LIMIT],
-        capture_output=True,
-        text=True,
-        timeout=BOUND * 3,
-        env=path_env,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    said = json.loads(result.stdout)
+    said = _said_by(["-c", _ABOVE_THE_LIMIT], path_env)
     assert said == {
         "subprocess": "1024\n",
         "subprocess_wrote": "through",
