@@ -1,4 +1,4 @@
-"""The idle bound (issue 38.5): a stalled run told apart from a slow one.
+"""The idle bound: a stalled run told apart from a slow one.
 
 The core decides (a fake clock, no processes); the supervisor feeds it what
 the tree did (real processes: a sleeper is stopped, a printer and a busy

@@ -1,5 +1,5 @@
 """``tether ls`` for a day of runs (what ran, -n, --since/--until, its own usage) and
-``tether show --follow`` (issue 38.4), with real runs in the test's own state directory."""
+``tether show --follow``, with real runs in the test's own state directory."""
 
 from __future__ import annotations
 

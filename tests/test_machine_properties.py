@@ -114,7 +114,7 @@ scenarios = st.builds(
         ),
         max_size=25,
     ),
-    # The idle bound (issue 38.5): none, or a bound the steps can reach and outlast.
+    # The idle bound: none, or a bound the steps can reach and outlast.
     idle=st.one_of(st.none(), _finite(0.001, 8.0)),
 )
 

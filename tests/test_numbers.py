@@ -4,7 +4,7 @@ A hypothesis test feeds every option and variable that takes a number with
 anything (other scripts' digits, underscores, thousands of digits): each is
 read as a number only when it is spelt in ASCII, and otherwise refused by the
 door's own error naming the option, one short line, never another
-exception. Real processes then show the breaks round 3 found: no traceback,
+exception. Real processes then show the breaks once found: no traceback,
 no "please report it", status 125 for an option, a warning for a variable.
 """
 
@@ -116,7 +116,7 @@ def test_the_reader_itself(text: str) -> None:
     assert len(shown(text)) < 2 * MAX_CHARACTERS + 30
 
 
-# -- real processes: the breaks round 3 found ------------------------------------
+# -- real processes: the breaks once found ------------------------------------
 
 MANY_DIGITS = "1" * 5001
 

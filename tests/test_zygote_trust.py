@@ -1,6 +1,6 @@
 """The zygote trusts nothing it did not check: who sends, which descriptor, which root, which fork.
 
-Each test is one of issue 35's attacks, run by a real caller (a Python
+Each test is an attack on the zygote, run by a real caller (a Python
 program using the API, a process of its own): a caller that gives up root,
 one that restricts itself with Landlock, one that closes every descriptor it
 does not know, one that forks workers from another thread while it launches.
