@@ -1,14 +1,9 @@
 """The supervisor loads structlog and transitions without what they merely bind.
 
-Each check runs in a fresh interpreter, which imports what a supervisor
-imports, in its order (the launch, then the loop and the event log), writes
-an event log through structlog, and reports which modules are really loaded.
-If a structlog (or transitions) release starts *using* one of the deferred
-modules as it loads, the first test fails: the deferral
-(:mod:`tether.supervisor.deferred`) no longer pays, and the pinned structlog
-versions in ``pyproject.toml`` need a look. The others show that a deferred
-module is the real one once asked for, and that a module kept absent while
-structlog loads can be imported afterwards.
+Each check runs in a fresh interpreter that imports what a supervisor imports, in its order.
+The first fails if a structlog (or transitions) release starts *using* a deferred module as it
+loads (docs/architecture.md, "The import budget", row ``event-log``); the others show that a
+deferred module is the real one once asked for, and that one kept absent can be imported after.
 """
 
 from __future__ import annotations
@@ -19,6 +14,7 @@ import sys
 from pathlib import Path
 
 from conftest import BOUND
+from import_budget import kept_off
 
 _SUPERVISOR_SIDE = """
 import json, sys
@@ -30,11 +26,7 @@ from tether.supervisor.event_log import EventLog
 log = EventLog.open(Path(sys.argv[1]), Redactor())
 log.emit("hello", n=1)
 log.close()
-heavy = (
-    "asyncio", "asyncio.base_events", "_asyncio", "ssl", "_ssl",
-    "structlog.stdlib", "structlog.threadlocal", "structlog.twisted", "uuid", "platform",
-    *(("inspect", "ast", "dis") if sys.version_info < (3, 12) else ()),
-)
+heavy = sys.argv[2:]
 def loaded(name):
     module = sys.modules.get(name)
     return module is not None and type(module).__name__ != "_Deferred"
@@ -97,7 +89,8 @@ def _python(code: str, *args: str) -> str:
 
 
 def test_the_supervisor_side_never_loads_asyncio_or_ssl(tmp_path: Path) -> None:
-    loaded = json.loads(_python(_SUPERVISOR_SIDE, str(tmp_path / "r.events.jsonl")))
+    log = str(tmp_path / "r.events.jsonl")
+    loaded = json.loads(_python(_SUPERVISOR_SIDE, log, *kept_off("event-log")))
     assert loaded == []
     line = json.loads((tmp_path / "r.events.jsonl").read_text().splitlines()[0])
     assert line["event"] == "hello"

@@ -1,64 +1,21 @@
 """What a supervisor has loaded when it ends, at each door: nothing it can do without.
 
-Once the command runs, the supervisor loads its loop, the core and (for a run
-with a record) the event log, and only then can it act on the command's exit:
-for a command that exits at once, every module on that path is time its
-caller waits (see ``docs/performance.md``). Each test runs a door to the end
-with ``fixtures/exit_modules`` on ``PYTHONPATH``: its ``sitecustomize``
-records, at every ``os._exit`` (how a supervisor ends), the modules that
-process really loaded (a deferred stand-in is not one). A module named in
-the test's list there fails the test: something on the path after the
-launch imports it again. Timings are for the benchmark, never for a test.
+Each test runs a door to the end with ``fixtures/exit_modules`` on ``PYTHONPATH``: its
+``sitecustomize`` records, at every ``os._exit``, the modules that process really loaded (a
+deferred stand-in is not one). A module the import budget's ``after-*`` rows name
+(docs/architecture.md, "The import budget") fails the test. Timings are for the benchmark.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import BOUND, hooked_env, seed_door_true, tether_argv, wait_gone_since
-
-#: Never loaded by a supervisor, whatever the run: the loop, the core, the
-#: record and the containment load none of these, nor does what they use.
-NEVER = ("selectors", "socket", "asyncio", "ssl")
-
-#: :mod:`inspect` and what it loads: ``transitions`` binds it without using it.
-INSPECT = ("inspect", "ast", "dis")
-
-#: :mod:`traceback` and what it loads: ``logging`` (loaded by ``transitions``) binds it
-#: to format exceptions, which no logger of a supervisor without an event log does.
-TRACEBACK = ("traceback", "linecache", "tokenize")
-
-#: Not loaded by a run without a record (no event log: no structlog; no record
-#: path: no ``pathlib``, no redactor). With an event log, structlog loads ``typing`` and
-#: ``dataclasses`` for itself, and ``traceback``.
-WITHOUT_A_LOG = (
-    *NEVER,
-    *INSPECT,
-    *TRACEBACK,
-    "typing",
-    "dataclasses",
-    "structlog",
-    "pathlib",
-    "tether.core.redaction",
-)
-
-#: Not loaded by a run with an event log: what structlog merely binds or looks
-#: for (tether.supervisor.deferred). Since Python 3.12 ``dataclasses`` asks
-#: :mod:`inspect` for every class's annotations, and structlog makes some.
-WITH_A_LOG = (
-    *NEVER,
-    "structlog.stdlib",
-    "structlog.threadlocal",
-    "structlog.twisted",
-    "uuid",
-    "platform",
-    *(INSPECT if sys.version_info < (3, 12) else ()),
-)
+from import_budget import kept_off
 
 
 def _loaded_after_launch(
@@ -99,7 +56,7 @@ def _found(loaded: set[str], names: tuple[str, ...]) -> list[str]:
 def test_a_run_without_a_record_loads_nothing_it_can_do_without(tmp_path: Path) -> None:
     loaded, in_all = _loaded_after_launch(tether_argv("run", "--no-record", "--", "true"), tmp_path)
     assert "tether.supervisor.event_log" not in in_all
-    assert _found(loaded, WITHOUT_A_LOG) == []
+    assert _found(loaded, kept_off("after-no-record")) == []
 
 
 @pytest.mark.parametrize(
@@ -114,7 +71,7 @@ def test_a_run_with_a_record_loads_only_what_its_event_log_needs(
     argv = tether_argv(*(word.format(record=record) for word in door), "true")
     loaded, _ = _loaded_after_launch(argv, tmp_path)
     assert {"tether.supervisor.event_log", "structlog"} <= loaded
-    assert _found(loaded, WITH_A_LOG) == []
+    assert _found(loaded, kept_off("after-record")) == []
     assert record.is_file()
 
 
@@ -127,4 +84,4 @@ def test_the_seed_door_loads_only_what_its_event_log_needs(tmp_path: Path) -> No
         os.close(read_end)
         os.close(write_end)
     assert "structlog" in loaded
-    assert _found(loaded, WITH_A_LOG) == []
+    assert _found(loaded, kept_off("after-record")) == []

@@ -1,14 +1,10 @@
-"""What a supervisor has loaded at the moment it launches the command, at each door.
+"""What a supervisor has loaded when it launches the command, and a caller when it forks one.
 
-The command should start as early as the interpreter allows, so the path to
-its launch imports only what it needs (see ``docs/performance.md``, "what is
-left before the launch"). Each test runs a door with
-``fixtures/exec_modules`` on ``PYTHONPATH``: its ``sitecustomize`` records, in
-the child forked to run the command and right before its ``exec``, the names
-in ``sys.modules``: a copy of the supervisor's at the spawn, and what the child
-loaded itself on its way to the ``exec``. A module named in
-``FORBIDDEN`` there fails the test: something on the launch path imports it
-again. Timings are for the benchmark, never for a test.
+Each test runs a door with ``fixtures/exec_modules`` (or ``fork_modules``) on ``PYTHONPATH``:
+its ``sitecustomize`` records ``sys.modules`` in the command's child right before its ``exec``
+(or in ``tether run``/``tether timeout`` at the fork of the supervisor). A module the import
+budget's ``launch*`` or ``fork*`` row names (docs/architecture.md, "The import budget") fails
+the test. Timings are for the benchmark, never for a test.
 """
 
 from __future__ import annotations
@@ -20,25 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BOUND, hooked_env, seed_door_true, tether_argv
-
-#: Never loaded before the command runs, at any door. ``enum`` and ``re`` are
-#: not here: ``signal`` imports ``enum`` (and it ``re``'s dependencies) in every
-#: interpreter; see docs/performance.md for what else is still loaded and why.
-FORBIDDEN = (
-    "typing",
-    "dataclasses",
-    "inspect",
-    "subprocess",
-    "threading",
-    "asyncio",
-    "transitions",
-    "structlog",
-    "tether.supervisor.loop",
-    # Loaded once the command runs: the sentry's thread starts after the spawn.
-    "tether.supervisor.sentry",
-    # prctl is built from ``_ctypes`` (tether.linux.prctl): ``ctypes`` itself costs milliseconds.
-    "ctypes",
-)
+from import_budget import kept_off
 
 
 def _loaded_at_launch(argv: list[str], home: Path, pass_fds: tuple[int, ...] = ()) -> set[str]:
@@ -57,25 +35,21 @@ def _loaded_at_launch(argv: list[str], home: Path, pass_fds: tuple[int, ...] = (
     return loaded
 
 
-def _forbidden(loaded: set[str], *more: str) -> list[str]:
-    return sorted(name for name in (*FORBIDDEN, *more) if name in loaded)
+def _forbidden(loaded: set[str], path: str) -> list[str]:
+    return sorted(name for name in kept_off(path) if name in loaded)
 
 
 @pytest.mark.parametrize(
-    ("door", "more"),
+    ("door", "path"),
     [
-        pytest.param(["run", "--", "true"], (), id="tether-run"),
-        # ``tether timeout`` reads its options and durations by hand (tether.cli.timeout_options,
-        # tether.core.gnu_durations): no getopt, no gettext, no re for ``timeout 30 true``.
-        pytest.param(
-            ["timeout", "30", "true"], ("argparse", "getopt", "gettext"), id="tether-timeout"
-        ),
+        pytest.param(["run", "--", "true"], "launch", id="tether-run"),
+        pytest.param(["timeout", "30", "true"], "launch-timeout", id="tether-timeout"),
     ],
 )
 def test_the_cli_launches_before_loading_heavy_modules(
-    door: list[str], more: tuple[str, ...], tmp_path: Path
+    door: list[str], path: str, tmp_path: Path
 ) -> None:
-    assert _forbidden(_loaded_at_launch(tether_argv(*door), tmp_path), *more) == []
+    assert _forbidden(_loaded_at_launch(tether_argv(*door), tmp_path), path) == []
 
 
 def test_the_seed_door_launches_before_loading_heavy_modules(tmp_path: Path) -> None:
@@ -86,45 +60,7 @@ def test_the_seed_door_launches_before_loading_heavy_modules(tmp_path: Path) -> 
     finally:
         os.close(read_end)
         os.close(write_end)
-    assert _forbidden(loaded, *SEED_DOOR_FORBIDDEN) == []
-
-
-#: Not loaded before the seed door's launch either: it reads its options by hand
-#: (``argparse`` is for ``--help``), its record's path as text (no ``pathlib``), and
-#: sends no status message (no ``json``); ``datetime`` names only a default record;
-#: ``re``: the cgroup module reads mountinfo and its cgroup names by hand.
-SEED_DOOR_FORBIDDEN = (
-    "re",
-    "argparse",
-    "gettext",
-    "shutil",
-    "pathlib",
-    "urllib.parse",
-    "ipaddress",
-    "datetime",
-    "json",
-    "tether.supervisor.last_resort",
-)
-
-
-#: Never loaded by ``tether run`` before it forks its supervisor: what it needs
-#: only after the fork, or never on the way to the launch (options read by
-#: hand, socket pairs from ``_socket``, record paths as strings, no ``datetime``).
-#: What it imports after the fork it imports in parallel with the supervisor.
-BEFORE_THE_FORK = (
-    "argparse",
-    "gettext",
-    "shutil",
-    "locale",
-    "difflib",
-    "pathlib",
-    "urllib.parse",
-    "socket",
-    "selectors",
-    "datetime",
-    "tether.caller.status",
-    "tether.caller.fallback",
-)
+    assert _forbidden(loaded, "launch-seed") == []
 
 
 def _loaded_at_fork(argv: list[str], home: Path, door: str = "tether.cli.run") -> set[str]:
@@ -161,7 +97,7 @@ def test_tether_run_forks_before_loading_what_it_needs_only_after(
 ) -> None:
     argv = ["run", *(word.format(home=tmp_path) for word in options), "--", "true"]
     loaded = _loaded_at_fork(argv, tmp_path)
-    assert _forbidden(loaded, *BEFORE_THE_FORK) == []
+    assert _forbidden(loaded, "fork-run") == []
 
 
 @pytest.mark.parametrize(
@@ -172,10 +108,8 @@ def test_tether_run_forks_before_loading_what_it_needs_only_after(
     ],
 )
 def test_tether_timeout_forks_without_getopt(options: list[str], tmp_path: Path) -> None:
-    # Options and a plain duration read by hand: no getopt (nor its gettext). ``json`` (and
-    # ``re`` with it) is loaded before the fork on purpose: the supervisor needs it before
-    # the launch and the caller after, and a fork shares one import.
+    # ``json`` is loaded before the fork on purpose (docs/architecture.md, "The import budget").
     argv = ["timeout", *options, "30", "true"]
     loaded = _loaded_at_fork(argv, tmp_path, door="tether.cli.timeout")
-    assert _forbidden(loaded, *BEFORE_THE_FORK, "getopt") == []
+    assert _forbidden(loaded, "fork-timeout") == []
     assert "json" in loaded

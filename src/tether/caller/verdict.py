@@ -19,7 +19,6 @@ from __future__ import annotations
 from tether.core.reasons import Reason
 from tether.shared.signals import described
 
-# Imported by ``str(outcome)`` and after a run: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Protocol

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import sys
 
-# Loaded by every door before a launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 
-# On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable

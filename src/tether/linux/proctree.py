@@ -22,7 +22,6 @@ from __future__ import annotations
 import errno
 import os
 
-# Loaded by a supervisor once its command runs: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -18,9 +18,6 @@ from __future__ import annotations
 import os
 import time
 
-# On the path to the command's launch: no ``pathlib`` (with ``urllib.parse``
-# and ``ipaddress``) or ``typing`` at run time. A run's record path is a
-# string there, read as pathlib reads one (:func:`normal_path`).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path

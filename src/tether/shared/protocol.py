@@ -31,7 +31,6 @@ import os
 
 from tether.core.reasons import TETHER_FAILED, Reason
 
-# On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final, Self

@@ -83,7 +83,6 @@ import stat
 from tether._version import __version__
 from tether.shared.paths import events_name_for, normal_path, parent_and_name, with_name
 
-# Checked before every launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

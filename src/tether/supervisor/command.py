@@ -54,7 +54,6 @@ from tether.supervisor.run_cgroup import (
 )
 from tether.supervisor.spawn import SpawnFailed, spawn
 
-# Run before the command starts: no ``typing`` or ``dataclasses`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

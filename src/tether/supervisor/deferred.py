@@ -1,45 +1,8 @@
 """Loading a library without the modules it merely binds, or merely might use.
 
-The supervisor loads ``transitions`` and ``structlog`` once its command runs,
-while the caller waits for a command that may exit at once; some of what they
-import is never used by tether:
-
-* structlog's logger classes offer ``async`` twins of every method, so two of
-  its modules ``import asyncio`` as they load; asyncio in turn loads ``ssl``,
-  the C library behind it and a few dozen modules more (tens of milliseconds,
-  and about 8 MiB of a 24 MiB supervisor). Its package also binds
-  ``structlog.stdlib`` and ``structlog.threadlocal`` (which load ``uuid`` and
-  ``platform``); tether uses neither.
-* ``transitions`` imports :mod:`inspect` (and with it ``ast``, ``dis``,
-  ``tokenize``...) for one check made only when a model's own method has a
-  trigger's name, which tether's never has; and :mod:`logging`, which
-  imports :mod:`traceback` (with ``linecache``, ``tokenize`` and
-  ``textwrap``, about 5 ms) to format exceptions that no logger of a
-  supervisor formats. (A run with an event log loads it all the same:
-  structlog takes a name from it as it loads.)
-* structlog's console renderer looks for ``colorama``, ``better_exceptions``
-  and ``rich``, and its package for ``twisted``: installed, they cost a
-  supervisor tens of milliseconds more (``rich`` alone is more than structlog);
-  absent, each is a search of the whole import path.
-
-So within :func:`deferred`, ``sys.modules`` holds a stand-in
-(:class:`_Deferred`) for each module named: ``import asyncio`` (or ``from
-structlog import stdlib``) binds it, and the real module is loaded the first
-time anything asks the stand-in for one of its names; from then on the
-stand-in forwards to it, and ``sys.modules`` holds the real module, so there
-is never a second copy. The supervisor never asks, so these modules are never
-loaded. (:class:`importlib.util.LazyLoader` cannot do this: the import
-statement itself reads the module's ``__spec__``, which loads it.) Within
-:func:`absent`, the modules named cannot be imported (as if not installed),
-which is what the libraries looking for them handle. And within
-:func:`uncollected`, no garbage collection runs: structlog makes thousands of
-objects as it loads, all alive for good, and the half a dozen collections
-they would trigger find nothing to free (1 to 3 ms here).
-
-This depends on the libraries only binding those modules at import time,
-never using them; a release that did would load them as before, correctly
-and only slower, and ``tests/test_deferred_imports.py`` would say so. The
-structlog versions it was checked with are pinned in ``pyproject.toml``.
+:func:`deferred` puts a stand-in in ``sys.modules`` that loads the real module on first use;
+:func:`absent` makes modules unimportable for a while; :func:`uncollected` holds off garbage
+collection. Why, and what it depends on: docs/architecture.md, "The import budget".
 """
 
 from __future__ import annotations

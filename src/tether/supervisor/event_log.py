@@ -65,8 +65,6 @@ from tether.shared import in_progress
 from tether.shared.record_file import open_record_directory
 from tether.supervisor.deferred import absent, deferred, uncollected
 
-# Loaded once the command runs, while its caller waits: no ``typing`` of this
-# module's own at run time (structlog loads it for itself).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path

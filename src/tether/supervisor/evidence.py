@@ -42,7 +42,6 @@ from tether.shared.protocol import Finished
 from tether.shared.record_document import RunFacts, SignalSent, build_document
 from tether.shared.record_file import RecordError, write_record
 
-# Loaded once the command runs, while its caller waits: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Protocol

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import signal
 
-# Loaded once the command runs, while its caller waits: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from tether.shared.record_document import ResourceUsage

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import select
 
-# Loaded once the command runs, while its caller waits: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
