@@ -41,7 +41,7 @@ BOUND = 15.0
 
 
 #: The start of a script that plays a supervisor over a small tree (tests of
-#: :class:`~tether.supervisor.containment.ProcessTree`): as a child subreaper it
+#: :class:`~tether.supervisor.process_tree.ProcessTree`): as a child subreaper it
 #: forks a leader in a group of its own, with one member of that group and one
 #: child that left it with ``setsid()``; it prints ``[leader, member, escapee]``
 #: as JSON and waits for a line on stdin (the test has tracked the pids). The
@@ -49,7 +49,7 @@ BOUND = 15.0
 SMALL_TREE_SCRIPT = """
 import json, os, signal, sys
 from tether.linux.prctl import set_child_subreaper
-from tether.supervisor.containment import ProcessTree
+from tether.supervisor.process_tree import ProcessTree
 
 def pause_for_ever():
     while True:
@@ -519,10 +519,10 @@ MODES = ("sweep", "cgroup")
 @functools.cache
 def cgroup_problem() -> str | None:
     """Why no cgroup of a run's own can be made here, or ``None`` if one can."""
-    from tether.linux.cgroup import CgroupUnavailable, RunCgroup
+    from tether.linux.cgroup import CgroupUnavailable, V2Cgroup
 
     try:
-        probe = RunCgroup.create()
+        probe = V2Cgroup.create()
     except CgroupUnavailable as why:
         return str(why)
     probe.discard()

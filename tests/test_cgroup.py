@@ -38,7 +38,7 @@ from conftest import (
 from tether.linux import cgroup as cgroup_module
 from tether.linux.cgroup import (
     CgroupUnavailable,
-    RunCgroup,
+    V2Cgroup,
     cgroup_of,
     divisible,
     enable_controllers,
@@ -53,7 +53,7 @@ def _needs_cgroup() -> None:
     skip_without_cgroup()
 
 
-def sleeper_in(cgroup: RunCgroup, processes: Processes) -> subprocess.Popen[bytes]:
+def sleeper_in(cgroup: V2Cgroup, processes: Processes) -> subprocess.Popen[bytes]:
     """A process that joined ``cgroup`` before exec, as the command does."""
     return processes.start(
         [sys.executable, "-c", "import signal; signal.pause()"], preexec_fn=cgroup.join
@@ -94,7 +94,7 @@ def test_warming_the_attach_lock_says_nothing_where_it_cannot(
 
 
 def test_a_run_cgroup_holds_everything_below_it_and_is_removed(processes: Processes) -> None:
-    cgroup = RunCgroup.create()
+    cgroup = V2Cgroup.create()
     try:
         assert Path(cgroup.directory).name.startswith(f"tether-{os.getpid()}-")
         assert Path(cgroup.directory, "cgroup.kill").exists()
@@ -119,7 +119,7 @@ def test_a_run_cgroup_holds_everything_below_it_and_is_removed(processes: Proces
 
 
 def test_removing_a_populated_cgroup_kills_what_is_left(processes: Processes) -> None:
-    cgroup = RunCgroup.create()
+    cgroup = V2Cgroup.create()
     popen = sleeper_in(cgroup, processes)
     assert cgroup.discard() is False
     assert cgroup.remove(timeout=BOUND)
@@ -128,7 +128,7 @@ def test_removing_a_populated_cgroup_kills_what_is_left(processes: Processes) ->
 
 
 def test_a_zombie_does_not_keep_a_cgroup(processes: Processes) -> None:
-    cgroup = RunCgroup.create()
+    cgroup = V2Cgroup.create()
     popen = processes.start(["true"], preexec_fn=cgroup.join)
     os.waitid(os.P_PID, popen.pid, os.WEXITED | os.WNOWAIT)
     # Exited, not reaped: it still says where it was, but the cgroup is empty.
@@ -248,18 +248,18 @@ def test_the_entry_point_steps_into_a_leaf_and_back_on_a_real_kernel() -> None:
 #: creation and the command's join; what came of it, as JSON.
 _VANISHING_CGROUP = """
 import json, os, sys
-from tether.linux.cgroup import RunCgroup
+from tether.linux.cgroup import V2Cgroup
 from tether.supervisor.command import CommandNotStarted, start_command
 from tether.supervisor.launch import LaunchPlan
 
-real_create = RunCgroup.create
+real_create = V2Cgroup.create
 
 def create(*args, **kwargs):
     made = real_create(*args, **kwargs)
     os.rmdir(made.directory)
     return made
 
-RunCgroup.create = staticmethod(create)
+V2Cgroup.create = staticmethod(create)
 try:
     command = start_command(LaunchPlan(argv=tuple(sys.argv[1:])))
 except CommandNotStarted as failure:
@@ -404,7 +404,7 @@ def test_auto_uses_a_cgroup_where_one_can_be_made(
 def test_cgroup_kill_reaches_a_process_its_writer_may_not_signal(processes: Processes) -> None:
     if os.geteuid() != 0 or shutil.which("setpriv") is None or shutil.which("kill") is None:
         pytest.skip("needs root, and setpriv(1) and kill(1) to act as another user")
-    cgroup = RunCgroup.create()
+    cgroup = V2Cgroup.create()
     try:
         victim = sleeper_in(cgroup, processes)
         cgroup.close_join()

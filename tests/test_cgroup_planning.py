@@ -217,7 +217,7 @@ def test_the_run_cgroup_beside_the_leaf_is_made_in_the_cgroup_above(
             Path(path, name).write_text("")
 
     monkeypatch.setattr(os, "mkdir", mkdir)
-    made = cgroup_module.RunCgroup.create(
+    made = cgroup_module.V2Cgroup.create(
         ("memory",), {"memory.max": "67108864"}, name="tether-42-0123abcd", beside=True
     )
     try:

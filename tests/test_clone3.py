@@ -20,8 +20,8 @@ _SETUP = """
 import errno, os, sys, threading
 from tether.linux import clone3
 from tether.linux.clone3 import CloneUnavailable, fork_into_cgroup, clone_into_cgroup_likely
-from tether.linux.cgroup import RunCgroup, cgroup_of
-cgroup = RunCgroup.create()
+from tether.linux.cgroup import V2Cgroup, cgroup_of
+cgroup = V2Cgroup.create()
 """
 
 
@@ -156,15 +156,15 @@ def test_no_warm_up_is_forked_for_a_command_born_in_its_only_cgroup() -> None:
     """The lock a join by writing waits for is never taken: nothing forks to ready it."""
     said = run_case(
         """
-from tether.supervisor.run_cgroup import prepare_containment
-containment = prepare_containment(None)
+from tether.supervisor.cgroup_choice import prepare_run_cgroups
+containment = prepare_run_cgroups(None)
 print(containment.join_takes_lock())
 try:
     print(os.waitpid(-1, os.WNOHANG))
 except ChildProcessError:
     print("no child")
 made = containment.take()
-print(made is not None and made.clone_descriptor is not None)
+print(made is not None and made.v2 is not None and made.v2.clone_descriptor is not None)
 containment.discard()
 """
     )

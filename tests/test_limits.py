@@ -365,7 +365,7 @@ def test_show_and_ls_say_the_oom_killer_ended_a_run(tmp_path: Path) -> None:
 def test_limit_files_are_written_to_a_real_cgroup_before_anyone_joins() -> None:
     """The mechanism, with a file every cgroup v2 has (the limits' own need controllers)."""
     skip_without_cgroup()
-    made = cgroup_module.RunCgroup.create((), {"cgroup.max.descendants": "3"})
+    made = cgroup_module.V2Cgroup.create((), {"cgroup.max.descendants": "3"})
     try:
         assert made.pids() == []
         assert Path(made.directory, "cgroup.max.descendants").read_text() == "3\n"
@@ -378,7 +378,7 @@ def test_a_limit_the_kernel_refuses_leaves_no_cgroup_and_says_why() -> None:
     _path, parent = cgroup_module.own_cgroup()
     before = set(os.listdir(parent))
     with pytest.raises(cgroup_module.CgroupUnavailable, match=r"cannot write 'junk' to .*"):
-        cgroup_module.RunCgroup.create((), {"cgroup.max.descendants": "junk"})
+        cgroup_module.V2Cgroup.create((), {"cgroup.max.descendants": "junk"})
     assert set(os.listdir(parent)) - before == set()
 
 

@@ -464,7 +464,7 @@ from pathlib import Path
 from tether.linux import cgroup as cgroup_module
 from tether.linux.cgroup1 import find_hierarchies
 from tether.supervisor.command import start_command
-from tether.supervisor.containment import ProcessTree
+from tether.supervisor.process_tree import ProcessTree
 from tether.supervisor.launch import LaunchPlan
 
 bound = float(sys.argv[1])

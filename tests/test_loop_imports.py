@@ -41,7 +41,7 @@ def _loaded_after_launch(
     at_launch, at_exit = launches[0], supervisors[0]
     # The snapshots are a supervisor's, at the spawn and after its loop ran to the end.
     assert {"tether.supervisor.spawn", "tether.supervisor.command"} <= at_launch
-    assert {"tether.core.machine", "transitions", "tether.supervisor.containment"} <= at_exit
+    assert {"tether.core.machine", "transitions", "tether.supervisor.process_tree"} <= at_exit
     return at_exit - at_launch, at_exit
 
 

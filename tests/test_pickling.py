@@ -48,8 +48,8 @@ from tether.linux.clone3 import CloneUnavailable
 from tether.linux.systemd_scope import BusGarbled
 from tether.review._text import ReviewError
 from tether.shared.record_file import JSONRefused, RecordError
+from tether.supervisor.cgroup_choice import _Deferred
 from tether.supervisor.command import CommandNotStarted
-from tether.supervisor.run_cgroup import _Deferred
 from tether.supervisor.spawn import SpawnFailed
 
 T = TypeVar("T")
@@ -213,7 +213,7 @@ EXAMPLES: dict[type[BaseException], Callable[[], BaseException]] = {
     LimitsUnavailable: lambda: LimitsUnavailable("no cgroup", option="limits"),
     ReviewError: lambda: ReviewError("nothing"),
     UnsupportedPlatform: lambda: UnsupportedPlatform("not Linux"),
-    CgroupUnavailable: lambda: CgroupUnavailable("no v2"),
+    CgroupUnavailable: lambda: CgroupUnavailable("no v2", errno.EACCES),
     CloneUnavailable: lambda: CloneUnavailable("no clone3 here"),
     LimitError: lambda: LimitError("--memory-max: no"),
     SpecError: lambda: SpecError("empty"),

@@ -121,8 +121,8 @@ def test_prune_keeps_the_cgroup_of_a_spare_waiting_in_another_pid_namespace(
 _CREATOR_GONE_BEFORE_THE_JOIN = textwrap.dedent(
     """
     import os, sys
-    from tether.linux.cgroup import RunCgroup
-    cgroup = RunCgroup.create()
+    from tether.linux.cgroup import V2Cgroup
+    cgroup = V2Cgroup.create()
     if os.fork() == 0:
         sys.stdin.readline()
         try:

@@ -309,13 +309,13 @@ def test_a_cgroup_not_of_tethers_making_is_never_touched(
 
     skip_without_cgroup()
     from tether.caller.fallback import _stop_what_is_left
-    from tether.linux.cgroup import RunCgroup, is_run_cgroup, own_cgroup
+    from tether.linux.cgroup import V2Cgroup, is_run_cgroup, own_cgroup
     from tether.shared.protocol import Started
 
     _, own = own_cgroup()
     foreign = Path(own) / f"victim-{os.getpid()}"
     foreign.mkdir()
-    ours = RunCgroup.create()
+    ours = V2Cgroup.create()
     victim = processes.start(["sleep", "1000"])
     try:
         (foreign / "cgroup.procs").write_text(str(victim.pid))

@@ -492,12 +492,13 @@ def test_root_speaks_to_the_system_manager_s_private_socket_peer_to_peer(
 @pytest.mark.usefixtures("session_scope")
 def test_the_zygote_leaves_the_scope_to_its_supervisor(bus: str) -> None:
     """A process that is not the supervisor asks for no scope, and its containment runs nothing."""
-    from tether.supervisor.run_cgroup import CommandNotStarted, prepare_containment
+    from tether.linux.cgroup import CgroupUnavailable
+    from tether.supervisor.cgroup_choice import prepare_run_cgroups
 
     environ = {"DBUS_SESSION_BUS_ADDRESS": bus}
-    containment = prepare_containment({"pids_max": 10}, environ=environ, supervisor=False)
+    containment = prepare_run_cgroups({"pids_max": 10}, environ=environ, supervisor=False)
     assert containment.deferred
-    with pytest.raises(CommandNotStarted, match="never made"):
+    with pytest.raises(CgroupUnavailable, match="never made"):
         containment.take()
 
 

@@ -320,7 +320,7 @@ def test_above_the_lowest_limit_accepted_the_whole_tree_is_stopped(
 FULL_TABLE = """
 import json, os, resource, signal, sys
 from tether.linux.prctl import set_child_subreaper
-from tether.supervisor.containment import UNSEEN, ProcessTree
+from tether.supervisor.process_tree import UNSEEN, ProcessTree
 from tether.supervisor.reserve import DescriptorReserve
 
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))

@@ -22,9 +22,9 @@ has joined: an empty cgroup whose creator is gone is stale); creating it,
 finding ``cgroup.kill`` in it and opening its ``cgroup.procs`` must all
 succeed, or :class:`CgroupUnavailable` says why and the caller falls back to
 the sweep. The command is born in the cgroup where the kernel allows it
-(:attr:`RunCgroup.clone_descriptor`, :mod:`tether.linux.clone3`); otherwise it
+(:attr:`V2Cgroup.clone_descriptor`, :mod:`tether.linux.clone3`); otherwise it
 joins the cgroup itself, between fork and exec, by writing ``0`` to the
-``cgroup.procs`` descriptor it inherited (:meth:`RunCgroup.join`). Either way
+``cgroup.procs`` descriptor it inherited (:meth:`V2Cgroup.join`). Either way
 it runs nothing of its own outside the cgroup, and no child it starts can be
 born outside it. That fork or write is the only step that can still fail
 late (``EBUSY`` from the no-internal-process rule, a cgroup removed under our
@@ -79,7 +79,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CgroupUnavailable",
     "JoinableCgroup",
-    "RunCgroup",
+    "V2Cgroup",
     "cgroup_of",
     "divisible",
     "enable_controllers",
@@ -109,7 +109,15 @@ _STALE_BOUND: Final = 32
 
 
 class CgroupUnavailable(Exception):
-    """No cgroup of the run's own could be made here; the message says why."""
+    """No cgroup of the run's own could be made here; the message says why (``errno``, the
+    kernel's, where it said one)."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (CgroupUnavailable, (str(self), self.errno))
 
 
 #: The digits of each base an escape may use.
@@ -416,7 +424,7 @@ class JoinableCgroup:
             self._procs_fd = None
 
 
-class RunCgroup(JoinableCgroup):
+class V2Cgroup(JoinableCgroup):
     """The cgroup of one run's command: created empty, joined by the command, removed after."""
 
     def __init__(self, path: str, directory: str, procs_fd: int) -> None:
@@ -438,7 +446,7 @@ class RunCgroup(JoinableCgroup):
         *,
         name: str | None = None,
         beside: bool = False,
-    ) -> RunCgroup:
+    ) -> V2Cgroup:
         """Create a fresh cgroup below this process's own; raise :class:`CgroupUnavailable`.
 
         With ``controllers`` (``memory``, ``cpu``, ``pids``), they must be
@@ -824,7 +832,7 @@ def is_run_cgroup(directory: str) -> bool:
         return False
     parent = os.path.dirname(directory)
     own = _own_directories()
-    # Below this process's cgroup; beside it, in its parent (``RunCgroup.create(beside=True)``).
+    # Below this process's cgroup; beside it, in its parent (``V2Cgroup.create(beside=True)``).
     above = {os.path.dirname(each) for each in own}
     return parent in own or parent in above or _in_own_scope(parent, name)
 

@@ -13,7 +13,7 @@ ways around it, each only as strong as its condition:
   how it exited: :func:`exit_returncode`).
 
 The supervisor's containment uses both; the policy (which processes, which
-signals) is :mod:`tether.supervisor.containment`'s.
+signals) is :mod:`tether.supervisor.process_tree`'s.
 """
 
 from __future__ import annotations

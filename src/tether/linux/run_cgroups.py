@@ -35,7 +35,7 @@ import os
 from tether.linux.cgroup import (
     HOLDS_PROCESSES,
     CgroupUnavailable,
-    RunCgroup,
+    V2Cgroup,
     cgroup_of,
     enable_controllers,
     is_hierarchy_root,
@@ -418,19 +418,36 @@ def remove_left_by(creator: int) -> int:
 
 
 class RunCgroups:
-    """The run's cgroups, in every hierarchy: made with the limits, joined, read, removed."""
+    """The run's cgroups, the one object the supervisor holds: made, joined, read, removed.
 
-    __slots__ = ("enforced_by", "v1", "v2")
+    ``v2``: its cgroup v2 (membership, ``cgroup.kill``, v2 limits), where there
+    is one; ``v1``: one per v1 hierarchy a limit needs (and ``cpuacct``'s);
+    ``enforced_by``: each limit's backend. As prepared
+    (:func:`tether.supervisor.cgroup_choice.prepare_run_cgroups`):
+    ``required_by`` names what makes the join a must ("" if nothing does),
+    ``refusal`` why the command may not start, ``deferred`` that the cgroup is
+    left to the supervisor (a systemd scope takes the process that asks),
+    ``warming`` the pid of the child warming the join's lock.
+    """
+
+    __slots__ = ("deferred", "enforced_by", "refusal", "required_by", "v1", "v2", "warming")
 
     def __init__(
-        self, v2: RunCgroup | None, v1: list[V1Cgroup], enforced_by: dict[str, str]
+        self,
+        v2: V2Cgroup | None = None,
+        v1: list[V1Cgroup] | None = None,
+        enforced_by: dict[str, str] | None = None,
+        *,
+        refusal: CgroupUnavailable | None = None,
+        deferred: bool = False,
     ) -> None:
-        #: The run's cgroup v2 (membership, ``cgroup.kill``, v2 limits), where there is one.
         self.v2 = v2
-        #: Its cgroups in v1 hierarchies (v1 limits, ``cpuacct``).
-        self.v1 = v1
-        #: Each limit asked for, by name, and the backend that enforces it.
-        self.enforced_by = enforced_by
+        self.v1 = [] if v1 is None else v1
+        self.enforced_by = {} if enforced_by is None else enforced_by
+        self.refusal = refusal
+        self.deferred = deferred
+        self.required_by = ""
+        self.warming: int | None = None
 
     @classmethod
     def create(
@@ -444,25 +461,19 @@ class RunCgroups:
         limit_controllers: Mapping[str, str] | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> RunCgroups:
-        """Make the run's cgroups; :class:`CgroupUnavailable` if one cannot be made.
+        """Make the run's cgroups, limits written; :class:`CgroupUnavailable` if one cannot be.
 
-        ``backends`` and ``hierarchies`` are :func:`plan_backends`'s answer;
-        ``v2_files`` what to write in the v2 cgroup (by file), ``v1_files`` in
-        each v1 one (by controller, in order). Without ``backends``, only a
-        v2 cgroup is made (membership). Every limit is written before this
-        returns, and nothing is left made if one cannot be. Where the
-        backend is ``systemd-scope``, this process is moved into a new scope
-        first (:func:`~tether.linux.systemd_scope.run_cgroup_in_scope`: only
-        a supervisor may call it so), asked for on the user bus found in
-        ``environ``; ``limit_controllers`` (each limit's controller, by API
-        name) lets it name every limit the scope cannot take.
+        ``backends``, ``hierarchies``: :func:`plan_backends`'s answer (without
+        them, a v2 cgroup alone). ``v2_files`` by file, ``v1_files`` by
+        controller. A scope backend moves this process into a new scope first
+        (only a supervisor may ask); ``limit_controllers`` names what it lacks.
         """
         name = run_cgroup_name()
         if not backends:
-            return cls(RunCgroup.create(name=name), [], {})
+            return cls(V2Cgroup.create(name=name))
         for hierarchy in {h.directory: h for h in (hierarchies or {}).values()}.values():
             remove_stale(hierarchy.directory)  # a SIGKILLed supervisor's, in any hierarchy
-        made = cls(None, [], dict(enforced_by or {}))
+        made = cls(enforced_by=dict(enforced_by or {}))
         try:
             if SCOPE_BACKENDS.intersection(backends.values()):
                 made.v2 = _make_in_scope(
@@ -478,55 +489,52 @@ class RunCgroups:
             raise
         return made
 
-    # -- joining --------------------------------------------------------------
-
-    def _all(self) -> list[RunCgroup | V1Cgroup]:
+    def _all(self) -> list[V2Cgroup | V1Cgroup]:
         return [*self.v1, *([] if self.v2 is None else [self.v2])]
 
-    def join(self, *, born_in_v2: bool = False) -> None:
-        """Move the calling process into every cgroup of the run (between fork and exec).
+    def take(self) -> RunCgroups | None:
+        """These cgroups for the command to join (``None``: none made, the sweep alone), once
+        the warming child is reaped; raise the :attr:`refusal` (or the deferral) instead."""
+        self._reap()
+        if self.refusal is not None:
+            raise self.refusal
+        if self.deferred:  # never a command without the cgroup its limits need
+            raise CgroupUnavailable(
+                "the run's cgroup was left to its supervisor, which never made it"
+            )
+        return self if self._all() else None
 
-        ``born_in_v2``: the process was forked into the v2 cgroup
-        (:attr:`clone_descriptor`) and joins only the v1 ones: a move to where
-        it already is would wait for the lock all the same.
-        """
+    def join(self, *, born_in_v2: bool = False) -> None:
+        """Move the calling process into every cgroup of the run (between fork and exec);
+        ``born_in_v2``: it was forked into the v2 one, and joins the v1 ones alone."""
         for cgroup in self.v1 if born_in_v2 else self._all():
             cgroup.join()
 
-    @property
-    def clone_descriptor(self) -> int | None:
-        """The v2 cgroup's directory, for a child to be born in; ``None`` if there is none."""
-        return None if self.v2 is None else self.v2.clone_descriptor
-
-    @property
     def join_takes_lock(self) -> bool:
-        """Whether the command's join will write a ``cgroup.procs``, and so take the lock
-        that :func:`~tether.linux.cgroup.warm_attach_lock` readies: a v1 cgroup to join,
-        or a v2 one the command is not likely to be born in."""
-        # Here, not with the module: a caller checking its limits loads this module, and
-        # has no fork of a command to prepare (nor C functions to look up for one).
+        """Whether the command's join writes a ``cgroup.procs``, taking the lock
+        :func:`~tether.linux.cgroup.warm_attach_lock` readies: not if born in its only cgroup."""
+        # Here, not with the module: a caller checking its limits has no fork to prepare.
         from tether.linux.clone3 import clone_into_cgroup_likely
 
-        return bool(self.v1) or self.clone_descriptor is None or not clone_into_cgroup_likely()
+        if not self._all():
+            return False
+        born = self.v2 is not None and self.v2.clone_descriptor is not None
+        return bool(self.v1) or not born or not clone_into_cgroup_likely()
 
-    @property
     def join_descriptors(self) -> list[int]:
-        """The descriptors :meth:`join` writes to, and the one a child is born in by: ones
-        a fork must keep."""
+        """The descriptors the join writes to and the one a child is born in: a fork keeps them."""
         kept = [fd for cgroup in self._all() if (fd := cgroup.join_descriptor) is not None]
-        born_in = self.clone_descriptor
+        born_in = None if self.v2 is None else self.v2.clone_descriptor
         return kept if born_in is None else [*kept, born_in]
 
-    def close_join(self) -> None:
+    def release(self) -> None:
+        """Close this process's join descriptors: the cgroups are handed on, or joined."""
         for cgroup in self._all():
             cgroup.close_join()
 
     def intact(self) -> bool:
-        """Whether every cgroup of the run is still the one made, and empty
-        (:meth:`~tether.linux.cgroup.JoinableCgroup.intact`)."""
+        """Whether every cgroup made ahead is still the one made, and empty."""
         return all(cgroup.intact() for cgroup in self._all())
-
-    # -- looking --------------------------------------------------------------
 
     @property
     def directory(self) -> str:
@@ -535,12 +543,8 @@ class RunCgroups:
 
     @property
     def directories(self) -> list[str]:
-        """Every cgroup directory of the run, v2 first, then each v1 hierarchy's.
-
-        What a caller that lost the supervisor needs to stop the run's
-        processes: ``cgroup.kill`` in the v2 one, the pids in each one's
-        ``cgroup.procs`` otherwise.
-        """
+        """Every cgroup directory of the run, v2 first: what a caller that lost the
+        supervisor stops the run's processes by."""
         return [cgroup.directory for cgroup in reversed(self._all())]
 
     def holds(self, pid: int) -> bool:
@@ -551,65 +555,52 @@ class RunCgroups:
 
     def pids(self) -> list[int]:
         """The processes in any cgroup of the run (zombies are not listed)."""
-        found: set[int] = set()
-        for cgroup in self._all():
-            found.update(cgroup.pids())
-        return sorted(found)
-
-    def populated(self) -> bool:
-        if self.v2 is not None and self.v2.populated():
-            return True
-        return any(cgroup.pids() for cgroup in self.v1)
+        return sorted({pid for cgroup in self._all() for pid in cgroup.pids()})
 
     def usage(self) -> dict[str, int | float | None]:
-        """What the whole tree used, from whichever hierarchy counts each (v2 first).
-
-        Read once the tree is gone, before :meth:`remove`.
-        """
+        """What the whole tree used, v2's count first; read before :meth:`remove`."""
         usage = read_usage(self.v2.directory) if self.v2 is not None else {}
         for key, value in read_usage_v1(self.v1).items():
             if usage.get(key) is None:
                 usage[key] = value
         return {key: usage.get(key) for key in USAGE_KEYS}
 
-    # -- stopping and removing ------------------------------------------------
-
     def kill(self) -> bool:
-        """SIGKILL the whole run through ``cgroup.kill``; whether the kernel took it.
-
-        Only v2 has one: without it, the supervisor's sweep signals each pid
-        of :meth:`pids`, checked, as it does any process it did not walk to.
-        """
+        """SIGKILL the run through v2's ``cgroup.kill``; whether the kernel took it (v1 has
+        none: the sweep signals each of :meth:`pids`)."""
         return self.v2 is not None and self.v2.kill()
 
     def remove(self, *, timeout: float = 1.0) -> bool:
-        """Remove every cgroup of the run; whether all are gone.
-
-        The v2 cgroup first (killed and waited for if anything still runs in
-        it, as :meth:`RunCgroup.remove` does), then each v1 one, retried a
-        bounded number of times: v1 tells nobody when a cgroup empties.
-        """
+        """Remove every cgroup of the run, killing what is left; whether all are gone."""
         gone = self.v2 is None or self.v2.remove(timeout=timeout)
         for cgroup in self.v1:
             gone = _remove_v1(cgroup, timeout) and gone
         return gone
 
     def discard(self) -> bool:
-        """Remove every cgroup of the run that is empty; whether all are gone."""
+        """The command will not start: reap the warming child, remove every empty cgroup;
+        whether all are gone."""
+        self._reap()
         gone = True
         for cgroup in self._all():
             gone = cgroup.discard() and gone
         return gone
 
+    def _reap(self) -> None:
+        if self.warming is not None:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.warming, 0)
+            self.warming = None
 
-def _make_v2(name: str, backends: Mapping[str, str], files: Mapping[str, str]) -> RunCgroup | None:
+
+def _make_v2(name: str, backends: Mapping[str, str], files: Mapping[str, str]) -> V2Cgroup | None:
     """The v2 cgroup with its limits; without any, ``None`` where none can be made."""
     beside = "cgroup2-beside" in backends.values()
     kinds = ("cgroup2", "cgroup2-beside")
     controllers = tuple(each for each, backend in backends.items() if backend in kinds)
     written = {file: text for file, text in files.items() if file.split(".", 1)[0] in controllers}
     try:
-        return RunCgroup.create(controllers, written, name=name, beside=beside)
+        return V2Cgroup.create(controllers, written, name=name, beside=beside)
     except CgroupUnavailable:
         if controllers:
             raise
@@ -622,7 +613,7 @@ def _make_in_scope(
     files: Mapping[str, str],
     limit_controllers: Mapping[str, str],
     environ: Mapping[str, str] | None,
-) -> RunCgroup:
+) -> V2Cgroup:
     """The v2 cgroup with its limits, in a scope a service manager made for this process.
 
     The system's manager for root (``systemd-system-scope``), the user's own

@@ -56,7 +56,7 @@ import time
 
 from tether.linux.cgroup import (
     CgroupUnavailable,
-    RunCgroup,
+    V2Cgroup,
     enable_controllers,
     make_cgroup,
     own_cgroup,
@@ -422,7 +422,7 @@ def run_cgroup_in_scope(
     address: str,
     direct: bool = False,
     system: bool = False,
-) -> RunCgroup:
+) -> V2Cgroup:
     """Move this process (the supervisor) into a new scope; make the run's cgroup ``name`` in it.
 
     ``controllers`` are enabled for it and ``files`` (the limits) written
@@ -468,4 +468,4 @@ def run_cgroup_in_scope(
         ) from None
     enable_controllers(scope, controllers)
     directory, fd = make_cgroup(scope, name, files.items(), "cgroup.kill")
-    return RunCgroup(os.path.join(path, name), directory, fd)
+    return V2Cgroup(os.path.join(path, name), directory, fd)

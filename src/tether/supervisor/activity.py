@@ -38,7 +38,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-    from tether.supervisor.containment import ProcessTree
+    from tether.supervisor.process_tree import ProcessTree
 
 __all__ = ["SAMPLE_SECONDS", "ActivityProbe"]
 

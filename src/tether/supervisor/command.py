@@ -32,7 +32,7 @@ the launch (a missing working directory: 125).
 
 ``os.pidfd_open`` is called here directly, deliberately: on the command just
 forked, still an unreaped child, so the pidfd names it for certain, and
-everything that signals through it later is :mod:`tether.supervisor.containment`'s.
+everything that signals through it later is :mod:`tether.supervisor.process_tree`'s.
 """
 
 from __future__ import annotations
@@ -43,21 +43,16 @@ import os
 import signal
 import time
 
+from tether.linux.cgroup import CgroupUnavailable
 from tether.linux.prctl import set_parent_death_signal
+from tether.supervisor.cgroup_choice import prepare_run_cgroups
 from tether.supervisor.identity import restore_in_child
-from tether.supervisor.run_cgroup import (
-    CONTAINMENT_SETTINGS,
-    CONTAINMENT_VARIABLE,
-    CommandNotStarted,
-    Containment,
-    prepare_containment,
-)
 from tether.supervisor.spawn import SpawnFailed, spawn
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from typing import Final
+    from typing import Final, Literal
 
     from tether.linux.run_cgroups import RunCgroups
     from tether.supervisor.launch import LaunchPlan
@@ -65,13 +60,20 @@ if TYPE_CHECKING:
     #: Told, in the child before its exec, the child's pid and its cgroup's directories.
     Announce = Callable[[int, list[str]], None]
 
-__all__ = [
-    "CONTAINMENT_SETTINGS",
-    "CONTAINMENT_VARIABLE",
-    "Command",
-    "CommandNotStarted",
-    "start_command",
-]
+__all__ = ["Command", "CommandNotStarted", "start_command"]
+
+
+class CommandNotStarted(Exception):
+    """The command could not be started: ``stage`` ``exec`` (the program's) or ``setup``."""
+
+    def __init__(self, errno: int | None, message: str, stage: Literal["exec", "setup"]) -> None:
+        super().__init__(message)
+        self.errno = errno
+        self.message = message
+        self.stage: Literal["exec", "setup"] = stage
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (CommandNotStarted, (self.errno, self.message, self.stage))
 
 
 class Command:
@@ -154,7 +156,7 @@ def _exec_by(deadline_at: float | None) -> float | None:
 
 
 def start_command(
-    plan: LaunchPlan, *, announce: Announce | None = None, containment: Containment | None = None
+    plan: LaunchPlan, *, announce: Announce | None = None, containment: RunCgroups | None = None
 ) -> Command:
     """Start the plan's command; raise :class:`CommandNotStarted` if it cannot be started.
 
@@ -163,12 +165,12 @@ def start_command(
     the child before its exec, with the child's pid and the directory of the
     cgroup it is joining (``None`` without one). ``containment`` is what the
     supervisor prepared early
-    (:func:`~tether.supervisor.run_cgroup.prepare_containment`, from the
+    (:func:`~tether.supervisor.cgroup_choice.prepare_run_cgroups`, from the
     plan's limits); without it, it is prepared here.
     """
     argv, join_group, cwd = plan.argv, plan.join_group, plan.cwd
     if containment is None:
-        containment = prepare_containment(plan.limits, warm=False)
+        containment = prepare_run_cgroups(plan.limits, warm=False)
     if not argv[0]:
         for _number, fd in plan.pass_fds:
             os.close(fd)
@@ -180,8 +182,11 @@ def start_command(
         message = f"failed to run command '': {os.strerror(not_found)}"
         raise CommandNotStarted(not_found, message, "exec")
     supervisor = os.getpid()
-    cgroup = containment.take()
-    required = containment.required
+    try:
+        cgroup = containment.take()
+    except CgroupUnavailable as refusal:
+        raise CommandNotStarted(refusal.errno, str(refusal), "setup") from None
+    required = bool(containment.required_by)
     path, directory = (cwd, None) if not isinstance(cwd, int) else (None, cwd)
 
     def prepare(born_in_cgroup: bool) -> None:
@@ -205,7 +210,7 @@ def start_command(
             prepare=prepare,
             process_group=0 if join_group is None else join_group,
             pass_fds=plan.pass_fds,
-            born_in=None if cgroup is None else cgroup.clone_descriptor,
+            born_in=None if cgroup is None or cgroup.v2 is None else cgroup.v2.clone_descriptor,
             until=_exec_by(plan.deadline_at),
             hangup=plan.lifeline,
         )
@@ -217,7 +222,7 @@ def start_command(
         ) from None
     except SpawnFailed as failure:
         _discard(cgroup)
-        why = "resource limits" if containment.limited else f"{CONTAINMENT_VARIABLE}=cgroup"
+        why = containment.required_by
         raise _launch_failure(argv, path, failure, required=required, why=why) from None
     try:
         pidfd = os.pidfd_open(pid)
@@ -245,7 +250,7 @@ def _joined(cgroup: RunCgroups | None, pid: int) -> RunCgroups | None:
     """
     if cgroup is None:
         return None
-    cgroup.close_join()
+    cgroup.release()
     if cgroup.holds(pid) or not cgroup.discard():
         return cgroup
     return None

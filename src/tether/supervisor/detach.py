@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from typing import NoReturn
 
     from tether.core.spec import RunSpec
-    from tether.supervisor.run_cgroup import Containment
+    from tether.linux.run_cgroups import RunCgroups
 
 __all__ = [
     "become",
@@ -96,7 +96,7 @@ def main(spec_fd: int) -> int:
     return supervise_raw(raw)
 
 
-def supervise_raw(raw: bytes, containment: Containment | None = None) -> int:
+def supervise_raw(raw: bytes, containment: RunCgroups | None = None) -> int:
     """Supervise the run whose spec is ``raw`` (JSON, descriptors by role); exit when done.
 
     Returns only if ``raw`` is not a spec at all. ``containment``: the run's
@@ -111,7 +111,7 @@ def supervise_raw(raw: bytes, containment: Containment | None = None) -> int:
     return supervise_fields(fields, containment)
 
 
-def supervise_fields(fields: object, containment: Containment | None = None) -> int:
+def supervise_fields(fields: object, containment: RunCgroups | None = None) -> int:
     """Supervise the run whose spec's JSON, already parsed, is ``fields``; exit when done.
 
     The command starts from these raw fields
@@ -150,18 +150,18 @@ def _supervise(
     fields: Mapping[str, object],
     fds: Mapping[str, int],
     checked_spec: Callable[[], RunSpec],
-    containment: Containment | None = None,
+    containment: RunCgroups | None = None,
     *,
     inherited: tuple[int, ...] = (),
 ) -> NoReturn:
     """Launch the command of the spec's ``fields``, then load the loop and supervise it."""
     if containment is None:
-        from tether.supervisor.run_cgroup import prepare_containment
+        from tether.supervisor.cgroup_choice import prepare_run_cgroups
 
         # First, before the plan: the kernel's wait for the join's lock passes while the
         # rest loads. (The plan reads the limits again, the same way.)
         limits = fields.get("limits")
-        containment = prepare_containment(limits if isinstance(limits, dict) else None)
+        containment = prepare_run_cgroups(limits if isinstance(limits, dict) else None)
     os.chdir("/")
     # The command gets the caller's umask back (it is in the spec); tether's own
     # files are private whatever the caller's umask was.

@@ -50,9 +50,9 @@ if TYPE_CHECKING:
     from tether.core.events import Event
     from tether.core.redaction import Redactor
     from tether.core.spec import RunSpec
-    from tether.supervisor.containment import ProcessTree
     from tether.supervisor.event_log import EventLog
     from tether.supervisor.finish import Remains
+    from tether.supervisor.process_tree import ProcessTree
 
     class EventSink(Protocol):
         """Where the run's story goes: the event log, or nowhere (:class:`NullEventLog`)."""

@@ -15,7 +15,7 @@ is easy to get wrong, so it is written once, here:
    cgroup is removed, and which backend enforced each limit with it;
 4. the cgroup is removed; one that will not go is reported (``cgroup_left``).
 
-The mechanisms themselves are :class:`~tether.supervisor.containment.ProcessTree`'s.
+The mechanisms themselves are :class:`~tether.supervisor.process_tree.ProcessTree`'s.
 Loaded with the loop, once the command runs.
 """
 
@@ -26,7 +26,7 @@ import signal
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from tether.shared.record_document import ResourceUsage
-    from tether.supervisor.containment import ProcessTree, Report
+    from tether.supervisor.process_tree import ProcessTree, Report
 
 __all__ = ["Remains", "finish_off"]
 

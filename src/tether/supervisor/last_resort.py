@@ -34,7 +34,7 @@ and the last resort reads that, never the loop's own fields.
 
 Imported before the command starts (it must be there when anything after the
 launch fails), so it imports only what the launch already loaded; the sweep
-(:mod:`tether.supervisor.containment`) is imported when it is needed.
+(:mod:`tether.supervisor.process_tree`) is imported when it is needed.
 
 Its bare kill (:func:`_kill_group_bare`) calls ``os.waitid``, ``os.killpg``
 and ``signal.pidfd_send_signal`` itself, deliberately: it must work when
@@ -60,8 +60,8 @@ if TYPE_CHECKING:
 
     from tether.shared.protocol import Signalled, Spawned, Started
     from tether.supervisor.command import Command
-    from tether.supervisor.containment import ProcessTree
     from tether.supervisor.launch import LaunchAttempt, SignalWakeup
+    from tether.supervisor.process_tree import ProcessTree
 
 __all__ = [
     "SETTLE_SECONDS",
@@ -212,7 +212,7 @@ def kill_tree(attempt: LaunchAttempt, tree: ProcessTree | None = None) -> bool:
 
 
 def _sweep(wakeup: SignalWakeup, command: Command, tree: ProcessTree | None) -> bool:
-    from tether.supervisor.containment import ProcessTree
+    from tether.supervisor.process_tree import ProcessTree
 
     if tree is None:
         tree = ProcessTree(

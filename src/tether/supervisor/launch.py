@@ -80,7 +80,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Final
 
-    from tether.supervisor.run_cgroup import Containment
+    from tether.linux.run_cgroups import RunCgroups
     from tether.supervisor.sentry import Sentry
 
 __all__ = [
@@ -265,13 +265,13 @@ def _deadline_at(fields: Mapping[str, object]) -> float | None:
 
 
 def launch(
-    plan: LaunchPlan, status: StatusWriter, containment: Containment | None = None
+    plan: LaunchPlan, status: StatusWriter, containment: RunCgroups | None = None
 ) -> LaunchAttempt:
     """Start the command of ``plan`` under a supervisor that is ready to watch it.
 
     ``status`` is the channel to the caller (``spawned``, ``started``);
     ``containment`` is the run's cgroup as the supervisor prepared it early
-    (:mod:`tether.supervisor.run_cgroup`), from the plan's limits. What the
+    (:mod:`tether.supervisor.cgroup_choice`), from the plan's limits. What the
     plan's fields mean: :class:`LaunchPlan`.
     """
     become_a_supervisor()
@@ -340,7 +340,7 @@ def _post_sentry(plan: LaunchPlan, wakeup: SignalWakeup, command: Command) -> Se
         return None
 
 
-def _discard(containment: Containment | None) -> None:
+def _discard(containment: RunCgroups | None) -> None:
     """No command: no cgroup left behind, no warming child left unreaped (both idempotent)."""
     if containment is not None:
         containment.discard()

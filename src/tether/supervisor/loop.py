@@ -78,10 +78,10 @@ from tether.shared.lifeline import ALL
 from tether.shared.protocol import Signalled, StatusWriter
 from tether.shared.signals import signal_number
 from tether.supervisor import last_resort
-from tether.supervisor.containment import ProcessTree
 from tether.supervisor.evidence import Evidence
 from tether.supervisor.finish import finish_off
 from tether.supervisor.lifeline import LifelineReader
+from tether.supervisor.process_tree import ProcessTree
 from tether.supervisor.watch import Watch, wait_bound
 
 # Loaded once the command runs, while its caller waits for it to end: no

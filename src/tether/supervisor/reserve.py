@@ -36,7 +36,7 @@ watches the command, and a reserve that took those would only move the
 failure from stopping the tree to watching it. Under a limit that leaves no
 room for spares, the reserve is empty: the stop path then has the one
 descriptor :data:`NEEDED` kept free, and falls back on what needs fewer (see
-:mod:`tether.supervisor.containment`).
+:mod:`tether.supervisor.process_tree`).
 
 On the path to the command's launch: standard library only, no ``typing`` at
 run time.

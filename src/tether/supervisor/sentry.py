@@ -277,7 +277,7 @@ def _descendants() -> set[int]:
     """The supervisor's descendants, as far as ``/proc`` shows them now; best effort.
 
     Only counted, never signalled: the sentry signals the group, and the loop
-    signals the rest of the tree (:mod:`tether.supervisor.containment`) when it
+    signals the rest of the tree (:mod:`tether.supervisor.process_tree`) when it
     takes over. The walk is the loop's own (:func:`tether.linux.proctree.descendants`);
     a part it cannot read ends the count there, with what was found so far.
     """

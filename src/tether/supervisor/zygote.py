@@ -53,18 +53,14 @@ import sys
 import time
 
 from tether.core.reasons import TETHER_FAILED
-from tether.linux.cgroup import warm_attach_lock
+from tether.linux.cgroup import CgroupUnavailable, warm_attach_lock
 from tether.linux.clone3 import clone_into_cgroup_likely
 from tether.linux.descriptors import close_all_but
 from tether.linux.double_fork import detach_and_become
 from tether.linux.prctl import ZYGOTE_NAME, set_parent_death_signal, set_process_name
+from tether.linux.run_cgroups import RunCgroups
+from tether.supervisor.cgroup_choice import containment_setting, prepare_run_cgroups
 from tether.supervisor.detach import loaded, loading
-from tether.supervisor.run_cgroup import (
-    CommandNotStarted,
-    Containment,
-    containment_setting,
-    prepare_containment,
-)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -267,10 +263,10 @@ def _warm_up() -> None:
         import tether.core.spec
         import tether.shared.paths
         import tether.shared.secrets
-        import tether.supervisor.containment
         import tether.supervisor.event_log
         import tether.supervisor.launch
         import tether.supervisor.loop
+        import tether.supervisor.process_tree
         import tether.supervisor.sentry
         from tether.linux.prctl import bind
 
@@ -291,7 +287,7 @@ def _fork_supervisor(
     which has nothing else to do, takes the join's lock for nothing before it
     exits: the kernel's wait for that lock then passes while the supervisor
     takes on the request, not in the command's path
-    (:mod:`tether.supervisor.run_cgroup`). The cgroup is named after the
+    (:mod:`tether.supervisor.cgroup_choice`). The cgroup is named after the
     zygote, which outlives the moment it stays empty (until the command joins).
     ``ignored``: the signals the zygote ignores (:func:`_ignored_here`).
     """
@@ -536,28 +532,28 @@ class _MadeAhead:
     cgroup, whose ``cgroup.procs`` is read whole); a spare has the time before
     its request. Only worth it, and only done, for a command that will be born
     in the cgroup: a join by writing needs its lock warmed just before it
-    (:mod:`tether.supervisor.run_cgroup`).
+    (:mod:`tether.supervisor.cgroup_choice`).
     """
 
     __slots__ = ("containment", "setting")
 
-    def __init__(self, setting: str, containment: Containment) -> None:
+    def __init__(self, setting: str, containment: RunCgroups) -> None:
         self.setting = setting
         self.containment = containment
 
-    def for_request(self, request: _Request | None) -> Containment | None:
+    def for_request(self, request: _Request | None) -> RunCgroups | None:
         """This containment if ``request`` would make the same and it is intact; else ``None``
         (the supervisor makes its own), and it is removed.
 
         Intact: still there, still the cgroup made, and empty
-        (:meth:`~tether.supervisor.run_cgroup.Containment.intact`). It waited
+        (:meth:`~tether.linux.run_cgroups.RunCgroups.intact`). It waited
         for as long as the caller launched nothing, where anyone with the
         right to may have removed it (``tether prune`` of another namespace, an
         administrator's cleanup): a fresh supervisor would make a new one, and
         so does this one.
         """
         if request is not None and request.spec.get("limits") is None:
-            with contextlib.suppress(CommandNotStarted):
+            with contextlib.suppress(CgroupUnavailable):
                 same = containment_setting(request.environ) == self.setting
                 if same and self.containment.intact():
                     return self.containment
@@ -570,11 +566,11 @@ def _made_ahead() -> _MadeAhead | None:
         return None
     try:
         setting = containment_setting(os.environ)
-    except CommandNotStarted:
+    except CgroupUnavailable:
         return None
     if setting == "sweep":
         return None  # nothing to make
-    return _MadeAhead(setting, prepare_containment(None, warm=False))
+    return _MadeAhead(setting, prepare_run_cgroups(None, warm=False))
 
 
 class _Request:
@@ -604,7 +600,7 @@ class _Request:
         return request
 
 
-def _prepare(request: _Request) -> Containment | None:
+def _prepare(request: _Request) -> RunCgroups | None:
     """The request's containment, from its limits and its ``TETHER_CONTAINMENT``.
 
     ``None`` for limits this cannot read: the supervisor reads them again, and
@@ -615,13 +611,13 @@ def _prepare(request: _Request) -> Containment | None:
     if not isinstance(limits, dict | None):
         return None
     environ = request.environ
-    containment = prepare_containment(limits, warm=False, environ=environ, supervisor=False)
+    containment = prepare_run_cgroups(limits, warm=False, environ=environ, supervisor=False)
     # A systemd scope takes the process that asks for it: the supervisor asks, once forked.
     return None if containment.deferred else containment
 
 
 def _become(
-    request: _Request, fds: list[int], containment: Containment | None, ignored: frozenset[int]
+    request: _Request, fds: list[int], containment: RunCgroups | None, ignored: frozenset[int]
 ) -> NoReturn:
     """Take on the caller's process state as the request says, then become its supervisor.
 
@@ -633,7 +629,7 @@ def _become(
     loading()
     roles = dict(zip(request.roles, fds, strict=True))
     # Every descriptor above the standard streams but the run's, above any limit.
-    close_all_but(fds if containment is None else fds + containment.descriptors())
+    close_all_but(fds if containment is None else fds + containment.join_descriptors())
     if os.environ != request.environ:
         os.environ.clear()
         os.environ.update(request.environ)
