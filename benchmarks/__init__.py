@@ -8,7 +8,8 @@ targets, writes every raw sample to JSON and plots the latency distributions
 as SVG. ``docs/performance.md`` explains the method and what the numbers mean.
 
 Modules: :mod:`benchmarks.run` (the command line), :mod:`benchmarks.measures`
-(the trials), :mod:`benchmarks.doors` (how each contender is started),
+(the trials), :mod:`benchmarks.evaluation` (an evaluation runner's
+workload), :mod:`benchmarks.doors` (how each contender is started),
 :mod:`benchmarks.procs` (processes, the FIFO, ``/proc``),
 :mod:`benchmarks.stats`, :mod:`benchmarks.report`, :mod:`benchmarks.plot`;
 ``command.py`` and ``announce.sh`` are the commands that are supervised.

@@ -17,7 +17,7 @@ import platform
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -259,6 +259,47 @@ def _loops_section(results: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def evaluation_section(items: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Measure 13: medians over the rounds, per way and width, with the ratios to subprocess."""
+    if not items:
+        return []
+    first = items[0]
+    lines = [
+        "",
+        f"**Evaluation workload** (13: {first['size']} ordinary `python -c` programs plus the "
+        f"8 hostile ones ({first['big']} MiB allocation, {first['out']} MiB of output), "
+        '3 s timeout, `capture_output`; tether with `grace=1`, `memory_max="512M"`, '
+        "`pids_max=64`, `record=False`; median of "
+        f"{max(int(i['round']) for i in items)} interleaved rounds; CPU = the whole tree's, "
+        "s; ratio to `subprocess.run` at the same width)",
+        "",
+        "| way | at a time | wall (s) | ratio | CPU (s) | ratio | left behind | outcomes |",
+        "|---|--:|--:|--:|--:|--:|--:|---|",
+    ]
+    groups: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    for item in items:
+        groups.setdefault((item["way"], item["workers"]), []).append(item)
+
+    def median(way: str, width: int, key: str) -> float | None:
+        values = sorted(i[key] for i in groups.get((way, width), []) if key in i)
+        return values[len(values) // 2] if values else None
+
+    for (way, width), runs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        cells = []
+        for key in ("wall_s", "cpu_s"):
+            mine, base = median(way, width, key), median("subprocess.run", width, key)
+            cells.append("n/a" if mine is None else f"{mine:.2f}")
+            cells.append("n/a" if mine is None or not base else f"{mine / base:.2f}")
+        left = sorted(int(i.get("left_behind", -1)) for i in runs)
+        outcomes = runs[-1].get("outcomes") or {"failure": runs[-1].get("failure")}
+        told = ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+        lines.append(
+            f"| `{way}` | {width} | {' | '.join(cells)} "
+            f"| {'-'.join(str(x) for x in sorted(set(left)))} | {told} |"
+        )
+    return lines
+
+
 def _scale_rows(results: Mapping[str, Any]) -> list[str]:
     rows = []
     for item in results.get("scale", []):
@@ -450,6 +491,7 @@ def markdown(results: Mapping[str, Any]) -> str:
         *_scale_rows(results),
         *_api_section(results),
         *_loops_section(results),
+        *evaluation_section(results.get("evaluation", [])),
     ]
     failures = [
         f"- {key} / {contender}: {', '.join(series['failures'][:5])}"

@@ -29,6 +29,7 @@ from typing import Any
 from benchmarks import measures, output
 from benchmarks.api import api_path
 from benchmarks.doors import Doors
+from benchmarks.evaluation import evaluation
 from benchmarks.loops import loops
 from benchmarks.measures import Bench, Series
 from benchmarks.procs import Channel, Registry
@@ -51,6 +52,7 @@ MEASURES = (
     "api",
     "output",
     "loops",
+    "evaluation",
 )
 
 
@@ -74,6 +76,12 @@ class Plan:
     shell_loop: int = 200
     api_loop: int = 100
     loop_trials: int = 3
+    #: Measure 13: ordinary programs per pool (plus the 8 hostile), widths, rounds, MiB sizes.
+    evaluation_size: int = 164
+    evaluation_workers: tuple[int, ...] = (2, 8)
+    evaluation_rounds: int = 3
+    evaluation_big_mib: int = 2048
+    evaluation_out_mib: int = 100
 
 
 FULL = Plan("full", 20, 5, 2.0, 15, 0.2, 30, 20, 10.0, (100, 300))
@@ -92,6 +100,11 @@ QUICK = Plan(
     output_trials=3,
     shell_loop=20,
     loop_trials=1,
+    evaluation_size=8,
+    evaluation_workers=(8,),
+    evaluation_rounds=1,
+    evaluation_big_mib=1024,
+    evaluation_out_mib=8,
 )
 
 
@@ -181,6 +194,7 @@ def measure(
         "scale": [],
         "api": [],
         "loops": [],
+        "evaluation": [],
     }
     try:
         if "caller_death" in only:
@@ -209,24 +223,39 @@ def measure(
         if "scale" in only:
             _say("8. scale")
             results["scale"] = measures.scale(bench, plan.scale_sizes, plan.never_after)
-        if "api" in only:
-            _say(f"9. the API: one caller, {plan.api_launches} launches, with and without a zygote")
-            results["api"] = [
-                api_path(bench, plan.api_launches, zygote=True),
-                api_path(bench, plan.api_launches, zygote=False),
-            ]
-        if "output" in only:
-            _say(f"10. {output.SIZE >> 20} MiB through stdout.read(), tether and subprocess")
-            latency["output"] = _series(output.output_read(plan.output_trials))
-        if "loops" in only:
-            _say(f"11, 12. loops: {plan.shell_loop} x timeout 5 true, {plan.api_loop} x run(true)")
-            results["loops"] = loops(bench, plan.shell_loop, plan.api_loop, plan.loop_trials)
+        _throughput(bench, plan, only, results)
     finally:
         leaked = registry.cleanup()
         channel.close()
         if leaked:
             _say(f"killed {len(leaked)} leftover processes: {leaked}")
     return results
+
+
+def _throughput(bench: Bench, plan: Plan, only: set[str], results: dict[str, Any]) -> None:
+    """Measures 9 to 13: the API, output, loops of short runs, the evaluation workload."""
+    if "api" in only:
+        _say(f"9. the API: one caller, {plan.api_launches} launches, with and without a zygote")
+        results["api"] = [
+            api_path(bench, plan.api_launches, zygote=True),
+            api_path(bench, plan.api_launches, zygote=False),
+        ]
+    if "output" in only:
+        _say(f"10. {output.SIZE >> 20} MiB through stdout.read(), tether and subprocess")
+        results["latency"]["output"] = _series(output.output_read(plan.output_trials))
+    if "loops" in only:
+        _say(f"11, 12. loops: {plan.shell_loop} x timeout 5 true, {plan.api_loop} x run(true)")
+        results["loops"] = loops(bench, plan.shell_loop, plan.api_loop, plan.loop_trials)
+    if "evaluation" in only:
+        _say(f"13. evaluation: {plan.evaluation_size} + 8 hostile programs per pool")
+        results["evaluation"] = evaluation(
+            bench,
+            plan.evaluation_workers,
+            plan.evaluation_rounds,
+            size=plan.evaluation_size,
+            big=plan.evaluation_big_mib,
+            out=plan.evaluation_out_mib,
+        )
 
 
 def _write(path: Path, text: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import sys
 from collections.abc import Iterator
@@ -22,11 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import measures
 from benchmarks.doors import Doors
+from benchmarks.evaluation import MARKER, evaluation
 from benchmarks.loops import loops
 from benchmarks.measures import Bench
 from benchmarks.plot import Panel, Row, render_svg
 from benchmarks.procs import Channel, Registry, memory_kib, status_fields
-from benchmarks.report import markdown, plot, update_doc
+from benchmarks.report import evaluation_section, markdown, plot, update_doc
 from benchmarks.run import QUICK, main
 from benchmarks.stats import format_ms, format_ratio, percentile, ratio, summarize
 
@@ -256,8 +258,6 @@ def test_scale_runs_and_cleans_up(bench: Bench) -> None:
 
 
 def test_proc_readers_read_this_process() -> None:
-    import os
-
     status = status_fields(os.getpid())
     assert status["VmRSS"] > 0
     assert "voluntary_ctxt_switches" in status
@@ -279,3 +279,28 @@ def test_one_trial_of_each_loop(bench: Bench) -> None:
         assert len(item["seconds"]) == 1  # type: ignore[arg-type]
     text = markdown({**_results(), "loops": list(looped.values())})
     assert "| shell | tether timeout (launcher) | 2 |" in text
+
+
+def test_evaluation_counts_what_subprocess_leaves_and_kills_it(bench: Bench) -> None:
+    pools = evaluation(
+        bench, (2,), 1, size=2, big=16, out=1, hostile=["setsid leaker", "closed stdout"], timeout=1
+    )
+    by_way = {item["way"]: item for item in pools}
+    assert set(by_way) == {"subprocess.run", "tether.run", "tether.run_async"}
+    for item in pools:
+        assert "failure" not in item, item
+        assert float(item["cpu_s"]) > 0  # type: ignore[arg-type]
+    assert by_way["subprocess.run"]["left_behind"] == 1  # the setsid leaker's sleep
+    assert by_way["subprocess.run"]["outcomes"] == {"passed": 2, "failed (1)": 1, "timed out": 1}
+    assert by_way["tether.run"]["left_behind"] == by_way["tether.run_async"]["left_behind"] == 0
+    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _has_marker(int(pid))]
+    assert left == [], "the evaluation worker kills what it counted"
+    table = "\n".join(evaluation_section(pools))
+    assert "| `tether.run` | 2 |" in table
+
+
+def _has_marker(pid: int) -> bool:
+    try:
+        return MARKER.encode() in Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
