@@ -29,12 +29,7 @@ import tether
 from tether.api.handle import _decode_error
 from tether.api.outcome import CommandFailed, Outcome, OutputDecodeError, TimeoutExpired
 from tether.caller.fingerprint import Unreadable
-from tether.caller.launch_errors import (
-    CommandNotExecutable,
-    CommandNotFound,
-    LaunchError,
-    _NamedLaunchError,
-)
+from tether.caller.launch_errors import CommandNotExecutable, CommandNotFound, LaunchError
 from tether.caller.request import LimitsUnavailable, RequestError
 from tether.cli.seed_options import UsageError
 from tether.cli.timeout_options import OptionError
@@ -191,7 +186,7 @@ def test_a_run_timeout_pickles_with_its_output_and_outcome(
 def test_a_named_launch_error_pickles_as_itself(
     kind: type[LaunchError], message: str, program: str | None
 ) -> None:
-    error = kind(message, errno=errno.ENOENT, exit_status=127, filename=program)  # type: ignore[call-arg]  # both take it
+    error = kind(message, errno=errno.ENOENT, exit_status=127, filename=program)
     copy = round_trip(error)
     same_exception(error, copy)
     assert copy.filename == program
@@ -203,7 +198,6 @@ EXAMPLES: dict[type[BaseException], Callable[[], BaseException]] = {
     TimeoutExpired: lambda: TimeoutExpired(["sleep", "9"], 1.5, b"so far"),
     CommandNotFound: lambda: CommandNotFound("nope", errno=errno.ENOENT, filename="nope"),
     CommandNotExecutable: lambda: CommandNotExecutable("no", errno=errno.EACCES, filename="./x"),
-    _NamedLaunchError: lambda: _NamedLaunchError("no", errno=errno.EPERM, filename="x"),
     CommandFailed: lambda: CommandFailed(
         Outcome(tether.Reason.CANCELLED, 130, -15, False, None, started_at=datetime.now(UTC))
     ),

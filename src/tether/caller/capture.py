@@ -1,22 +1,8 @@
 """The command's output and input, on the caller's side: pipes read while the command runs.
 
-A command that writes more than a pipe holds (64 KiB on Linux) blocks until
-someone reads; a caller that writes input the command does not read blocks
-too. :mod:`subprocess` avoids the deadlock by waiting for all its pipes at
-once, and so does this module: every descriptor here is non-blocking, and the
-callers of :class:`Exchange` wait for all of them together (``poll`` in a
-thread, ``add_reader``/``add_writer`` in an event loop), never one after the
-other and never in a helper thread.
-
-Output is kept in memory, so it is bounded: :class:`HeadTail` keeps the first
-and the last bytes of a stream up to a limit and counts what it dropped in
-between, because the start of a log says what the command was doing and the
-end says how it failed; the middle is what a runaway loop repeats.
-
-This is how ``run()`` reads; a stream of ``launch(..., stdout=PIPE)``, read
-at the pace of the code that reads it, is :mod:`tether.caller.output_stream`.
-
-Caller side: standard library only, and nothing heavy at import.
+Every descriptor non-blocking, all waited on together, as :mod:`subprocess` does, so no pipe
+deadlocks; output kept as its head and tail (:class:`HeadTail`, docs/api.md). A stream read at
+the reader's pace is :mod:`tether.caller.output_stream`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Signals to a command-line caller, turned into requests on the lifeline.
 
-``tether run`` and ``tether timeout`` are callers: Ctrl-C, SIGTERM and SIGHUP
-sent to them must stop the command, not just them. The handler does nothing
-but write one byte to the lifeline (``os.write`` is safe in a handler), so the
-supervisor does the stopping. A signal that arrives while the supervisor is
-still being started is kept and sent as soon as there is a lifeline to send it
-on. ``tether run`` treats a second Ctrl-C as "kill now". Ctrl-Z (and ``fg``)
-stop (and continue) the command's tree with the caller
-(:func:`tether.caller.relay.relay_job_control`).
-
-Caller side: standard library only.
+A handler writes one byte (the supervisor does the stopping); one that arrives before there is
+a lifeline is kept and sent then; a second Ctrl-C at ``tether run`` kills (docs/cli.md,
+"Signals").
 """
 
 from __future__ import annotations

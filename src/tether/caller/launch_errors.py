@@ -1,20 +1,10 @@
 """A run that could not be started, as the ``OSError`` subclasses :mod:`subprocess` raises.
 
-One exception, :class:`LaunchError`, for every way a launch fails before the
-command runs (the supervisor could not be started, or said the command could
-not be), so that every door (the CLI, the API, Ray) catches one class and
-reads one set of fields, and ``except OSError`` around a launch keeps working
-as it does around :mod:`subprocess`.
-
-``subprocess.run(["no-such-program"])`` raises :class:`FileNotFoundError`, and
-a file that is not executable :class:`PermissionError`; programs catch those
-by name. Only the two subclasses here are also those built-in subclasses, so
-an ``except FileNotFoundError`` written for ``subprocess.run`` keeps catching
-the same thing. :func:`launch_error` picks the class from the errno the
-supervisor reported.
-
-Imported on the path to ``tether run``'s launch: no ``typing`` or ``pathlib``
-at run time.
+One exception, :class:`LaunchError`, for every way a launch fails before the command runs, so
+every door catches one class and ``except OSError`` keeps working as around :mod:`subprocess`;
+a command not found or not executable is also a :class:`FileNotFoundError` or
+:class:`PermissionError`, as ``subprocess.run`` raises (docs/api.md, "When the command cannot
+be started").
 """
 
 from __future__ import annotations
@@ -35,55 +25,9 @@ __all__ = ["CommandNotExecutable", "CommandNotFound", "LaunchError", "cannot_sta
 class LaunchError(OSError):
     """The supervisor could not be started, or said the command could not be.
 
-    An :class:`OSError`, as :mod:`subprocess` raises when a program cannot be
-    started, so ``except OSError`` around a launch keeps working. ``errno`` is
-    the reason where one is known (``ENOENT``: not found, ``EACCES``: not
-    executable); ``exit_status`` is the status the CLI would exit with (127,
-    126, 125); ``record_path`` is the ``launch_failed`` record written for the
-    attempt, if any.
+    ``errno`` is the reason where known, ``exit_status`` the status the CLI would exit with
+    (127, 126, 125), ``record_path`` the ``launch_failed`` record, ``filename`` the program.
     """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        errno: int | None = None,
-        exit_status: int | None = None,
-        record_path: Path | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.errno = errno
-        self.strerror = None if errno is None else os.strerror(errno)
-        self.exit_status = exit_status
-        self.record_path = record_path
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (
-            _rebuild_launch_error,
-            (self.args[0], self.errno, self.exit_status, self.record_path),
-        )
-
-
-def _rebuild_launch_error(
-    message: str, errno: int | None, exit_status: int | None, record_path: Path | None
-) -> LaunchError:
-    return LaunchError(message, errno=errno, exit_status=exit_status, record_path=record_path)
-
-
-def cannot_start(error: OSError) -> LaunchError:
-    """The :class:`LaunchError` for a supervisor the system would not start (status 125)."""
-    return LaunchError(
-        f"cannot start the supervisor: {error.strerror or error}",
-        errno=error.errno,
-        exit_status=TETHER_FAILED,
-    )
-
-
-class _NamedLaunchError(LaunchError):
-    """A :class:`LaunchError` about one program, named in ``filename`` as :mod:`subprocess` does."""
 
     def __init__(
         self,
@@ -94,8 +38,15 @@ class _NamedLaunchError(LaunchError):
         record_path: Path | None = None,
         filename: str | None = None,
     ) -> None:
-        super().__init__(message, errno=errno, exit_status=exit_status, record_path=record_path)
+        super().__init__(message)
+        self.errno = errno
+        self.strerror = None if errno is None else os.strerror(errno)
+        self.exit_status = exit_status
+        self.record_path = record_path
         self.filename = filename
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
     def __reduce__(self) -> tuple[object, ...]:
         fields = {
@@ -107,21 +58,28 @@ class _NamedLaunchError(LaunchError):
         return (_rebuild, (type(self), self.args[0], fields))
 
 
-def _rebuild(
-    kind: type[_NamedLaunchError], message: str, fields: dict[str, Any]
-) -> _NamedLaunchError:
+def _rebuild(kind: type[LaunchError], message: str, fields: dict[str, Any]) -> LaunchError:
     return kind(message, **fields)
 
 
-class CommandNotFound(_NamedLaunchError, FileNotFoundError):
+def cannot_start(error: OSError) -> LaunchError:
+    """The :class:`LaunchError` for a supervisor the system would not start (status 125)."""
+    return LaunchError(
+        f"cannot start the supervisor: {error.strerror or error}",
+        errno=error.errno,
+        exit_status=TETHER_FAILED,
+    )
+
+
+class CommandNotFound(LaunchError, FileNotFoundError):
     """The command was not found (``ENOENT``, status 127): a :class:`FileNotFoundError`."""
 
 
-class CommandNotExecutable(_NamedLaunchError, PermissionError):
+class CommandNotExecutable(LaunchError, PermissionError):
     """The command may not be executed (``EACCES``, status 126): a :class:`PermissionError`."""
 
 
-_BY_ERRNO: dict[int, type[_NamedLaunchError]] = {
+_BY_ERRNO: dict[int, type[LaunchError]] = {
     errno_codes.ENOENT: CommandNotFound,
     errno_codes.EACCES: CommandNotExecutable,
     errno_codes.EPERM: CommandNotExecutable,
@@ -138,10 +96,8 @@ def launch_error(
 ) -> LaunchError:
     """The exception for a command the supervisor could not start, by its errno.
 
-    ``program`` is ``argv[0]`` as given; it becomes ``filename``, as in the
-    :class:`OSError` :mod:`subprocess` raises. Any other errno (``ENOEXEC``,
-    ``E2BIG``, ...) is a plain :class:`LaunchError`, as :mod:`subprocess`'s is
-    a plain :class:`OSError`.
+    ``program`` (``argv[0]``) becomes ``filename``; an errno without a subclass gives a plain
+    :class:`LaunchError`, as :mod:`subprocess`'s is a plain :class:`OSError`.
     """
     kind = _BY_ERRNO.get(errno) if errno is not None else None
     if kind is None:

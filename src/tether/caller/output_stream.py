@@ -1,15 +1,7 @@
 """A stream of the command's output, read by the caller while it runs: ``launch(stdout=PIPE)``.
 
-:class:`OutputStream` is what ``tether.launch(..., stdout=PIPE)`` hands back,
-as :class:`subprocess.Popen` does its pipes: read whole, by line in a ``for``
-loop, or ``async for`` through the running event loop (``add_reader``, never a
-helper thread). It is apart from :mod:`tether.caller.capture`, which collects
-all of a run's pipes at once for ``run()``, because it is the other way to
-read a pipe: one stream, at the pace of the code that reads it, in pieces as
-they come (:class:`_Pieces`), and unbounded, as ``subprocess``'s; unread
-output fills the pipe and then blocks the command.
-
-Caller side: standard library only, and nothing heavy at import.
+Read whole, by line, or ``async for`` through the running loop, unbounded as ``subprocess``'s
+pipes are (docs/api.md, "The streams of a launched command").
 """
 
 from __future__ import annotations

@@ -1,29 +1,8 @@
 """Signals a command-line caller receives, relayed to its command's tree as GNU tools do.
 
-Two jobs, each a set of signal handlers that write one byte on the lifeline
-(``os.write`` is safe in a handler; the supervisor does the signalling):
-
-* **Job control**, for both doors (:func:`relay_job_control`). Ctrl-Z sends
-  SIGTSTP to the terminal's foreground job, which is the CLI, not the
-  command: the command runs in a process group of its own. So the CLI asks
-  the supervisor to stop the whole tree (:data:`SUSPEND`: SIGSTOP to it) and
-  then stops itself, and when the shell continues it (``fg``, ``bg``:
-  SIGCONT), it asks for the tree to continue (:data:`RESUME`). SIGTTIN and
-  SIGTTOU (a background job touching the terminal) stop the same way. The
-  deadline keeps counting meanwhile, on ``CLOCK_MONOTONIC``, as GNU
-  ``timeout``'s does.
-* **Passing signals on**, for ``tether timeout`` (:class:`TimeoutRelay`):
-  every signal GNU ``timeout`` passes on (INT, QUIT, HUP, TERM, PIPE, USR1,
-  USR2, ... and the real-time ones) goes to the command's tree as itself,
-  so that Ctrl-C ends a command with 130 by its own SIGINT; SIGALRM is
-  ``timeout``'s own timer going off: time is up now (:data:`TIME_OUT`). A
-  signal ignored when the program started is left ignored, as GNU leaves it,
-  and the command inherits it ignored (:func:`ignored_at_start`).
-
-A signal that arrives before the lifeline exists (during the launch) is
-kept and sent once there is one.
-
-Caller side: standard library only.
+Job control for both doors (:func:`relay_job_control`) and, for ``tether timeout``, every
+signal GNU ``timeout`` passes on (:class:`TimeoutRelay`), each one byte on the lifeline
+(docs/cli.md, "Terminals and job control"; docs/timeout.md).
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
 """The one client of the status pipe: typed messages in, a lost supervisor handled once.
 
-Every door that starts a supervisor (``tether run``, ``tether timeout``, the
-Python API) reads how the run goes through :class:`StatusClient`, so every
-door sees the same things: :class:`~tether.shared.protocol.Started` once the
-command runs, :class:`~tether.shared.protocol.Signalled` for each signal the
-tree gets, and, last, one :class:`~tether.shared.protocol.Finished`. When the
-pipe ends without ``finished`` (the supervisor was SIGKILLed, before or after
-the command started), the client does what a caller must
-(:func:`~tether.caller.fallback.after_supervisor_lost`: stop what is left,
-write the fallback record) and hands on the ``Finished`` that says so. No
-door can forget that step, because no door reads the pipe itself.
-
-Reads never block: :meth:`StatusClient.read_available` takes whatever whole
-lines have arrived, so the API can wait for the descriptor in ``poll()`` or an
-event loop's ``add_reader``; :meth:`StatusClient.wait` is the blocking wait the
-command line uses.
-
-Caller side: standard library only.
+Every door reads through :class:`StatusClient`, which on an end of file without ``finished``
+stops what is left and writes the fallback record itself (docs/architecture.md, "Channels").
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """The verdict line: what ended a run and what tether did about it, in one line for a person.
 
-``tether run -v`` prints it on stderr and ``str(outcome)`` in the API returns
-it, so the person who ran the command learns at once what the record would
-tell them: ``deadline 2s passed; stopped 3 processes (1 outside the group) in
-1.2 ms; record /home/me/.local/state/tether/runs/...json``. It is built from
-the ``finished`` message and the request alone: no file is read to say it.
-
-Both doors hand over what they hold as it is (the ``finished`` message, or the
-:class:`~tether.api.outcome.Outcome` made from it), so the line is read field by
-field here and nowhere else; only what ``finished`` does not carry (the
-deadline asked for, where the record is, why there is none) comes beside it.
-
-Caller side: standard library only, and nothing imported until it is used.
+``tether run -v`` and ``str(outcome)``, built from the ``finished`` message and the request
+alone (docs/cli.md).
 """
 
 from __future__ import annotations

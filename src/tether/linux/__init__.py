@@ -1,11 +1,7 @@
 """The Linux mechanisms tether stands on, one small module each.
 
-tether's guarantees come from Linux features with no portable equivalent:
-pidfds (signal and watch a process without racing pid reuse), the child
-subreaper flag (orphans come back to the supervisor instead of init),
-``PR_SET_PDEATHSIG`` (a backstop if the supervisor itself is killed), and
-``/proc`` (to find every descendant). Rather than pretend to run elsewhere and
-quietly keep fewer promises, tether refuses to start on any other platform.
+pidfds, the child subreaper, ``PR_SET_PDEATHSIG`` and ``/proc`` have no portable equivalent, so
+tether refuses to start anywhere else (docs/containment.md).
 """
 
 from __future__ import annotations

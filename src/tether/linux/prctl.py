@@ -1,27 +1,7 @@
-"""``prctl(2)`` through ctypes, for the flags the standard library does not offer.
+"""``prctl(2)`` for the flags the standard library does not offer, through ``_ctypes``.
 
-``PR_SET_CHILD_SUBREAPER`` makes every orphaned descendant of the supervisor
-re-parent to it rather than to init, which is how a descendant that escaped
-with ``setsid()`` or a double fork stays findable. ``PR_SET_PDEATHSIG`` is the
-backstop for the one case the supervisor cannot handle itself: its own
-SIGKILL. ``PR_SET_NAME`` gives the supervisor the name others know it by. All
-are plain integers (or a short string) passed to libc, and the C function is
-looked up on first use.
-
-The caller reads three values through it too, for its zygote's fingerprint
-(:mod:`tether.caller.zygote`), which ``/proc`` shows only for a process's
-first thread, or not at all: the calling thread's timer slack
-(``PR_GET_TIMERSLACK``) and I/O priority (``ioprio_get``, through libc's
-``syscall``: it has no wrapper), and the process's memory-deny-write-execute
-flags (``PR_GET_MDWE``, kept across ``fork`` and ``exec``).
-
-The lookup goes through ``_ctypes``, the C half of :mod:`ctypes`, as
-``ctypes.CDLL(None, use_errno=True).prctl`` does it: the function pointer
-type that call makes, with the same flags and result type, on the same
-handle. ``import ctypes`` itself builds its whole family of C types and
-costs about 3 ms, on the path to every command's launch, for this one
-function. Where ``_ctypes`` lacks any piece of that (another Python, a later
-version), :mod:`ctypes` is used as it is.
+The subreaper, the parent-death signal, the process's name, and three values the caller's
+zygote fingerprint reads (docs/architecture.md, "Why some mechanisms are built as they are").
 """
 
 from __future__ import annotations

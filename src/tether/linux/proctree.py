@@ -1,20 +1,7 @@
-"""Finding a process's descendants through ``/proc``.
+"""Finding a process's descendants through ``/proc/<pid>/task/<tid>/children``.
 
-``/proc/<pid>/task/<tid>/children`` lists the children of each thread. Walking
-it down from the supervisor finds every process the command started, wherever
-it moved its process group or session, because the supervisor is a subreaper:
-an orphan is re-parented to it and so stays in the walk.
-
-The walk is a snapshot: processes may be born or die while it runs. Callers
-treat its answer as "at least these, at that moment" and repeat it when the
-tree may have changed (after every SIGCHLD while stopping).
-
-A file that cannot be read because its process is gone (``ENOENT``,
-``ESRCH``) is the answer "gone". Any other failure (``EMFILE`` when the
-descriptor table is full, ``EACCES``...) is raised, never read as "no
-children" or "no such process": a walk that saw nothing because it could not
-open anything must not be taken for an empty tree. The supervisor decides what
-to do about it (:mod:`tether.supervisor.reserve`).
+A snapshot, repeated when the tree may have changed; gone is gone, any other failure is raised
+(docs/containment.md, "Rung 2: the subreaper sweep").
 """
 
 from __future__ import annotations

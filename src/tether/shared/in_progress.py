@@ -1,12 +1,8 @@
 """How a run says it is in progress, whatever its record's name: a lock on its event log.
 
-A record path may be reused (``--record runs/nightly.json`` every night): while
-tonight's run goes on, last night's record still sits at the name, and
-tonight's event log beside it. ``tether prune`` judging by the old record
-would remove the live log. So the supervisor holds an exclusive ``flock`` on
-its event log for as long as it writes it (the kernel drops it when the
-supervisor is gone, however it goes), and prune leaves alone every run whose
-log is locked.
+The supervisor holds an exclusive ``flock`` on its event log while it writes it, and pruning
+leaves every run whose log is locked alone: a reused record path must not lose tonight's live
+log to last night's record (docs/operators.md).
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
 """Where records and their event logs live by default, and how they are named.
 
-Every door that writes records by default (``tether run``, ``tether timeout``,
-the Python API) writes them to the same place, so that ``tether ls`` finds
-them all: ``$XDG_STATE_HOME/tether/runs/`` (``~/.local/state/tether/runs/``
-when the variable is unset), which is what the XDG base directory
-specification sets aside for state worth keeping but not worth backing up.
-
-A name starts with the UTC time down to the microsecond, so a directory
-listing sorts by start time, and ends with random hex, so two runs started in
-the same microsecond (or on two hosts sharing a directory) cannot collide.
-
-Caller side: standard library only.
+``$XDG_STATE_HOME/tether/runs/`` for every door, names that sort by UTC time and end in random
+hex (docs/cli.md, "Records"); paths handled as strings, read as :mod:`pathlib` reads them.
 """
 
 from __future__ import annotations
@@ -58,23 +49,7 @@ def default_records_dir() -> Path:
 
 
 def records_dir() -> str:
-    """``$XDG_STATE_HOME/tether/runs``, or ``~/.local/state/tether/runs``, as a normal path.
-
-    A relative ``XDG_STATE_HOME`` is ignored, as the XDG specification says:
-    it would put records wherever the caller happens to be. For the same
-    reason the home directory must be an absolute path: ``HOME`` if it is set,
-    else the user's entry in the password database. Without one (``HOME``
-    empty or relative, or unset for a user the database does not know, as in a
-    container run under a bare uid), there is no default directory, and
-    :class:`~tether.shared.record_file.RecordError` says so: the records would
-    otherwise land in ``./~/.local/state`` or ``/.local/state``.
-
-    The home must also exist: tether makes ``.local/state/tether/runs`` inside
-    a home, never the home itself. ``HOME=/nonexistent`` (the ``nobody``
-    user's, and many service accounts') would otherwise have root create
-    ``/nonexistent/.local/state``. An ``XDG_STATE_HOME`` that is set is the
-    user's explicit choice, and is made if missing, as the specification asks.
-    """
+    """``$XDG_STATE_HOME/tether/runs``, or ``~/.local/state/tether/runs`` (docs/cli.md)."""
     state = os.environ.get("XDG_STATE_HOME", "")
     if not os.path.isabs(state):
         state = os.path.join(_home(), ".local", "state")
@@ -82,7 +57,7 @@ def records_dir() -> str:
 
 
 def _home() -> str:
-    """The user's home directory, an absolute path; :class:`RecordError` if there is none."""
+    """The user's home, absolute and existing (never made); :class:`RecordError` if none."""
     home = os.environ.get("HOME")
     if home is None:
         home = os.path.expanduser("~")  # the password database's, or "~" unchanged
@@ -105,12 +80,7 @@ def _home() -> str:
 
 
 def new_record_name() -> str:
-    """A record file name that sorts by time and cannot collide.
-
-    The time by :mod:`time`, not :mod:`datetime`: every run that keeps a
-    record names it before its command is launched, and ``datetime`` would
-    cost that path milliseconds to import.
-    """
+    """A record file name that sorts by time and cannot collide (by :mod:`time`, not datetime)."""
     seconds, microseconds = divmod(time.time_ns() // 1000, 1_000_000)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds))
     return f"{stamp}.{microseconds:06d}Z-{os.urandom(4).hex()}.json"
@@ -124,39 +94,23 @@ def new_record_path() -> Path:
 
 
 def new_record_path_text() -> str:
-    """A fresh record path in the default directory, as a string (no ``pathlib`` loaded)."""
     return f"{records_dir()}/{new_record_name()}"
 
 
 def events_path_for(record_path: Path) -> Path:
-    """Where the event log of the record at ``record_path`` lives.
-
-    ``runs/abc.json`` -> ``runs/abc.events.jsonl``: beside the record, so the two
-    travel together, and named after it, so either one finds the other.
-    """
+    """``runs/abc.json`` -> ``runs/abc.events.jsonl``."""
     return record_path.with_name(events_name_for(record_path.name))
 
 
 def events_name_for(record_name: str) -> str:
-    """The event log's file name for the record named ``record_name`` (its stem, as pathlib
-    took it up to Python 3.13, and :data:`EVENTS_SUFFIX`).
-
-    The same on every Python: a final dot is no suffix (``x.`` -> ``x..events.jsonl``),
-    leading dots are (``..a`` -> ``..events.jsonl``). 3.14's pathlib reads both the
-    other way, and a log's name must not change with the Python that writes or looks
-    for it.
-    """
+    """The record's stem as pathlib took it up to 3.13 (on every Python), and the suffix."""
     dot = record_name.rfind(".")
     stem = record_name[:dot] if 0 < dot < len(record_name) - 1 else record_name
     return stem + EVENTS_SUFFIX
 
 
 def _root_and_parts(text: str) -> tuple[str, list[str]]:
-    """``text``'s root (``""``, ``"/"`` or ``"//"``) and its names, as pathlib splits a path.
-
-    POSIX lets exactly two leading slashes mean something else than one, so
-    pathlib keeps them; empty names and ``.`` go, ``..`` stays.
-    """
+    """``text``'s root (``""``, ``"/"`` or ``"//"``) and its names, as pathlib splits a path."""
     root = ""
     if text.startswith("/"):
         stripped = text.lstrip("/")
@@ -172,8 +126,7 @@ def normal_path(text: str) -> str:
 
 
 def parent_and_name(text: str) -> tuple[str, str]:
-    """``text``'s parent and name as :mod:`pathlib` gives them (``Path(text).parent``,
-    ``.name``), as strings."""
+    """``Path(text).parent`` and ``.name``, as strings."""
     root, parts = _root_and_parts(text)
     if not parts:
         return root or ".", ""
@@ -187,13 +140,7 @@ def with_name(text: str, name: str) -> str:
 
 
 def is_record_name(name: str) -> bool:
-    """Whether :func:`new_record_name` could have given ``name``.
-
-    ``YYYYmmddTHHMMSS.ffffffZ-xxxxxxxx.json``, ``x`` a lowercase hex digit.
-
-    By hand rather than by a regular expression, which would cost every run
-    milliseconds to compile.
-    """
+    """Whether :func:`new_record_name` could have given ``name`` (by hand: no ``re``)."""
     if len(name) != 37 or not name.endswith(".json"):
         return False
     stamp, dash, token = name[:23], name[23], name[24:32]
@@ -207,13 +154,7 @@ def is_record_name(name: str) -> bool:
 
 
 def maybe_prune(directory: str | Path) -> None:
-    """Prune the default ``directory`` if a pass is due (:mod:`tether.shared.retention`).
-
-    What every run that writes there pays: one ``stat`` of the marker and a
-    random byte. The pass itself, and the module that does it, only when due
-    (an hour since the last, or a 1-in-64 chance). Never raises: pruning is
-    housekeeping, never a reason to fail a run.
-    """
+    """Prune the default ``directory`` if a pass is due (docs/operators.md); never raises."""
     try:
         if os.urandom(1)[0] % _PRUNE_ONE_IN != 0:
             try:
@@ -229,5 +170,5 @@ def maybe_prune(directory: str | Path) -> None:
 
         retention, _problems = retention_from(os.environ)
         prune(Path(directory), retention)
-    except Exception:  # noqa: S110 - see the docstring
+    except Exception:  # noqa: S110 - housekeeping never fails a run
         pass

@@ -1,16 +1,7 @@
 """When this process started, on the monotonic clock: where a program's deadline counts from.
 
-A person or a script asks for ``timeout 5 cmd`` when they start it; tether's
-own code first runs 20 ms or more later (the interpreter, ``site``, the
-console script), and a clock read at import would grow every deadline by
-that much. The kernel knows when the process started: field 22 of
-``/proc/self/stat``, in clock ticks of the boot clock (``CLOCK_BOOTTIME``),
-which this module converts to ``CLOCK_MONOTONIC``, the clock deadlines are
-kept on (the two differ only by the time the machine was suspended).
-
-Only the programs count from there (``tether run``, ``tether timeout``, the
-seed door); the Python API counts from the call, which is when its caller
-asked. Loaded before anything else a door needs: ``os`` and ``time`` only.
+Field 22 of ``/proc/self/stat``, converted from ``CLOCK_BOOTTIME`` (docs/cli.md;
+docs/architecture.md, "Why some mechanisms are built as they are").
 """
 
 from __future__ import annotations

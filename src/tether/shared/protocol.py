@@ -1,28 +1,9 @@
 """The two channels between a caller and its supervisor, and what travels on the status one.
 
-Both are Unix socket pairs made by the caller, not pipes: a pipe can be opened
-again through ``/proc/PID/fd/N`` by any process of the same user, the command
-included, which could then hold the lifeline open or write the caller a status
-of its own; a socket cannot be opened that way.
-
-**The lifeline** (caller to supervisor): its bytes, how a caller writes them
-and how a supervisor reads them are :mod:`tether.shared.lifeline`.
-
-**The status channel** (supervisor to caller). One JSON object per line, each
-a message class here: :class:`Spawned` (written by the command itself between
-fork and exec: where it is), :class:`Started` (supervisor pid, command pid and
-group, the run's cgroups), :class:`Signalled` for each signal sent to the tree,
-then :class:`Finished` (how the run ended). End of file without ``finished``
-means the supervisor itself was lost. A line that cannot be read is decoded
-as :class:`Garbled`, never as an exception: the other end may be a dying
-process.
-
-Messages are plain classes with slots rather than dataclasses: the supervisor
-sends ``started`` on its way to the command's launch, where every millisecond
-of import counts. Decoding checks every field's type, so the caller never
-trusts a value it did not check.
-
-Stdlib only, cheap to import: both sides use it.
+One JSON object a line, each a message class here, decoded with every field's type checked; a
+line that cannot be read is :class:`Garbled`, never an exception. The lifeline's bytes are
+:mod:`tether.shared.lifeline`. Why sockets, and what each message means: docs/architecture.md,
+"Channels".
 """
 
 from __future__ import annotations
@@ -48,8 +29,7 @@ __all__ = [
     "decode",
 ]
 
-#: The spec's role of a descriptor the API's ``pass_fds`` hands on: ``pass:N``,
-#: N its number in the command (in the supervisor it may arrive at another).
+#: The spec's role of a descriptor ``pass_fds`` hands on: ``pass:N``, N its number in the command.
 PASSED_ROLE: Final = "pass:"
 
 
@@ -68,15 +48,7 @@ def _number(value: object) -> float | None:
 
 
 class Placement:
-    """Where a run's command is: its supervisor, its pid and group, its cgroups.
-
-    What a caller needs to stop what is left of the tree if the supervisor is
-    lost. ``cgroups`` are the absolute directories of the run's own cgroup in
-    every hierarchy it was made in (``[]`` without cgroup containment), as
-    :attr:`tether.linux.run_cgroups.RunCgroups.directories` lists them (v2 first),
-    so that such a caller can still end the whole tree; it checks each is one
-    of tether's own before it touches it.
-    """
+    """Where a run's command is (supervisor, pid, group, cgroup directories, v2 first)."""
 
     __slots__ = ("cgroups", "pgid", "pid", "supervisor_pid")
 
@@ -115,15 +87,7 @@ class Placement:
 
 
 class Spawned(Placement):
-    """The command exists and is about to run: sent by the command itself, before its exec.
-
-    Written between fork and exec, once the command's parent-death signal is
-    set, so that no moment exists in which the command runs and its caller
-    does not know where: a supervisor lost after the fork but before it said
-    :class:`Started` leaves a caller that can still stop what the command
-    started. It says nothing else; :class:`Started` (or a ``finished`` for a
-    command that could not be executed) follows.
-    """
+    """The command exists and is about to run: sent by the command itself, before its exec."""
 
     __slots__ = ()
     KIND: Final = "spawned"
@@ -157,18 +121,7 @@ class Signalled:
 
 
 class Finished:
-    """How the run ended: the last message a supervisor sends.
-
-    ``reason`` is a record reason's value (``completed``, ``deadline_exceeded``
-    ...), ``exit_status`` the status the door reports, ``returncode`` the
-    command's own (``subprocess`` style), ``record`` where the record was
-    written (``None``: no record was asked for, or it could not be written,
-    which ``message`` then says), ``errno`` why a launch failed. Times are ISO
-    8601 in UTC, as in the record. ``processes_stopped`` (of which
-    ``outside_group`` had left the command's process group) and
-    ``shutdown_seconds`` say what stopping the tree took, for the caller's
-    verdict line; ``None`` from a supervisor that did not say.
-    """
+    """How the run ended: the last message a supervisor sends (fields as the record's)."""
 
     __slots__ = (
         "elapsed_seconds",
@@ -246,7 +199,6 @@ class Finished:
 
 
 def _usage(value: object) -> dict[str, int | float | None] | None:
-    """A ``tree_usage`` mapping: names to numbers (or ``None``); anything else is dropped."""
     if not isinstance(value, dict):
         return None
     return {
@@ -272,8 +224,7 @@ _READERS: Final = {cls.KIND: cls for cls in (Spawned, Started, Signalled, Finish
 
 
 def encode(message: Spawned | Started | Signalled | Finished) -> bytes:
-    """One status line for ``message``."""
-    import json  # here, not at the top: the seed door launches without it
+    import json
 
     return (json.dumps({"event": message.KIND, **message.fields()}) + "\n").encode()
 
@@ -302,9 +253,7 @@ class StatusWriter:
     def __init__(self, fd: int | None) -> None:
         self._fd: int | None = fd
         if fd is not None:
-            # Loaded now, before the launch: ``spawned`` is sent from the command's
-            # child, between its fork and its exec, where an import would delay it.
-            # (Without a channel, as at the seed door, ``json`` is never needed.)
+            # Now: ``spawned`` is sent between the command's fork and exec.
             import json  # noqa: F401
 
     def send(self, message: Spawned | Started | Signalled | Finished) -> None:
@@ -319,7 +268,6 @@ class StatusWriter:
             self.close()
 
     def close(self) -> None:
-        """Close the pipe (the caller then sees end of file)."""
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)

@@ -1,42 +1,9 @@
 """How long the default record directory keeps runs, and the pruning that keeps it so.
 
-A loop in a script that runs ``tether run`` every second would otherwise fill
-``~/.local/state/tether/runs`` for ever. So the default directory keeps at most
-:data:`DEFAULT_KEEP_RUNS` runs and none older than :data:`DEFAULT_KEEP_DAYS`
-days; ``TETHER_KEEP_RUNS`` and ``TETHER_KEEP_DAYS`` change that (``0``: no
-bound of that kind). The defaults: a run leaves about 2.5 KB (its record and
-its event log, measured over 318 real files: median 1.0 KB, largest 1.9 KB
-each), so 10 000 runs are about 25 MB, and ``tether ls`` still lists them
-(2.5 to 6 s on the shared two-core development machine at a load of 14: a
-table one reads, not one to scan on every prompt); 30 days is long enough to
-look back on last month's failures, and a directory one never looks at does
-not grow without end.
-
-Pruning must never cost a run and never remove what it must not:
-
-*Cheap.* A run that writes into the default directory looks at one marker
-file (``.pruned``, :func:`tether.shared.paths.maybe_prune`, which loads this
-module only when a pass is due); a pass over the directory happens only when
-the last was more than an hour ago, or by a 1-in-64 chance (so that a tight
-loop cannot outrun the count bound between two passes). A pass lists the
-directory once; ages come from the record names, which start with the UTC
-start time (:mod:`tether.shared.paths`) and so sort as it does; only the runs
-to remove are opened.
-
-*Safe.* Only names tether gives records (``YYYYmmddTHHMMSS.ffffffZ-xxxxxxxx.json``)
-that are regular files (not links, never followed) *and* read back as tether
-records are removed, each with the ``.events.jsonl`` beside it, the log
-first, so that a pass interrupted half-way never leaves a log without its
-record. A run in progress has no record yet (the record is written once, at
-the end), so it is never touched, and an event log without a record (a run in
-progress, or a supervisor that died without one) is left alone. Removal goes
-through the directory's descriptor, opened without following a link, so
-nothing done to the path meanwhile can redirect it.
-A file that cannot be removed is skipped, and the automatic pass
-(:func:`~tether.shared.paths.maybe_prune`) swallows every failure: pruning is
-housekeeping, never a reason to fail a run.
-
-Caller side: standard library only.
+At most :data:`DEFAULT_KEEP_RUNS` runs, none older than :data:`DEFAULT_KEEP_DAYS` days
+(``TETHER_KEEP_RUNS``, ``TETHER_KEEP_DAYS``); a pass removes only finished tether runs, the
+event log first, through the directory's descriptor. The numbers behind the defaults and what a
+pass may remove: docs/operators.md, "How long runs are kept".
 """
 
 from __future__ import annotations
@@ -108,11 +75,7 @@ class Pruned(FrozenValue):
 
 
 def retention_from(environ: Mapping[str, str]) -> tuple[Retention, list[str]]:
-    """The default directory's retention from ``TETHER_KEEP_RUNS``/``TETHER_KEEP_DAYS``.
-
-    Returns it and the problems with values that were not numbers (the
-    default is used for those): for a door to say, once.
-    """
+    """The retention from ``TETHER_KEEP_RUNS``/``TETHER_KEEP_DAYS``, and what was not a number."""
     problems: list[str] = []
     runs: int | None = DEFAULT_KEEP_RUNS
     days: float | None = DEFAULT_KEEP_DAYS
@@ -139,11 +102,7 @@ def retention_from(environ: Mapping[str, str]) -> tuple[Retention, list[str]]:
 def prune(
     directory: Path, retention: Retention, *, dry_run: bool = False, now: float | None = None
 ) -> Pruned:
-    """Remove the runs of ``directory`` that ``retention`` does not keep; return what went.
-
-    Raises :class:`OSError` if the directory cannot be opened (a link, missing);
-    a file that cannot be removed is skipped.
-    """
+    """Remove the runs ``retention`` does not keep (a file that cannot be removed is skipped)."""
     now = time.time() if now is None else now
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:

@@ -1,24 +1,9 @@
 """The redactor of one run, built the same way by every writer: supervisor and caller alike.
 
-Whatever tether writes about a run (the record, the event log, a record the
-caller writes itself after losing its supervisor) is scrubbed of the same
-secrets: the values of the secret-looking variables of the caller's
-environment *and* of the environment given to the command (``env=`` replaces
-the command's, not the caller's: both may hold credentials), and the
-credential-shaped words of the command line and of the label. The record's
-field names are the redactor's own keys
-(:func:`~tether.shared.record_document.record_keys`), so a secret can never
-break the record's shape.
-
-**Read once per zygote, not once per run.** Reading the schema's field names
-and the caller's environment, and compiling the pattern, cost a supervisor
-forked from a zygote about three milliseconds of the time its caller waits,
-and each gives the same answer for every run of that caller while its
-environment stays the same. The zygote does all three before it freezes what
-it loaded (:func:`prepare`), and a forked supervisor finds them: the schema's
-keys and the pattern in their caches, the environment's secret values here,
-for an environment equal to the one they were read from (compared whole,
-values included; any other environment is read anew).
+Secret-looking values of the caller's and the command's environments and credential-shaped
+words of the command line and label, with the record's field names as its own keys; read once
+per zygote (docs/architecture.md, "Why some mechanisms are built as they are";
+docs/threat-model.md).
 """
 
 from __future__ import annotations

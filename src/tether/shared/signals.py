@@ -1,19 +1,8 @@
 """Signals by name, as the request, the core and the record spell them, and as numbers.
 
-A stop signal travels from a door to the supervisor by name (``SIGTERM``),
-because the record keeps it and a person reads it. Names cover more than
-:class:`signal.Signals` has members for: ``timeout -s`` takes signal ``0``
-(send nothing, as ``kill -0`` does: only ``-k``'s KILL will stop the
-command) and any real-time signal, which Linux numbers from ``SIGRTMIN`` to
-``SIGRTMAX`` and which are spelt ``SIGRTMIN+N`` / ``SIGRTMAX-N`` as by
-``kill -l``. :func:`signal_name` reads what a person typed into such a name,
-:func:`signal_number` turns a name back into the number to send, and
-:func:`short_name` is how GNU ``timeout -v`` prints one (``TERM``, ``0``,
-``RTMIN+6``). :func:`described` is how every text for a person names the
-signal that killed a process (``SIGRTMIN+1``, never ``signal 35`` in one
-place and ``SIGRTMIN+1`` in another).
-
-Stdlib only, cheap: the caller and the supervisor both use it.
+Names cover signal ``0`` and the real-time signals (``SIGRTMIN+N``, as ``kill -l``);
+:func:`short_name` is GNU ``timeout -v``'s spelling, :func:`described` every text's for the
+signal that killed a process (docs/timeout.md).
 """
 
 from __future__ import annotations

@@ -1,30 +1,9 @@
 """Whether a run's tree did anything since the last look: what feeds the core's idle bound.
 
-Only a run with an ``idle`` bound is looked at, and at most once a second
-(:data:`SAMPLE_SECONDS`: the loop wakes for it, and for nothing else; a run
-without the bound never wakes for it). A look reads, for the whole tree:
-
-* its **CPU time**: the run's cgroup's (``cpu.stat`` ``usage_usec`` on v2,
-  ``cpuacct.usage`` on v1: the scheduler's own count, to the microsecond)
-  where it has one, and in any case the sum of ``utime + stime`` of
-  ``/proc/<pid>/stat`` over the walk (the leader and every descendant of the
-  supervisor, in clock ticks);
-* its **I/O**: the sum of ``/proc/<pid>/io`` (``rchar``, ``wchar``, ``syscr``,
-  ``syscw``: bytes and system calls of reads and writes) over the same walk.
-  Every line the command writes to its stdout or stderr is a ``write()``
-  counted there, whether the stream is the caller's terminal, a file, or a
-  pipe the caller captures: the supervisor never sees the stream itself (the
-  command writes to the caller's descriptors directly), so this is how
-  output reaches the core. A write too short to cost a clock tick is still a
-  system call counted;
-* which processes the tree holds (one that starts or ends is activity).
-
-Anything different from the last look is activity, reported as
-:class:`~tether.core.events.ActivitySeen` at the time of the look; the core
-decides what it means. A file the supervisor cannot read (a process that
-changed its credentials, a kernel without I/O accounting) counts as nothing,
-so the bound can only come later, never earlier, than the tree's activity
-says. Reading the walk costs about two small ``/proc`` reads per process.
+A look reads the tree's CPU time (the cgroup's, and ``utime + stime`` over the walk), its I/O
+(``/proc/<pid>/io``) and which processes it holds; any change is
+:class:`~tether.core.events.ActivitySeen`, and what cannot be read counts as nothing
+(docs/architecture.md, "The idle bound").
 """
 
 from __future__ import annotations

@@ -1,38 +1,9 @@
-"""Starting the command: its own process group, a parent-death backstop, a pidfd.
+"""Starting the command: its own process group, a parent-death backstop, a cgroup, a pidfd.
 
-The command leads a process group of its own (``process_group=0``), so one
-signal reaches everything that stays in it, and a terminal's Ctrl-C aimed at
-the caller does not reach the command behind tether's back.
-
-In the child, between fork and exec, it asks for SIGKILL when its parent dies
-(``PR_SET_PDEATHSIG``) and then checks that the parent is still the
-supervisor: had the supervisor died in the instant before the ``prctl``, the
-signal would never come, so the child kills itself instead (the coreutils 9.11
-check, against the saved pid rather than against 1). This is Python code run
-in the child (:mod:`tether.supervisor.spawn`), which is unsafe in a threaded
-process and safe here because the supervisor is single-threaded. It is only a
-backstop: it reaches the command's leader, not its descendants, and only when
-the supervisor is SIGKILLed; everything else is the supervisor's job.
-
-Where a writable cgroup v2 hierarchy allows it, the command also gets a cgroup
-of its own (:mod:`tether.linux.cgroup`), which it joins itself in the same
-child before its exec, so that nothing it starts is ever born outside
-it. The environment variable ``TETHER_CONTAINMENT`` chooses: ``auto`` (the
-default) uses a cgroup where one can be made and the sweep otherwise,
-silently; ``sweep`` never makes a cgroup; ``cgroup`` insists, and a run for
-which none can be made fails to launch (125) and says why. Which one the
-command really got is read back from its ``/proc/<pid>/cgroup`` once it
-runs: the join can still fail in the child (``EBUSY``, a cgroup removed
-meanwhile), and under ``auto`` that failure must only mean "sweep".
-
-A failure to start is reported with the errno and with *where* it failed:
-``exec`` when the program cannot be executed (127 for not found, 126
-otherwise, as ``timeout`` says) and ``setup`` when tether could not prepare
-the launch (a missing working directory: 125).
-
-``os.pidfd_open`` is called here directly, deliberately: on the command just
-forked, still an unreaped child, so the pidfd names it for certain, and
-everything that signals through it later is :mod:`tether.supervisor.process_tree`'s.
+The child sets ``PR_SET_PDEATHSIG`` and checks its parent, joins its cgroup where
+``TETHER_CONTAINMENT`` allows one, and a failure says where it happened (``exec``: 127/126;
+``setup``: 125). The containment actually got is read back once the command runs. Why:
+docs/containment.md ("The ladder", "The backstop").
 """
 
 from __future__ import annotations

@@ -1,55 +1,8 @@
 """The supervisor's event log: the story of one run, one JSON object a line.
 
-The record says how a run ended; the event log says how it got there, for the
-operator who has to review it afterwards. It is written as things happen, and
-every line is handed to the operating system before :meth:`EventLog.emit`
-returns, so a supervisor that is SIGKILLed mid-run still leaves everything it
-knew up to that moment. Durability against a power cut is the record's job
-(fsync once, at the end), not the log's: an fsync per line would cost more than
-the rest of the supervisor's work.
-
-**The log must never cost the run.** The supervisor writes it while it is
-the only thing standing between a command and a machine it must not outlive,
-so nothing about the file may block or stop it:
-
-* *It is a new, regular file of this run's, or there is none.* It is created
-  ``O_CREAT|O_EXCL|O_NOFOLLOW|O_NONBLOCK`` in the record's held directory
-  (never through a link, never blocking on a FIFO). A regular file already at
-  its name (an earlier run's log, when a record path is reused) is unlinked
-  first, never truncated: a hard link to another file must not empty that
-  file, and run 2's verdict must not be shown over run 1's timeline. Anything
-  else at its name (a FIFO, a socket, a directory, a link) is left alone and
-  :meth:`EventLog.open` raises :class:`OSError`: the run goes on without a log.
-* *A line that cannot be written is dropped, never raised.* A full disk, an
-  I/O error, a closed descriptor: the line is counted
-  (:attr:`EventLog.lines_dropped`, which the record reports as
-  ``event_log_lines_dropped``), the first failure is kept in words
-  (:attr:`EventLog.problem`), and whatever part of the line did reach the file
-  is cut off again, so the log holds whole lines only. When the log is closed
-  after a loss, a last line ``event_log_incomplete`` says how many lines are
-  missing, if it can still be written.
-
-The log is written through structlog, but through a *private* logger:
-``structlog.wrap_logger`` with every setting passed explicitly, so neither
-tether's caller nor any library that configured structlog globally can change
-what (or whether) tether logs, and tether never calls ``structlog.configure()``
-or touches stdlib ``logging``. Only the supervisor process imports this module;
-structlog costs tens of milliseconds to import, which callers should not pay,
-and it is imported without the :mod:`asyncio` (and the other modules) it would
-load for nothing (:mod:`tether.supervisor.deferred`).
-
-Each line starts with ``ts`` (UTC, ISO 8601, microseconds), ``mono`` (the
-monotonic clock, which is what deadlines are measured on; an explicit
-``mono=`` field wins, so a line can carry the time its event was seen) and
-``event``, followed by the fields in the order given; ``ts`` is the wall-clock
-time of ``mono``, so that a line written after the fact (the supervisor acts
-first, then tells) still says when its event happened. The :class:`Redactor`
-runs before the time stamp is added: a clock reading cannot carry a secret, and
-scrubbing a short literal secret out of it could only corrupt it.
-
-:class:`EventLog` satisfies :class:`tether.supervisor.evidence.EventSink`, which is all the
-run's evidence depends on; for a run that keeps no files it uses
-:class:`tether.supervisor.evidence.NullEventLog`, so that it need not import ``structlog``.
+A new regular file of this run's or none; a line that cannot be written is dropped and counted,
+never raised; written through a private structlog logger (docs/record.md, "Where the evidence
+goes"; docs/architecture.md, "Why some mechanisms are built as they are").
 """
 
 from __future__ import annotations

@@ -1,29 +1,9 @@
 """The evidence a run leaves: its event log, its record, and the ``finished`` its caller gets.
 
-The loop decides nothing here and this module decides nothing of the run: it
-keeps what the run will be judged by. Everything that ends up in a file or on
-the status channel about how the run went passes through one object,
-:class:`Evidence`, so that the three accounts (the event log's story, the
-record's verdict and facts, the caller's ``finished``) are built from the same
-values: the signals sent and when, the one redactor of the run, the run's
-start.
-
-**The record must exist; the story may be missing.** Nothing about the event
-log may cost the run: a log that cannot be opened (a FIFO at its name, no
-descriptor left, a full disk) means a run without a log, said once in the
-closing message. A record that cannot be written is one line in that message
-and status 125; the tree was stopped and reaped before, so the evidence
-failing costs nothing else.
-
-**Held, then told.** The loop acts first and tells after (see
-:mod:`tether.supervisor.loop`): the lines of a turn are held here
-(:meth:`Evidence.tell`) and written once the turn has acted
-(:meth:`Evidence.told`), each stamped with the time of what it reports.
-
-Loaded with the loop, once the command runs: ``structlog`` (the event log),
-``pathlib`` and the redactor's module are imported only for a run with a
-record, and when the log is opened, so that writing the record at the end does
-not depend on opening a module's file.
+One object, :class:`Evidence`, builds the three accounts from the same values (signals sent,
+the run's one redactor, its start). The record must exist, the story may be missing
+(docs/operators.md); lines are held and written once the turn has acted (docs/architecture.md,
+"The adapter is thin"). ``structlog``, ``pathlib`` and the redactor load only for a record.
 """
 
 from __future__ import annotations
@@ -98,27 +78,18 @@ class Evidence:
         self.started_monotonic = min(spec.asked_at, time.monotonic())
         self.started_at = wall_clock_at(self.started_monotonic)
 
-    # -- the story ------------------------------------------------------------
-
     def open_log(self, launched: Event, tree: ProcessTree | None) -> None:
-        """Open the event log beside the record (if any) and tell it about the launch.
-
-        Done after the launch, because it imports ``structlog``; the launch line
-        carries the monotonic time the launch really happened at. The log is
-        made in the record's directory as held since before the run.
-        """
+        """Open the event log beside the record (if any), after the launch, and tell it of it."""
         path = self.spec.record_path
         if path is None:
             return
-        # Only for a run with a record, whose door has loaded pathlib already.
         from pathlib import Path
 
         from tether.shared.paths import events_path_for  # loaded with the record file
 
         events = events_path_for(Path(path))
         try:
-            # Loaded now, while descriptors are to be had: writing the record
-            # at the end must not depend on opening a module's file.
+            # Loaded now, while descriptors are to be had, not when the record is due.
             from tether.shared.secrets import redactor_for
 
             self.redactor = redactor_for(self.spec, os.environ)
@@ -128,13 +99,10 @@ class Evidence:
                 events, self.redactor, directory_fd=self.spec.fds.get("record_dir")
             )
         except (OSError, ImportError) as error:
-            # The record is the evidence that must exist; the log is the story.
             problem = getattr(error, "strerror", None) or str(error)
             self.event_log_problem = f"cannot write the event log {events}: {problem}"
             return
-        # Both lines say what the run was for, so that a log whose record is
-        # missing can still be matched to its run; ``started_mono`` is when the
-        # caller asked (the record's start), the line's own ``mono`` the launch.
+        # What the run was for, so a log without its record still names its run.
         policy: dict[str, object] = {
             "label": self.spec.label,
             "deadline_seconds": self.spec.deadline_seconds or 0,
@@ -147,33 +115,17 @@ class Evidence:
             "script": script_name(self.spec.argv),
         }
         if isinstance(launched, Launched) and tree is not None:
-            self.log.emit(
-                "launched",
-                mono=launched.now,
-                pid=tree.leader,
-                pgid=tree.pgid,
-                containment=tree.containment,
-                **policy,
-            )
+            event = "launched"
+            said = {"pid": tree.leader, "pgid": tree.pgid, "containment": tree.containment}
         elif isinstance(launched, LaunchFailed):
-            self.log.emit(
-                "launch_failed",
-                mono=launched.now,
-                errno=launched.errno,
-                error=launched.message,
-                stage=launched.stage,
-                **policy,
-            )
+            event = "launch_failed"
+            said = {"errno": launched.errno, "error": launched.message, "stage": launched.stage}
+        else:
+            return
+        self.log.emit(event, mono=launched.now, **said, **policy)
 
     def tell(self, event: str, mono: float | None = None, /, **fields: object) -> None:
-        """Hold one line for the event log, stamped ``mono`` (default: now), until :meth:`told`.
-
-        Held, not written, so that nothing the loop says stands between an
-        event and the signal it calls for. A turn's lines are written when the
-        turn has acted (or before the record and the exit, which must find
-        the story told); a supervisor SIGKILLed mid-turn loses that turn's
-        lines, no more.
-        """
+        """Hold one line for the event log, stamped ``mono`` (default: now), until :meth:`told`."""
         self.held.append((event, time.monotonic() if mono is None else mono, fields))
 
     def told(self) -> None:
@@ -183,27 +135,17 @@ class Evidence:
             self.log.emit(event, mono=mono, **fields)
 
     def report(self, event: str, /, **fields: object) -> None:
-        """What the tree reports, held as :meth:`tell` does; best effort.
-
-        A log that cannot be written must not stop the tree from being stopped.
-        """
+        """What the tree reports, held as :meth:`tell` does; a failure here stops nothing."""
         with contextlib.suppress(Exception):
             self.tell(event, **fields)
 
     def signal_sent(self, name: str, now: float, processes: int, *, at: float) -> None:
-        """Note a signal the tree got, for the record and (held) the log.
-
-        In the record, stamped with the time the core decided at, ``now``
-        (microseconds before the group has it): the grace in the record is the
-        grace the core kept. In the log, stamped ``at``, when the group got it.
-        """
+        """Note a signal: in the record at ``now``, when the core decided; in the log at ``at``."""
         since_start = now - self.started_monotonic
         self.signals.append(
             SignalSent(signal=name, at_seconds=round(since_start, 6), processes=processes)
         )
         self.tell("signal_sent", at, signal=name, processes=processes)
-
-    # -- the record -----------------------------------------------------------
 
     def facts_of(
         self, verdict: Verdict, tree: ProcessTree | None, remains: Remains, *, stragglers: int
@@ -233,14 +175,7 @@ class Evidence:
         )
 
     def record(self, verdict: Verdict, facts: RunFacts) -> None:
-        """Write the record (when one was asked for), and the closing message.
-
-        The record goes into the directory held since before the run, and
-        nowhere else. Whatever stands in the way (a full disk, no descriptor
-        left, the directory removed) is one line in the run's closing message
-        and status 125. The message also says, in the same line, when the
-        event log is missing or incomplete.
-        """
+        """Write the record, if asked for, through the held directory, and the closing message."""
         self.facts = facts
         path = self.spec.record_path
         if path is None:
@@ -274,14 +209,12 @@ class Evidence:
         self.message = "; ".join(part for part in said if part) or None
 
     def _let_go_of_record_directory(self) -> None:
-        """Close the held record directory: nothing more is written through it."""
         directory_fd = self.spec.fds.get("record_dir")
         if directory_fd is not None:
             with contextlib.suppress(OSError):
                 os.close(directory_fd)
 
     def _event_log_trouble(self) -> str | None:
-        """One clause for the closing message if the event log is missing or incomplete."""
         log = self.event_log
         if log is None:
             return self.event_log_problem
@@ -292,15 +225,12 @@ class Evidence:
             f"could not be written ({log.problem})"
         )
 
-    # -- the caller's account -------------------------------------------------
-
     def exit_status(self, asked: int) -> int:
         """The status the core asked for, unless a record asked for was not written (125)."""
         failed = self.spec.record_path is not None and not self.record_written
         return TETHER_FAILED if failed else asked
 
     def finished(self, exit_status: int, *, outside_group: int) -> Finished:
-        """The caller's ``finished``, from the verdict and the facts of :meth:`record`."""
         verdict, facts = self.verdict, self.facts
         assert verdict is not None
         assert facts is not None
@@ -333,7 +263,7 @@ def _processes_stopped(verdict: Verdict, facts: RunFacts) -> int:
 
 
 def _words(error: BaseException) -> str:
-    """The system's words for ``error``, without the file name ``str(OSError)`` adds."""
+    """The system's words for ``error``, without the file name."""
     if isinstance(error, OSError) and error.errno is not None:
         return os.strerror(error.errno)
     return str(error) or type(error).__name__

@@ -1,22 +1,8 @@
 """The tree finished off and reaped once the core asks for the record; what is left to count.
 
-The core asks for the record when it has decided the run is over: the command
-exited and the tree emptied, or the grace after SIGKILL ran out. What the
-record then says only the processes' ends can tell (the leader's return code,
-its resource usage, the cgroup's account), and reading them has an order that
-is easy to get wrong, so it is written once, here:
-
-1. the last group-wide SIGKILL goes out while the leader is still unreaped,
-   so its process group id cannot have been reused (unless the tree already
-   emptied, and there is nothing to kill);
-2. the leader is reaped (its return code wins over the one seen at its exit:
-   the reaped status is the kernel's last word), then every adopted orphan;
-3. the cgroup's account is read once the tree is all gone and before the
-   cgroup is removed, and which backend enforced each limit with it;
-4. the cgroup is removed; one that will not go is reported (``cgroup_left``).
-
-The mechanisms themselves are :class:`~tether.supervisor.process_tree.ProcessTree`'s.
-Loaded with the loop, once the command runs.
+In this order: the last group SIGKILL while the leader is unreaped, the leader reaped (its
+reaped status wins) and then every orphan, the cgroup's account read, the cgroup removed
+(docs/containment.md, "Stopping, step by step").
 """
 
 from __future__ import annotations

@@ -1,45 +1,8 @@
 """The last resort: a supervisor that fails inside still stops the tree.
 
-The supervisor's promise is that nothing the command started outlives the
-run. An exception nobody planned for (a full disk under the event log, a
-descriptor limit reached while loading code, a bug) must not break it: the
-interpreter would print a traceback nobody reads and exit, and every process
-that left the command's group (or the run's whole cgroup) would be left
-running. So every door wraps what follows the launch, and on any exception:
-
-1. the spare descriptors are handed back (the failure may be the lack of
-   them), and the whole tree is SIGKILLed: ``cgroup.kill`` where there is a
-   cgroup, the process group while its leader is unreaped (so its id is still
-   the command's), and the sweep of every descendant, repeated on every
-   SIGCHLD until nothing is left, for at most the same bound the core keeps
-   after SIGKILL;
-2. everything is reaped and the cgroup removed where it can be;
-3. the caller is told on the status pipe, once: a ``finished`` message with
-   status 125 (tether failed) and one line saying what failed; the reason is
-   the one the run was ending for if there was one, and ``supervisor_lost``
-   (the supervisor could not see the run to its end) if not. No record is
-   written: the record's writer may be what failed, and the caller already
-   knows how to report a run without one;
-4. the seed door prints that line on stderr (no traceback), and the
-   supervisor exits 125.
-
-If even the tree cannot be built or walked (the failure was the import of
-that very code), what needs no descriptor and no import is still done: the
-group is SIGKILLed if its leader is unreaped.
-
-A failure inside the loop (:func:`after_failure`) knows more: the loop hands
-over a small view of what it knew (:class:`SoFar`: its tree, the reason the
-run was ending for, the record if written, the status it meant to exit with),
-and the last resort reads that, never the loop's own fields.
-
-Imported before the command starts (it must be there when anything after the
-launch fails), so it imports only what the launch already loaded; the sweep
-(:mod:`tether.supervisor.process_tree`) is imported when it is needed.
-
-Its bare kill (:func:`_kill_group_bare`) calls ``os.waitid``, ``os.killpg``
-and ``signal.pidfd_send_signal`` itself, deliberately: it must work when
-nothing more can be imported, so it names the platform's calls rather than
-:mod:`tether.linux`'s.
+Every door wraps what follows the launch: on any exception the tree is SIGKILLed and reaped,
+the caller gets one ``finished`` (125) and the seed door one line (docs/containment.md, "A
+failure inside: the last resort"). Imported before the launch, with only what it loaded.
 """
 
 from __future__ import annotations

@@ -1,55 +1,8 @@
-"""The sentry: who watches the run while the supervisor is still loading its loop.
+"""The sentry: from the launch until the loop runs, acting on what cannot wait.
 
-The command is launched before the supervisor imports ``transitions``,
-``structlog`` and the loop, so that it starts as early as the interpreter
-allows. Those imports take tens of milliseconds on a quiet machine and whole
-seconds on a busy one, and until the loop runs nobody would read the
-lifeline, the signal pipe or the clock: a caller that died in that window
-would be noticed late, and the command would run on past its deadline.
-
-So the moment the command runs, a thread takes the watch: one ``poll()`` on
-the lifeline and the signal wakeup pipe, with the deadline as its timeout.
-It acts on what cannot wait, exactly as the core would, and nothing more: it
-sends the command's process group (its leader alone when the group is its
-caller's, for a command on its caller's terminal) the signals the core
-certainly sends first (:func:`tether.core.first_signals.first_signals`, the
-rule the loop asks the core before it feeds it):
-
-* the caller gone (end of file), a ``c`` on the lifeline, a cancel signal to
-  the supervisor, or the deadline: the stop signal, then SIGCONT;
-* a ``k`` on the lifeline: SIGKILL (after the stop, if the deadline had
-  passed), and SIGKILL at once once the group is stopping.
-
-Everything else (the sweep of descendants that left the group, the grace,
-the escalation, the record) is the loop's, which takes over from the sentry
-(:meth:`Sentry.stand_down`) with everything the sentry read and sent: the
-lifeline's bytes and its end of file, the signal numbers, and the signals
-that already reached the group and when. The loop replays those at the
-times they happened, so the core decides what the sentry did, the grace
-counts from the signal the command really got, and the group never gets the
-same signal twice (a second SIGTERM means "stop right now" to some programs).
-
-The group is the right target before the loop runs: the leader cannot have
-been reaped (only the loop reaps), so the group id is still the command's.
-
-A thread, not a signal handler: Python runs handlers only between bytecodes
-of the main thread, which may be in the middle of unmarshalling a module. A
-thread blocked in ``poll()`` holds no lock, and once woken it waits at most
-one switch interval for the interpreter (lowered to a millisecond while the
-sentry stands). It imports nothing: everything it calls is loaded before it
-starts, so it can never wait on the import lock the main thread holds. That
-includes the walk it counts descendants with, the loop's own
-(:mod:`tether.linux.proctree`, ``os`` and ``errno`` only), and the lifeline's
-bytes, beside their decoder (:mod:`tether.shared.lifeline`): loaded with this
-module, once the command runs, and loaded by the loop moments later anyway.
-In a supervisor spawned afresh they cost about half a millisecond before the
-thread starts (importing this module took 0.3 ms with neither, 0.9 ms with
-both, measured); one forked by ``tether run`` has the lifeline's module
-already, one forked by a zygote both.
-
-It calls ``os.killpg`` and ``os.kill`` itself, deliberately: the group's
-leader cannot have been reaped yet (above), and a call into another module
-would be one more thing that must be loaded before the thread starts.
+A thread that sends the group the signals the core certainly sends first
+(:func:`tether.core.first_signals.first_signals`), then hands the loop all it read and sent to
+replay (docs/architecture.md, "Processes" and "Why some mechanisms are built as they are").
 """
 
 from __future__ import annotations

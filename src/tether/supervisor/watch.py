@@ -1,18 +1,6 @@
 """What the loop waits on: one ``poll()`` over a few descriptors, each named by what it means.
 
-The loop sleeps in the kernel until the lifeline, the command's pidfd or the
-signal wakeup descriptor is readable, or until the core's next deadline comes:
-no polling in the sense of waking to look, no sleeps. It waits in ``poll()``
-itself, not in :mod:`selectors` (a module more to load while the caller
-waits for the command to end) and not in epoll, which needs a descriptor of
-its own: under a low open-file limit every descriptor counts, and three are
-watched. Not in ``select()`` either, which cannot watch a descriptor numbered
-1024 or above, and a forked supervisor keeps the numbers its caller chose.
-
-The wait is named rather than keyed by descriptor so that the loop reads as
-what happened (``"exit"``, ``"lifeline"``, ``"signal"``), and bounded
-(:func:`wait_bound`) so that a deadline a month away is still a timeout the
-kernel takes.
+Why ``poll()`` itself (docs/architecture.md, "Why some mechanisms are built as they are").
 """
 
 from __future__ import annotations
