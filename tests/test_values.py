@@ -1,4 +1,4 @@
-"""FrozenValue and DeclaredValue: what a frozen dataclass gave the request and the policies."""
+"""DeclaredValue, the one base class of tether's values: what a frozen dataclass gives."""
 
 from __future__ import annotations
 
@@ -7,19 +7,14 @@ import pickle
 import pytest
 
 from conftest import EVERY_SPEC_FIELD
+from tether.core.events import CommandExited, LaunchFailed
 from tether.core.spec import RunSpec
-from tether.core.values import DeclaredValue, FrozenValue
+from tether.core.values import DeclaredValue
 
 
-class Pair(FrozenValue):
-    __slots__ = ("left", "right")
-
+class Pair(DeclaredValue):
     left: int
-    right: str
-
-    def __init__(self, *, left: int, right: str = "r") -> None:
-        object.__setattr__(self, "left", left)
-        object.__setattr__(self, "right", right)
+    right: str = "r"
 
 
 def test_equal_and_hashed_by_value_and_never_equal_to_another_class() -> None:
@@ -33,7 +28,7 @@ def test_equal_and_hashed_by_value_and_never_equal_to_another_class() -> None:
 def test_fields_cannot_be_assigned_or_deleted() -> None:
     pair = Pair(left=1)
     with pytest.raises(AttributeError, match="left"):
-        pair.left = 2
+        pair.left = 2  # type: ignore[misc]
     with pytest.raises(AttributeError, match="right"):
         del pair.right
     assert pair == Pair(left=1)
@@ -47,10 +42,20 @@ def test_repr_replace_and_pickle() -> None:
     assert pickle.loads(pickle.dumps(pair)) == pair
 
 
-# -- DeclaredValue: each field declared once ------------------------------------------------
+def test_fields_are_given_by_position_or_by_name_as_in_a_dataclass() -> None:
+    assert Pair(1) == Pair(left=1) == Pair(1, "r") == Pair(1, right="r")
+    assert LaunchFailed(1.0, 2, "gone") == LaunchFailed(now=1.0, errno=2, message="gone")
+    assert LaunchFailed(1.0, 2, "gone").stage == "exec"
+    assert repr(CommandExited(1.0, 0, False)) == (
+        "CommandExited(now=1.0, returncode=0, others_alive=False)"
+    )
+    with pytest.raises(TypeError, match="twice"):
+        Pair(1, left=2)  # type: ignore[misc]
+    with pytest.raises(TypeError, match="2 fields by position"):
+        Pair(1, "r", 3)  # type: ignore[call-arg]
 
 
-class Options(DeclaredValue):
+class Options(DeclaredValue, kw_only=True):
     name: str
     count: int = 1
     tags: dict[str, str] = {}  # noqa: RUF012 - a default, copied for each value
@@ -71,6 +76,8 @@ def test_a_declared_value_refuses_a_missing_or_unknown_field_as_a_dataclass_does
         Options()  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="'colour'"):
         Options(name="a", colour="red")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="0 fields by position"):
+        Options("a")  # type: ignore[call-arg]
 
 
 def test_a_mutable_default_is_never_shared() -> None:

@@ -1,18 +1,12 @@
-"""What the core asks the adapter to do, as plain values.
+"""What the core asks the adapter to do, as plain values: the core decides, the adapter acts.
 
-The core decides; the adapter acts. Keeping the decisions as data means a test
-can assert "SIGTERM, then SIGCONT, then nothing until the grace ran out, then
-SIGKILL" by comparing lists, and the adapter stays a thin translation from an
-effect to a system call.
-
-Pure: immutable values (:class:`~tether.core.values.FrozenValue`, not
-dataclasses: see :mod:`tether.core.events`). Signal names are strings because
-the core must not import :mod:`signal`.
+Signal names are strings (``"SIGTERM"``): the core must not import :mod:`signal`.
+See docs/architecture.md, "The core is pure".
 """
 
 from __future__ import annotations
 
-from tether.core.values import FrozenValue
+from tether.core.values import DeclaredValue
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -20,82 +14,35 @@ if TYPE_CHECKING:
 
 __all__ = ["Effect", "Exit", "SignalName", "SignalTree", "Verdict", "WriteRecord"]
 
-#: A signal's name as the :mod:`signal` module spells it (``"SIGTERM"``). The
-#: stop signal is SIGTERM unless a door asks for another (``tether timeout -s``).
+#: A signal's name as :mod:`signal` spells it; the stop signal is SIGTERM unless a door
+#: asks for another (``tether timeout -s``).
 SignalName = str
 
 
-class SignalTree(FrozenValue):
+class SignalTree(DeclaredValue):
     """Send ``signal`` to the command's whole tree: its process group and every descendant."""
 
-    __slots__ = ("signal",)
     signal: SignalName
 
-    def __init__(self, signal: SignalName) -> None:
-        object.__setattr__(self, "signal", signal)
 
+class Verdict(DeclaredValue, kw_only=True):
+    """How the run ended, as far as the core can know it; times are the events' (monotonic).
 
-class Verdict(FrozenValue):
-    """How the run ended, as far as the core can know it.
-
-    Times are monotonic seconds from the events. ``returncode`` is ``None`` when
-    the command never started or never exited (it could not be killed within
-    the settle bound, which ``unkillable`` then says). ``idle_seconds`` is how
-    long the run had been idle when it was stopped for it (``idle_exceeded``),
-    else ``None``.
+    ``returncode`` is ``None`` when the command never started or never exited
+    (``unkillable`` then says it could not be killed within the settle bound).
+    ``idle_seconds``: how long the run had been idle when stopped for it, else ``None``.
     """
 
-    __slots__ = (  # noqa: RUF023 - the fields in order
-        "reason",
-        "exit_status",
-        "returncode",
-        "escalated_to_sigkill",
-        "stop_started_at",
-        "finished_at",
-        "unkillable",
-        "launch_errno",
-        "launch_error",
-        "idle_seconds",
-    )
     reason: Reason
     exit_status: int
     returncode: int | None
     escalated_to_sigkill: bool
     stop_started_at: float | None
     finished_at: float
-    unkillable: bool
-    launch_errno: int | None
-    launch_error: str | None
-    idle_seconds: float | None
-
-    def __init__(
-        self,
-        *,
-        reason: Reason,
-        exit_status: int,
-        returncode: int | None,
-        escalated_to_sigkill: bool,
-        stop_started_at: float | None,
-        finished_at: float,
-        unkillable: bool = False,
-        launch_errno: int | None = None,
-        launch_error: str | None = None,
-        idle_seconds: float | None = None,
-    ) -> None:
-        values = (
-            reason,
-            exit_status,
-            returncode,
-            escalated_to_sigkill,
-            stop_started_at,
-            finished_at,
-            unkillable,
-            launch_errno,
-            launch_error,
-            idle_seconds,
-        )
-        for name, value in zip(self.__slots__, values, strict=True):
-            object.__setattr__(self, name, value)
+    unkillable: bool = False
+    launch_errno: int | None = None
+    launch_error: str | None = None
+    idle_seconds: float | None = None
 
     @property
     def shutdown_seconds(self) -> float | None:
@@ -105,24 +52,16 @@ class Verdict(FrozenValue):
         return self.finished_at - self.stop_started_at
 
 
-class WriteRecord(FrozenValue):
+class WriteRecord(DeclaredValue):
     """Write the run's one record (the adapter adds what only it knows: pids, rusage...)."""
 
-    __slots__ = ("verdict",)
     verdict: Verdict
 
-    def __init__(self, verdict: Verdict) -> None:
-        object.__setattr__(self, "verdict", verdict)
 
-
-class Exit(FrozenValue):
+class Exit(DeclaredValue):
     """The run is over; the supervisor exits (or reports) with ``status``."""
 
-    __slots__ = ("status",)
     status: int
-
-    def __init__(self, status: int) -> None:
-        object.__setattr__(self, "status", status)
 
 
 Effect = SignalTree | WriteRecord | Exit

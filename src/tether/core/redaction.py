@@ -49,7 +49,7 @@ import re
 from collections.abc import Mapping
 from enum import Enum
 
-from tether.core.values import FrozenValue
+from tether.core.values import DeclaredValue
 
 # Loaded by a supervisor once its command runs: no ``typing`` or ``dataclasses``
 # at run time (a dataclass instance is redacted with the ``dataclasses`` that
@@ -299,7 +299,7 @@ class Redactor:
         """``value`` with every secret replaced by :data:`REDACTED`, recursively.
 
         Mappings become dicts, sets become lists, dataclass and
-        :class:`~tether.core.values.FrozenValue` instances become dicts of their
+        :class:`~tether.core.values.DeclaredValue` instances become dicts of their
         fields, bytes and unknown objects become (scrubbed) strings; numbers,
         booleans and ``None`` pass through unchanged.
         """
@@ -351,7 +351,7 @@ class Redactor:
             return self.scrub(bytes(value).decode("utf-8", "backslashreplace"))
         if isinstance(value, Enum):
             return self._redact(value.value, depth + 1)
-        if isinstance(value, FrozenValue):
+        if isinstance(value, DeclaredValue):
             return self._redact_mapping(value.as_dict(), depth)
         if hasattr(type(value), "__dataclass_fields__") and not isinstance(value, type):
             from dataclasses import fields

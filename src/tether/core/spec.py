@@ -62,7 +62,7 @@ class SpecError(ValueError):
     """A spec that cannot describe a run; the message is ready for a person."""
 
 
-class RunSpec(DeclaredValue):
+class RunSpec(DeclaredValue, kw_only=True):
     """One command to run under supervision, and the policy for stopping it.
 
     ``deadline_seconds`` is ``None`` for no deadline; ``grace_seconds`` is

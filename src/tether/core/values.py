@@ -1,50 +1,81 @@
-"""Immutable values compared, hashed and shown by their fields: what a frozen dataclass is.
+"""The one base class of tether's immutable values: each field declared once, as in a dataclass.
 
-Written by hand because the values built on a door's way to the launch (the
-request, the retention policy a run checks before it starts) must not load
-``dataclasses``, which brings ``inspect`` (and ``ast``, ``dis``,
-``tokenize``...) onto that path. A subclass names its fields in ``__slots__``,
-sets them in ``__init__`` with :func:`object.__setattr__`, and gets equality
-and hash by value, a ``Name(field=...)`` repr, pickling, and :meth:`replace`
-(for :func:`dataclasses.replace`); assignment and deletion are refused.
-
-A value with many fields, most of them optional, subclasses
-:class:`DeclaredValue` instead and declares each field once, as an
-annotation with its default, as in a dataclass: its field names, their
-order, its keyword-only ``__init__`` and its defaults all come from that one
-declaration, where a hand-written ``__slots__``, annotations, ``__init__``
-and assignments would name every field four times, coupled by order alone.
-Type checkers are told the same (``dataclass_transform``), so a constructor
-call is checked field by field.
+A subclass declares its fields as annotations, each with its default if any,
+and gets what ``@dataclass(frozen=True)`` gives: an ``__init__`` (positional
+or by name; by name only with ``kw_only=True``), equality and hash by value,
+a ``Name(field=...)`` repr, pickling, :meth:`~DeclaredValue.replace`; fields
+cannot be assigned or deleted. Why not ``dataclasses``: docs/architecture.md,
+"The import budget".
 """
 
 from __future__ import annotations
 
-# Built before the command is launched: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import ClassVar, Self, dataclass_transform
 else:
 
     def dataclass_transform(**_options: object) -> object:
-        """Only type checkers read it; ``typing`` is not loaded at run time (see the module)."""
         return lambda cls: cls
 
 
-__all__ = ["DeclaredValue", "FrozenValue"]
+__all__ = ["DeclaredValue"]
 
 
-class FrozenValue:
-    """The base of an immutable value whose fields are its ``__slots__`` (see the module)."""
+@dataclass_transform(frozen_default=True)
+class DeclaredValue:
+    """An immutable value whose fields are its annotations (see the module).
+
+    A missing or unknown field is a :class:`TypeError`, as in a dataclass; a
+    ``dict`` default is copied for each value, never shared.
+    """
 
     __slots__ = ()
+    #: The fields in declared order (and as a set), their defaults, the defaults that are
+    #: copied for each value, and how many fields may be given by position.
+    _fields: ClassVar[tuple[str, ...]] = ()
+    _names: ClassVar[frozenset[str]] = frozenset()
+    _defaults: ClassVar[dict[str, object]] = {}
+    _copied: ClassVar[dict[str, dict[object, object]]] = {}
+    _positional: ClassVar[int] = 0
 
-    def _names(self) -> tuple[str, ...]:
-        names: tuple[str, ...] = self.__slots__
-        return names
+    def __init_subclass__(cls, *, kw_only: bool = False) -> None:
+        super().__init_subclass__()
+        # Strings (every module has ``from __future__ import annotations``), never evaluated.
+        declared = cls.__annotations__
+        own = tuple(name for name, kind in declared.items() if "ClassVar" not in kind)
+        cls._fields = cls._fields + own
+        cls._names = frozenset(cls._fields)
+        defaults = {name: getattr(cls, name) for name in own if hasattr(cls, name)}
+        cls._defaults = cls._defaults | defaults
+        cls._copied = {name: v for name, v in cls._defaults.items() if isinstance(v, dict)}
+        cls._positional = 0 if kw_only else len(cls._fields)
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        if kwargs or not args or len(args) != self._positional:
+            object.__setattr__(self, "__dict__", self._gather(args, kwargs))
+        else:
+            self.__dict__.update(zip(self._fields, args, strict=True))
+
+    @classmethod
+    def _gather(cls, args: tuple[object, ...], kwargs: dict[str, object]) -> dict[str, object]:
+        if len(args) > cls._positional:
+            raise TypeError(f"{cls.__qualname__}() takes {cls._positional} fields by position")
+        values = cls._defaults | {name: dict(kept) for name, kept in cls._copied.items()}
+        values.update(zip(cls._fields, args, strict=False))
+        if kwargs:
+            if not kwargs.keys().isdisjoint(cls._fields[: len(args)]):
+                raise TypeError(f"{cls.__qualname__}() got a field twice")
+            values.update(kwargs)
+        if values.keys() != cls._names:
+            missing = [name for name in cls._fields if name not in values]
+            wrong = "needs the field" if missing else "has no field"
+            names = missing or [name for name in values if name not in cls._names]
+            raise TypeError(f"{cls.__qualname__}() {wrong} {', '.join(map(repr, names))}")
+        return values
 
     def _values(self) -> tuple[object, ...]:
-        return tuple(getattr(self, name) for name in self._names())
+        return tuple(map(self.__dict__.__getitem__, self._fields))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"cannot assign to field {name!r}")
@@ -55,72 +86,25 @@ class FrozenValue:
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        assert isinstance(other, FrozenValue)
-        return self._values() == other._values()
+        return self.__dict__ == other.__dict__
 
     def __hash__(self) -> int:
         return hash(self._values())
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._names())
+        shown = ", ".join(f"{name}={value!r}" for name, value in self.as_dict().items())
         return f"{self.__class__.__qualname__}({shown})"
 
     def __getstate__(self) -> tuple[object, ...]:
         return self._values()
 
     def __setstate__(self, state: tuple[object, ...]) -> None:
-        for name, value in zip(self._names(), state, strict=True):
-            object.__setattr__(self, name, value)
+        object.__setattr__(self, "__dict__", dict(zip(self._fields, state, strict=True)))
 
     def as_dict(self) -> dict[str, object]:
-        """The fields by name (as :func:`dataclasses.asdict` made for a dataclass, not deep)."""
-        return dict(zip(self._names(), self._values(), strict=True))
+        """The fields by name, in declared order (:func:`dataclasses.asdict`, not deep)."""
+        return dict(zip(self._fields, self._values(), strict=True))
 
     def replace(self, **changes: object) -> Self:
-        """A copy with ``changes`` (as :func:`dataclasses.replace` made for a dataclass)."""
-        values = self.as_dict()
-        values.update(changes)
-        return self.__class__(**values)
-
-
-@dataclass_transform(kw_only_default=True, frozen_default=True)
-class DeclaredValue(FrozenValue):
-    """A :class:`FrozenValue` whose fields are its annotations, each with its default if any.
-
-    Construction is by keyword only; a field without a default must be given,
-    and a name that is no field is refused, both with :class:`TypeError` (as
-    a dataclass's ``__init__`` would). A default that is a ``dict`` is copied
-    for each value (a dataclass's ``default_factory=dict``), so no two values
-    share one. The fields are not slots, which must be named before the class
-    exists: the values keep them in a ``__dict__``, still read-only.
-    """
-
-    #: The fields, in the order they were declared (and repr shows them).
-    _fields: ClassVar[tuple[str, ...]] = ()
-    #: The fields that have a default, and that default.
-    _defaults: ClassVar[dict[str, object]] = {}
-
-    def __init_subclass__(cls) -> None:
-        super().__init_subclass__()
-        # Strings (every module has ``from __future__ import annotations``), never evaluated.
-        declared = cls.__annotations__
-        cls._fields = tuple(name for name, kind in declared.items() if "ClassVar" not in kind)
-        cls._defaults = {name: getattr(cls, name) for name in cls._fields if hasattr(cls, name)}
-
-    def __init__(self, **values: object) -> None:
-        for name in self._fields:
-            if name in values:
-                value = values.pop(name)
-            elif name in self._defaults:
-                value = self._defaults[name]
-                if isinstance(value, dict):
-                    value = dict(value)
-            else:
-                raise TypeError(f"{self.__class__.__qualname__}() needs the field {name!r}")
-            object.__setattr__(self, name, value)
-        if values:
-            unknown = ", ".join(map(repr, values))
-            raise TypeError(f"{self.__class__.__qualname__}() has no field {unknown}")
-
-    def _names(self) -> tuple[str, ...]:
-        return self._fields
+        """A copy with ``changes`` (:func:`dataclasses.replace`)."""
+        return self.__class__(**(self.__dict__ | changes))

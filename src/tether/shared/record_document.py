@@ -29,7 +29,7 @@ from tether.core.durations import seconds_for_json
 from tether.core.limits import LIMIT_NAMES
 from tether.core.reasons import TETHER_FAILED, Reason
 from tether.core.spec import command_name, script_name
-from tether.core.values import FrozenValue
+from tether.core.values import DeclaredValue
 from tether.shared.record_file import RECORD_SCHEMA_VERSION, record_schema
 
 # Built once the command runs, while its caller waits: no ``typing`` or
@@ -60,142 +60,56 @@ CONTAINMENTS: Final = frozenset({"process_group", "sweep", "cgroup"})
 # -- building -----------------------------------------------------------------
 
 
-class SignalSent(FrozenValue):
-    """One signal sent to the command's tree: which, when, and to how many processes.
+class SignalSent(DeclaredValue):
+    """One signal sent to the command's tree: which, when (from :attr:`RunFacts.started_monotonic`),
+    and to how many processes."""
 
-    ``at_seconds`` counts from :attr:`RunFacts.started_monotonic`.
-    """
-
-    __slots__ = ("signal", "at_seconds", "processes")  # noqa: RUF023 - the fields in order
     signal: str
     at_seconds: float
     processes: int
 
-    def __init__(self, signal: str, at_seconds: float, processes: int) -> None:
-        object.__setattr__(self, "signal", signal)
-        object.__setattr__(self, "at_seconds", at_seconds)
-        object.__setattr__(self, "processes", processes)
 
-
-class ResourceUsage(FrozenValue):
+class ResourceUsage(DeclaredValue):
     """What the command's tree cost, from ``wait4``: CPU seconds and peak memory."""
 
-    __slots__ = ("user_seconds", "system_seconds", "max_rss_kib")  # noqa: RUF023 - the fields in order
     user_seconds: float
     system_seconds: float
     max_rss_kib: int
 
-    def __init__(self, user_seconds: float, system_seconds: float, max_rss_kib: int) -> None:
-        object.__setattr__(self, "user_seconds", user_seconds)
-        object.__setattr__(self, "system_seconds", system_seconds)
-        object.__setattr__(self, "max_rss_kib", max_rss_kib)
 
-
-class RunFacts(FrozenValue):
+class RunFacts(DeclaredValue, kw_only=True):
     """What only the supervisor knows about a run; the core's :class:`Verdict` knows the rest.
 
-    ``started_at`` and ``finished_at`` are wall-clock times (timezone-aware),
-    for people; ``started_monotonic`` is the start on the monotonic clock, for
-    arithmetic with the verdict's times. ``returncode`` is the command's return
-    code as the supervisor finally reaped it (``subprocess`` style; ``None`` if
-    it never ran or could not be reaped). ``stragglers`` counts processes still
-    running after the command exited on its own, which then had to be stopped.
-    ``containment`` is one of :data:`CONTAINMENTS`. ``signals_without_pidfd``
-    counts signals sent by pid because no pidfd could be had;
-    ``event_log_lines_dropped`` the event log's lost lines (``None``: no
-    event log). Nothing is validated here:
-    these facts are gathered when the record is due, and a record must not be
-    lost to a check.
+    Gathered when the record is due and never checked here: a record must not
+    be lost to a check. docs/record.md says what each fact becomes.
     """
 
-    __slots__ = (  # noqa: RUF023 - the fields in order
-        "spec",
-        "started_at",
-        "started_monotonic",
-        "finished_at",
-        "supervisor_pid",
-        "command_pid",
-        "command_pgid",
-        "returncode",
-        "hostname",
-        "containment",
-        "signals",
-        "descendants_stopped",
-        "stragglers",
-        "rusage",
-        "signals_without_pidfd",
-        "event_log_lines_dropped",
-        "tree_usage",
-        "limits_enforced_by",
-    )
     spec: RunSpec
+    #: Wall-clock (timezone-aware), for people; ``started_monotonic``, for the verdict's times.
     started_at: datetime
     started_monotonic: float
     finished_at: datetime
     supervisor_pid: int
     command_pid: int | None
     command_pgid: int | None
+    #: As the supervisor finally reaped it (``subprocess`` style; ``None``: never ran or reaped).
     returncode: int | None
     hostname: str
+    #: One of :data:`CONTAINMENTS`.
     containment: str
-    signals: tuple[SignalSent, ...]
-    descendants_stopped: int
-    stragglers: int
-    rusage: ResourceUsage | None
-    signals_without_pidfd: int
-    event_log_lines_dropped: int | None
-    #: What the whole tree used, from its cgroup (``cpu.stat``, ``memory.peak``,
-    #: ``memory.events``, ``pids.events``), by the record's names; ``None``
-    #: without a cgroup of the run's own.
-    tree_usage: dict[str, int | float | None] | None
-    #: Each limit asked for and what enforced it (``cgroup2``, ``cgroup1``, ``systemd-scope``);
-    #: ``None`` without limits.
-    limits_enforced_by: dict[str, str] | None
-
-    def __init__(
-        self,
-        *,
-        spec: RunSpec,
-        started_at: datetime,
-        started_monotonic: float,
-        finished_at: datetime,
-        supervisor_pid: int,
-        command_pid: int | None,
-        command_pgid: int | None,
-        returncode: int | None,
-        hostname: str,
-        containment: str,
-        signals: tuple[SignalSent, ...] = (),
-        descendants_stopped: int = 0,
-        stragglers: int = 0,
-        rusage: ResourceUsage | None = None,
-        signals_without_pidfd: int = 0,
-        event_log_lines_dropped: int | None = None,
-        tree_usage: dict[str, int | float | None] | None = None,
-        limits_enforced_by: dict[str, str] | None = None,
-    ) -> None:
-        values = (
-            spec,
-            started_at,
-            started_monotonic,
-            finished_at,
-            supervisor_pid,
-            command_pid,
-            command_pgid,
-            returncode,
-            hostname,
-            containment,
-            signals,
-            descendants_stopped,
-            stragglers,
-            rusage,
-            signals_without_pidfd,
-            event_log_lines_dropped,
-            tree_usage,
-            limits_enforced_by,
-        )
-        for name, value in zip(self.__slots__, values, strict=True):
-            object.__setattr__(self, name, value)
+    signals: tuple[SignalSent, ...] = ()
+    descendants_stopped: int = 0
+    #: Processes still running after the command exited on its own, which had to be stopped.
+    stragglers: int = 0
+    rusage: ResourceUsage | None = None
+    #: Signals sent by pid because no pidfd could be had.
+    signals_without_pidfd: int = 0
+    #: The event log's lost lines (``None``: no event log).
+    event_log_lines_dropped: int | None = None
+    #: What the tree used, from its cgroup, by the record's names (``None``: no cgroup of its own).
+    tree_usage: dict[str, int | float | None] | None = None
+    #: Each limit and what enforced it (``cgroup2``, ``cgroup1``, ``systemd-scope``).
+    limits_enforced_by: dict[str, str] | None = None
 
 
 def _iso(moment: datetime) -> str:

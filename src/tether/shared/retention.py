@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tether.core.numbers import decimal_text, shown, whole_number
-from tether.core.values import FrozenValue
+from tether.core.values import DeclaredValue
 from tether.shared.in_progress import in_progress
 from tether.shared.paths import EVENTS_SUFFIX, is_record_name
 from tether.shared.paths import PRUNE_MARKER as MARKER
@@ -43,35 +43,19 @@ DEFAULT_KEEP_DAYS: Final = 30.0
 _STAMP_FORMAT: Final = "%Y%m%dT%H%M%S.%fZ"
 
 
-class Retention(FrozenValue):
+class Retention(DeclaredValue):
     """What a directory keeps: at most ``runs`` runs (``None``: any number), none older than
     ``seconds`` (``None``: any age)."""
 
-    __slots__ = ("runs", "seconds")
-
-    runs: int | None
-    seconds: float | None
-
-    def __init__(
-        self,
-        runs: int | None = DEFAULT_KEEP_RUNS,
-        seconds: float | None = DEFAULT_KEEP_DAYS * 86400,
-    ) -> None:
-        object.__setattr__(self, "runs", runs)
-        object.__setattr__(self, "seconds", seconds)
+    runs: int | None = DEFAULT_KEEP_RUNS
+    seconds: float | None = DEFAULT_KEEP_DAYS * 86400
 
 
-class Pruned(FrozenValue):
+class Pruned(DeclaredValue, kw_only=True):
     """What a pass removed (or, dry, would remove): record names, oldest first, and files."""
-
-    __slots__ = ("files", "records")
 
     records: tuple[str, ...]
     files: int
-
-    def __init__(self, *, records: tuple[str, ...], files: int) -> None:
-        object.__setattr__(self, "records", records)
-        object.__setattr__(self, "files", files)
 
 
 def retention_from(environ: Mapping[str, str]) -> tuple[Retention, list[str]]:

@@ -170,7 +170,7 @@ class LaunchAttempt:
         self.sentry: Sentry | None = None
 
 
-class LaunchPlan(DeclaredValue):
+class LaunchPlan(DeclaredValue, kw_only=True):
     """How to start one command and watch it until the loop runs: every launch option, once.
 
     See the module, "The plan", for where it comes from and what rides beside it.
