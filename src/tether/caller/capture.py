@@ -44,11 +44,8 @@ def default_encoding() -> str:
 
 
 class HeadTail:
-    """A stream's bytes up to ``limit``: the first half, the last half, and how much fell between.
-
-    ``limit`` of ``None`` keeps everything. Memory stays within ``limit``
-    plus one read, whatever the command writes.
-    """
+    """A stream's bytes up to ``limit`` (``None``: all): first half, last half, how much fell
+    between."""
 
     def __init__(self, limit: int | None) -> None:
         self._head_room = None if limit is None else limit // 2
@@ -88,12 +85,8 @@ class HeadTail:
 def decode_output(
     kept: HeadTail, *, encoding: str | None, errors: str | None
 ) -> tuple[bytes | str, int]:
-    """The kept bytes, decoded when ``encoding`` is given; and how many bytes were dropped.
-
-    Text is decoded as :mod:`subprocess` does (``\\r\\n`` and ``\\r`` become
-    ``\\n``). Where the middle was dropped, a character cut in two at either
-    edge is dropped with it (and counted), so the cut never invents one.
-    """
+    """The kept bytes, decoded as :mod:`subprocess` does; a character cut at an edge is dropped,
+    counted."""
     head, tail, dropped = kept.head, kept.tail, kept.dropped
     if encoding is None:
         return head + tail, dropped
@@ -116,14 +109,8 @@ def _newlines(text: str) -> str:
 
 
 class Exchange:
-    """The pipes of one ``run()``: input to write, outputs to collect, all at once.
-
-    ``stdin`` is the write end of the command's stdin pipe (closed at once if
-    there is no ``input``: the command reads end of file), ``outputs`` maps
-    ``"stdout"``/``"stderr"`` to the read ends. The owner waits for
-    :meth:`wanted` and calls :meth:`ready`; when nothing is wanted any more
-    every pipe is at its end. :meth:`close` lets go of whatever is left.
-    """
+    """The pipes of one ``run()``: input to write, outputs to collect, all at once (:meth:`wanted`,
+    :meth:`ready`)."""
 
     def __init__(
         self, stdin: int | None, data: bytes | None, outputs: dict[str, int], limit: int | None
@@ -190,12 +177,8 @@ class Exchange:
         return False
 
     def drain(self) -> None:
-        """Take what the outputs hold now, without waiting for more; then close everything.
-
-        For a run that is over: its tree is gone, so whatever is in the pipes
-        is all there will be (unless something escaped the tree and still
-        holds a pipe, which must not make the caller wait).
-        """
+        """Take what the outputs hold now, without waiting for more (something escaped may hold a
+        pipe); close."""
         for name, fd in list(self._outputs.items()):
             while self._read(name, fd):
                 try:
@@ -217,14 +200,8 @@ class Exchange:
 
 
 def _write_without_sigpipe(fd: int, data: memoryview) -> int:
-    """``os.write``, but a command that stopped reading costs ``EPIPE``, never a SIGPIPE.
-
-    Python ignores SIGPIPE, but a program may have put it back to the default
-    (command line tools do), and then the write that finds the command gone
-    would kill the caller. For a pipe there is no ``MSG_NOSIGNAL``: the
-    signal, which goes to the writing thread, is blocked in this thread
-    around the write and, if the write raised it, taken off again.
-    """
+    """``os.write`` with SIGPIPE blocked in this thread around it: a gone reader costs ``EPIPE``
+    only."""
     if signal.getsignal(signal.SIGPIPE) is signal.SIG_IGN:
         return os.write(fd, data)
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})

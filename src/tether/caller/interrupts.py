@@ -54,11 +54,8 @@ class LifelineRequests:
 
 
 def start_interruptible(spec: RunSpec, *, second_interrupt_kills: bool) -> Spawn:
-    """Start ``spec``'s supervisor with this program's signals turned into requests to it.
-
-    The handlers go in before the start, so that a Ctrl-C during the launch
-    is not lost. Raises :class:`~tether.caller.launch_errors.LaunchError`.
-    """
+    """Start ``spec``'s supervisor with this program's signals, handled from before the start, as
+    requests."""
     requests = LifelineRequests(second_interrupt_kills=second_interrupt_kills)
     spawn = start(spec)
     requests.attach(spawn.lifeline)

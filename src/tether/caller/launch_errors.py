@@ -94,11 +94,8 @@ def launch_error(
     record_path: Path | None,
     program: str,
 ) -> LaunchError:
-    """The exception for a command the supervisor could not start, by its errno.
-
-    ``program`` (``argv[0]``) becomes ``filename``; an errno without a subclass gives a plain
-    :class:`LaunchError`, as :mod:`subprocess`'s is a plain :class:`OSError`.
-    """
+    """The exception for a command that could not start, by its errno; ``program`` is
+    ``filename``."""
     kind = _BY_ERRNO.get(errno) if errno is not None else None
     if kind is None:
         return LaunchError(message, errno=errno, exit_status=exit_status, record_path=record_path)

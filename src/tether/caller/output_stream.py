@@ -24,15 +24,8 @@ __all__ = ["OutputStream", "ready", "resolve"]
 
 
 class OutputStream:
-    """The command's stdout or stderr, read by the caller while it runs (``launch(stdout=PIPE)``).
-
-    Bytes, or text with ``encoding`` (newlines translated as in
-    :mod:`subprocess`). Iterate it for lines — ``for line in t.stdout`` in
-    plain code, ``async for line in t.stdout`` in a coroutine, which waits
-    through the running event loop (``add_reader``), not in a thread — or
-    :meth:`read` (:meth:`read_async`) it whole. Unread output fills the pipe
-    and then blocks the command, exactly as with :class:`subprocess.Popen`.
-    """
+    """The command's stdout or stderr as ``launch(stdout=PIPE)`` hands it: read whole or by line,
+    sync or async."""
 
     def __init__(self, fd: int, *, encoding: str | None = None, errors: str | None = None) -> None:
         os.set_blocking(fd, False)
@@ -143,13 +136,8 @@ class OutputStream:
 
 
 class _Pieces:
-    """What was read and not yet returned: the reads as they came, each searched once.
-
-    Linear in what passes through, at any line length: a read is appended,
-    never concatenated onto what came before (that copies the whole buffer
-    per read); a line is looked for only in the reads not yet searched; and a
-    line returned takes its own bytes, never a copy of the rest.
-    """
+    """What was read and not yet returned: the reads as they came, each searched once (linear at
+    any line length)."""
 
     __slots__ = ("_empty", "_first", "_newline", "_pieces", "_searched", "_start")
 
@@ -208,12 +196,7 @@ class _Pieces:
 
 
 async def ready(fd: int, *, writable: bool = False) -> None:
-    """Wait through the running event loop (never a thread) until ``fd`` is readable or writable.
-
-    The caller's one way to await a descriptor in asyncio code: a stream's
-    pipe here, the spec's pipe and a spawned intermediate's pidfd in
-    :mod:`tether.api.functions`.
-    """
+    """Wait through the running event loop (never a thread) until ``fd`` is readable or writable."""
     import asyncio
 
     loop = asyncio.get_running_loop()

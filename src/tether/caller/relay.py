@@ -84,12 +84,8 @@ LAUNCHER_VARIABLE: Final = "TETHER_LAUNCHER"
 
 
 def launcher_mask() -> int | None:
-    """The ignored-signal mask ``tether-timeout`` read before Python started, if it ran.
-
-    Taken out of the environment (the command must not inherit it), and
-    trusted only in the very process the launcher became (same pid): a
-    value left in an environment by anything else is no evidence.
-    """
+    """The ignored-signal mask ``tether-timeout`` read before Python started, taken from the
+    environment."""
     import os
 
     value = os.environ.pop(LAUNCHER_VARIABLE, "")
@@ -106,12 +102,8 @@ _inherited_mask: int | None = None
 
 
 def ignored_at_start(number: int) -> bool:
-    """Whether this program was started with signal ``number`` ignored (``trap '' INT``, ``&``).
-
-    For :data:`PYTHON_IGNORES` only the launcher knows (:func:`launcher_mask`);
-    without it they count as not ignored: the common case, where GNU
-    ``timeout`` passes them on.
-    """
+    """Whether this program started with signal ``number`` ignored (Python's own: the launcher's
+    word)."""
     if number in PYTHON_IGNORES:
         mask = _inherited_mask
         return mask is not None and bool(mask >> (number - 1) & 1)
@@ -143,11 +135,7 @@ class PendingRequests:
 
 
 def relay_job_control(requests: _Sender) -> None:
-    """Stop and continue the command's tree with this program (see the module).
-
-    ``requests.send`` writes a lifeline request (or keeps it until there is a
-    lifeline); it must be safe in a signal handler.
-    """
+    """Stop and continue the command's tree with this program; ``requests.send`` is handler-safe."""
 
     def on_stop(_number: int, _frame: FrameType | None) -> None:
         requests.send(SUSPEND)
@@ -164,11 +152,8 @@ def relay_job_control(requests: _Sender) -> None:
 
 
 class TimeoutRelay:
-    """``tether timeout``'s handlers: signals passed on, SIGALRM as time up, job control.
-
-    ``stop_signal`` is always handled, even if it was ignored at start (GNU
-    does the same: it must hear what it sends its own group).
-    """
+    """``tether timeout``'s handlers: signals passed on, SIGALRM as time up, job control, the stop
+    signal."""
 
     def __init__(self, stop_signal: int | None, *, inherited_mask: int | None = None) -> None:
         global _inherited_mask  # noqa: PLW0603 - what this process inherited, once

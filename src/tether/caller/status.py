@@ -40,12 +40,8 @@ class StatusClient:
         self._partial = b""
 
     def read_available(self) -> list[Message]:
-        """The messages that arrived since the last call, without blocking.
-
-        At end of file without ``finished``, the supervisor was lost: the tree
-        is stopped, the fallback record written, and a ``Finished`` saying so
-        is the last message returned.
-        """
+        """The messages since the last call, without blocking; a lost supervisor is handled on the
+        way."""
         if self.fd is None or self.finished is not None:
             return []
         at_eof = self._read_in()
@@ -93,12 +89,8 @@ class StatusClient:
         return False
 
     def abandon(self) -> Finished:
-        """Give the supervisor up as lost: it said nothing within the launch's bound.
-
-        What a lost supervisor's end of file would do (stop what the command
-        said of itself, write the fallback record), without waiting for that
-        end: a stopped or frozen peer holding the channel open never gives it.
-        """
+        """Give the supervisor up as lost (silent within the launch's bound): what its end of file
+        would do."""
         if self.finished is None:
             from tether.caller.fallback import after_supervisor_lost
 
@@ -121,23 +113,15 @@ class StatusClient:
             poller.poll(poll_ms(remaining))
 
     def wait_finished(self) -> Finished:
-        """Block until the run is over, close the pipe, and say how it ended.
-
-        For the command line, which has nothing else to wait for; a lost
-        supervisor is handled on the way (:meth:`read_available`).
-        """
+        """Block until the run is over, close the pipe, and say how it ended."""
         while self.finished is None:
             self.wait()
         self.close()
         return self.finished
 
     def close(self) -> None:
-        """Close the pipe, once ``finished`` is in and nothing waits on the descriptor.
-
-        Not done by :meth:`read_available` itself: an event loop may still
-        have the descriptor registered, and a number closed under it could be
-        reused by the next run's pipe before the loop lets go.
-        """
+        """Close the pipe once ``finished`` is in (not in :meth:`read_available`: a loop may still
+        watch it)."""
         fd, self.fd = self.fd, None
         if fd is not None:
             with contextlib.suppress(OSError):
@@ -152,13 +136,8 @@ def _close_quietly(fd: int, made: tuple[int, int] | None) -> None:
 
 
 class HoldingStatusClient(StatusClient):
-    """A run's status client that also holds the run's record directory, for the fallback record.
-
-    The directory is let go of as soon as the run is over (``finished`` is in:
-    the supervisor wrote its record, or the fallback has just written its own
-    through the directory), or when the client is closed or dropped, whichever
-    comes first, and only once.
-    """
+    """A status client that holds the record directory for the fallback record until the run is
+    over."""
 
     def __init__(self, spec: RunSpec, fd: int, record_dir: int) -> None:
         super().__init__(spec, fd)

@@ -12,10 +12,8 @@ __all__ = ["terminal_group"]
 
 
 def terminal_group(*, asked: bool = False) -> int | None:
-    """The process group the command should join (this program's), or ``None`` for its own.
-
-    ``asked`` (``--foreground``) joins even without a terminal in the foreground.
-    """
+    """The process group the command should join (this program's), or ``None``; ``asked``:
+    ``--foreground``."""
     group = os.getpgrp()
     if asked:
         return group if group > 1 else None

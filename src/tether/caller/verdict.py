@@ -45,12 +45,8 @@ def verdict_line(
     no_record_reason: str | None = None,
     oom: str | None = None,
 ) -> str:
-    """The verdict: what ended the run; what stopping took; where the record is, or why none.
-
-    ``oom`` (:func:`~tether.core.limits.oom_summary`'s words, when the OOM killer
-    acted) comes first: ``killed by the OOM killer at its memory limit of 512 MiB:
-    the command was killed by SIGKILL (status 137); record ...``.
-    """
+    """The verdict: what ended the run (the OOM killer first), what stopping took, the record or
+    why none."""
     parts = [_what_ended(told, deadline_seconds)]
     if oom is not None:
         parts[0] = f"{oom}: {parts[0]}"

@@ -25,14 +25,8 @@ _CHILDREN: Final = "/proc/thread-self/children"
 
 
 def require_linux() -> None:
-    """Raise :class:`UnsupportedPlatform` with a clear message unless tether can work here.
-
-    That is Linux, with ``/proc`` mounted and its ``task/TID/children`` files
-    (``CONFIG_PROC_CHILDREN``): without them every walk of the command's tree
-    finds nothing, and a command whose descendants left its process group
-    would be reported stopped while they ran on. Where this process cannot
-    see them, neither can the supervisor it starts (it shares the mounts).
-    """
+    """Refuse (:class:`UnsupportedPlatform`) unless Linux with ``/proc``'s ``task/TID/children``
+    files."""
     if not sys.platform.startswith("linux"):
         raise UnsupportedPlatform(
             f"tether runs on Linux only (it needs pidfds, a child subreaper and /proc); "

@@ -141,11 +141,7 @@ def set_child_subreaper(enabled: bool = True) -> None:
 
 
 def set_parent_death_signal(signal_number: int) -> None:
-    """Ask for ``signal_number`` when the parent *thread* of the caller dies.
-
-    The kernel ties this to the thread that forked, not the process; tether's
-    supervisor is single-threaded, so the two are the same.
-    """
+    """Ask for ``signal_number`` when the parent *thread* dies (one thread in a supervisor)."""
     _prctl(_PR_SET_PDEATHSIG, _bound().unsigned_long(signal_number))
 
 

@@ -33,12 +33,7 @@ def _gone(error: OSError) -> bool:
 
 
 def _read(path: str) -> bytes:
-    """The whole of a ``/proc`` file, read without a file object.
-
-    ``open()`` costs five system calls more than the file needs (a stat, an
-    ``ioctl``, two seeks, another stat) and a buffer; the walk reads a few
-    such files per process, between an event and the signal it calls for.
-    """
+    """The whole of a ``/proc`` file, without a file object (five system calls fewer)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         chunks = []
@@ -50,10 +45,8 @@ def _read(path: str) -> bytes:
 
 
 def children(pid: int) -> list[int]:
-    """Return the children of ``pid`` (all its threads), or ``[]`` if it is gone.
-
-    Raise :class:`OSError` if they cannot be read for another reason.
-    """
+    """The children of ``pid`` (all its threads), ``[]`` if it is gone; :class:`OSError`
+    otherwise."""
     found: list[int] = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
@@ -71,11 +64,8 @@ def children(pid: int) -> list[int]:
 
 
 def descendants(root: int) -> Iterator[tuple[int, int]]:
-    """Yield ``(pid, parent)`` for every descendant of ``root``, parents before children.
-
-    Raise :class:`OSError` (see :func:`children`) rather than skip a process
-    whose children cannot be read.
-    """
+    """``(pid, parent)`` for every descendant of ``root``, parents first; :class:`OSError`, never a
+    skip."""
     stack = [root]
     seen = {root}
     while stack:
@@ -117,10 +107,7 @@ class ProcStat(tuple[str, int, int, str]):
 
 
 def stat_of(pid: int) -> ProcStat | None:
-    """Return the state, parent and process group of ``pid``, ``None`` if it is gone.
-
-    Raise :class:`OSError` if it cannot be read for another reason.
-    """
+    """The state, parent and group of ``pid``, ``None`` if gone; :class:`OSError` otherwise."""
     try:
         raw = _read(f"/proc/{pid}/stat").decode("ascii", "replace")
     except OSError as error:
@@ -146,13 +133,8 @@ def parent_of(pid: int) -> int | None:
 
 
 def group_has_members(pgid: int) -> bool:
-    """Whether any live process (not a zombie) is in process group ``pgid``.
-
-    A group id cannot be reused while any member is alive, so a ``killpg``
-    sent after this said yes reaches that group and no other. A process whose
-    ``stat`` cannot be read is not counted: the answer errs towards not
-    signalling.
-    """
+    """Whether a live process is in group ``pgid`` (then its id cannot be reused); unreadable:
+    no."""
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:

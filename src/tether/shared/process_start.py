@@ -23,30 +23,16 @@ LONGEST_START: Final = 0.25
 def started_from_stat(
     stat: str, *, ticks_per_second: int, boot_now: float, mono_now: float
 ) -> float:
-    """The monotonic time at which the process of ``/proc/PID/stat`` text ``stat`` had started.
-
-    Field 22 is the process's start (its fork) in clock ticks since boot,
-    *truncated* by the kernel: the real start lies somewhere in the tick that
-    follows. Rounded up to that tick's end, so that the origin is never
-    before the real start and a deadline counted from it can never pass
-    early; it passes at most one tick late (10 ms at the usual 100 ticks a
-    second) for the rounding. Rounded down, it could pass a tick early.
-    Read ``boot_now`` first, then ``mono_now``: the gap between the two
-    readings moves the origin later, never earlier.
-    """
+    """The monotonic start of the process of ``stat``: its tick rounded up (never early), boot
+    clock read first."""
     fields = stat[stat.rindex(")") + 2 :].split()  # the name may hold spaces and parentheses
     ticks = int(fields[19])  # field 22, counting pid and the name as fields 1 and 2
     return mono_now - (boot_now - (ticks + 1) / ticks_per_second)
 
 
 def start_ticks(pid: int | str = "self") -> int | None:
-    """When process ``pid`` started, in clock ticks since boot (field 22 of its ``stat``).
-
-    ``None`` if it is gone, a zombie or unreadable. With its pid, it names a
-    process for good: a pid may be reused, a pid with its start time is not.
-    The supervisor writes its own into the launch line; ``tether ls`` checks
-    a live run's supervisor against it.
-    """
+    """When ``pid`` started, in ticks since boot (``None``: gone); with the pid it names a process
+    for good."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             raw = stat.read()
@@ -62,16 +48,7 @@ def start_ticks(pid: int | str = "self") -> int | None:
 
 
 def process_started_at(loaded_at: float) -> float:
-    """When this process started, on the monotonic clock; never later than ``loaded_at``.
-
-    ``loaded_at`` is the monotonic reading at tether's import
-    (``tether._LOADED_AT``). The start counts only when it was at most
-    :data:`LONGEST_START` before ``loaded_at``: the kernel keeps the time of
-    the fork, not of the exec, and a shell that forks, waits and only then
-    execs ``timeout`` (``sh -c 'sleep 9; exec timeout 5 cmd'``) must not find
-    its deadline passed on arrival. Further back, or without ``/proc``, the
-    import's reading counts, as it did before.
-    """
+    """When this process started, counted only within :data:`LONGEST_START` before ``loaded_at``."""
     try:
         with open("/proc/self/stat", "rb") as file:
             stat = file.read().decode("ascii", "replace")

@@ -360,10 +360,7 @@ def write_record(
     redactor: Redactor,
     directory_fd: int | None = None,
 ) -> None:
-    """Write ``document``, redacted (never optional), to ``path`` atomically and privately.
-
-    Into ``directory_fd``, the directory held since before the run, when given; else looked up now.
-    """
+    """Write ``document``, redacted, atomically and privately, in ``directory_fd`` when given."""
     data = _serialise(path, redactor.redact(document))
     if directory_fd is not None:
         _write_in(path, directory_fd, data)

@@ -21,11 +21,8 @@ _last_read: list[tuple[dict[str, str], frozenset[str]]] = []
 
 
 def redactor_for(spec: RunSpec, environ: Mapping[str, str]) -> Redactor:
-    """The redactor for ``spec``'s files; ``environ`` is the caller's own environment.
-
-    The label is read for secrets as a command line is (``deploy API_TOKEN=...``),
-    on its own: it is written into the record, and people type it like argv.
-    """
+    """The redactor for ``spec``'s files (the label read as a command line); ``environ``: the
+    caller's."""
     secrets = _environment_secrets(environ) | secret_values_from({}, spec.argv)
     if spec.env is not None:
         secrets |= secret_values_from(spec.env, ())
@@ -35,13 +32,7 @@ def redactor_for(spec: RunSpec, environ: Mapping[str, str]) -> Redactor:
 
 
 def prepare(environ: Mapping[str, str]) -> Redactor:
-    """Read now what every run's redactor needs for callers with ``environ``; return it.
-
-    For the zygote, before it freezes what it loaded: the schema's keys, the
-    secret values of ``environ`` (its own, which is its caller's) and the
-    pattern a run with no secret of its own compiles, so that each supervisor
-    it forks finds them instead of reading them again.
-    """
+    """Read now what every run's redactor needs for callers with ``environ`` (for the zygote)."""
     return Redactor(_environment_secrets(environ), own_keys=record_keys())
 
 

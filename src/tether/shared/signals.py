@@ -49,10 +49,8 @@ def described(number: int) -> str:
 
 
 def signal_name(text: str) -> str | None:  # noqa: PLR0911 - one return per spelling
-    """``TERM``, ``SIGTERM``, ``term``, ``15``, ``0``, ``RTMIN+2`` -> the canonical name; else None.
-
-    Numbers are ASCII digits only (``int()`` would read ``٣`` as three).
-    """
+    """``TERM``, ``SIGTERM``, ``term``, ``15``, ``0``, ``RTMIN+2`` -> the canonical name (ASCII
+    digits); else None."""
     if text.isascii() and text.isdigit():
         return _name_of(int(text)) if len(text) < 4 else None
     upper = text.upper().removeprefix("SIG")

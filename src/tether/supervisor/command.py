@@ -48,11 +48,8 @@ class CommandNotStarted(Exception):
 
 
 class Command:
-    """A started command: its pid (also its process group id), a pidfd on it, its cgroup.
-
-    ``cgroup`` is ``None`` when the command runs without a cgroup of its own
-    (the sweep is then the only containment).
-    """
+    """A started command: its pid (also its group id), a pidfd on it, its cgroup (``None``: sweep
+    only)."""
 
     __slots__ = ("cgroup", "own_group", "pgid", "pid", "pidfd")
 
@@ -83,15 +80,8 @@ def _prepare_child(
     ignored_signals: Sequence[int] = (),
     born_in_cgroup: bool = False,
 ) -> None:
-    """Run in the child between fork and exec: the backstop, the announcement, the directory,
-    then the cgroup (only its v1 ones, if ``born_in_cgroup``: the fork put the child in
-    the v2 one).
-
-    The announcement comes once the backstop holds: from then on, a supervisor
-    that dies takes the child with it before its exec, and a caller that hears
-    of the child first knows where to find what it starts if the supervisor
-    dies later. It is best effort: a failure there must not cost the launch.
-    """
+    """In the child before exec: the backstop, then the announcement (best effort), the directory,
+    the cgroup."""
     set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != supervisor:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -129,16 +119,8 @@ def _exec_by(deadline_at: float | None) -> float | None:
 def start_command(
     plan: LaunchPlan, *, announce: Announce | None = None, containment: RunCgroups | None = None
 ) -> Command:
-    """Start the plan's command; raise :class:`CommandNotStarted` if it cannot be started.
-
-    What each of the plan's fields asks for is said where it is declared
-    (:class:`~tether.supervisor.launch.LaunchPlan`). ``announce`` is called in
-    the child before its exec, with the child's pid and the directory of the
-    cgroup it is joining (``None`` without one). ``containment`` is what the
-    supervisor prepared early
-    (:func:`~tether.supervisor.cgroup_choice.prepare_run_cgroups`, from the
-    plan's limits); without it, it is prepared here.
-    """
+    """Start the plan's command (:class:`~tether.supervisor.launch.LaunchPlan`), or
+    :class:`CommandNotStarted`."""
     argv, join_group, cwd = plan.argv, plan.join_group, plan.cwd
     if containment is None:
         containment = prepare_run_cgroups(plan.limits, warm=False)
@@ -212,13 +194,7 @@ def start_command(
 
 
 def _joined(cgroup: RunCgroups | None, pid: int) -> RunCgroups | None:
-    """Return ``cgroup`` if the command is contained by it, ``None`` (and remove it) if not.
-
-    The leader's ``/proc/<pid>/cgroup`` still names its cgroup once it is a
-    zombie, so a command that already exited is judged right too. A cgroup
-    the leader is not in but that is not empty either (the leader moved
-    itself out after starting children) is kept: it contains something.
-    """
+    """``cgroup`` if it contains the command (a zombie's too, or others), else ``None``, removed."""
     if cgroup is None:
         return None
     cgroup.release()
@@ -235,15 +211,8 @@ def _discard(cgroup: RunCgroups | None) -> None:
 def _launch_failure(
     argv: Sequence[str], cwd: str | None, failure: SpawnFailed, *, required: bool, why: str
 ) -> CommandNotStarted:
-    """What a failed spawn means: the program's (``exec``) or tether's (``setup``).
-
-    Only a failed ``exec`` is the program's (127 for not found, 126
-    otherwise, as ``timeout`` says). A working directory that cannot be
-    entered, a descriptor that cannot be set up, a cgroup that cannot be
-    joined, an argument or variable that cannot be passed (a NUL byte): the
-    command was never tried, so that is tether's failure (125), as GNU
-    ``timeout`` says for a failed fork.
-    """
+    """A failed ``exec`` is the program's (127, 126); anything before it tether's (125), as GNU
+    says."""
     reason = failure.message
     if failure.stage == "exec":
         from tether.core.gnu_quoting import gnu_quote, utf8_locale

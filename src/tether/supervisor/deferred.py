@@ -47,16 +47,7 @@ def _spec_of(name: str) -> importlib.machinery.ModuleSpec | None:
 
 @contextlib.contextmanager
 def deferred(*names: str) -> Iterator[None]:
-    """Within this block, importing a module of ``names`` binds a stand-in that loads it on use.
-
-    A module already loaded, or not installed, is left as it is. A stand-in
-    stays in :data:`sys.modules` after the block (that is the point), unless
-    the block failed. Since Python 3.12 a :class:`logging.LogRecord` asks
-    asyncio for the current task whenever ``asyncio`` is in :data:`sys.modules`,
-    and structlog makes one as it loads: ``logging.logAsyncioTasks`` (the
-    documented switch for that) is off for the block when asyncio is deferred,
-    so the stand-in is not taken for a loaded asyncio.
-    """
+    """Within this block, importing a module of ``names`` binds a stand-in that loads it on use."""
     stand_ins: dict[str, _Deferred] = {}
     for name in names:
         if name in sys.modules:
@@ -90,11 +81,7 @@ def deferred(*names: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def absent(*names: str) -> Iterator[None]:
-    """Within this block, ``import`` of a module of ``names`` fails as if it were not installed.
-
-    A module already loaded is left as it is; after the block, the others can
-    be imported again.
-    """
+    """Within this block, ``import`` of a module of ``names`` fails as if it were not installed."""
     blocked = [name for name in names if name not in sys.modules]
     for name in blocked:
         sys.modules[name] = None  # type: ignore[assignment]  # the import system's "not found"
@@ -108,13 +95,7 @@ def absent(*names: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def uncollected() -> Iterator[None]:
-    """Within this block, no garbage collection; after it, what was made is frozen.
-
-    As :func:`tether.supervisor.detach.loaded` does for the code loaded before
-    the launch: frozen objects are never scanned again (nor written to by the
-    collector, so pages shared with a parent stay shared). Collection resumes
-    only if it was on before the block.
-    """
+    """Within this block, no garbage collection; after it, what was made is frozen."""
     was_on = gc.isenabled()
     gc.disable()
     try:

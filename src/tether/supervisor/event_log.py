@@ -117,11 +117,8 @@ def _create_private(path: Path, directory_fd: int) -> int:
 
 
 class _LineWriter:
-    """Where structlog's rendered lines go: one ``write`` per line, and never an exception.
-
-    ``size`` is how many bytes of whole lines the file holds, so that a line
-    cut short by a full disk can be cut off again.
-    """
+    """Where structlog's lines go: one ``write`` each, never an exception; ``size``: whole lines'
+    bytes."""
 
     def __init__(self, fd: int) -> None:
         self.fd: int | None = fd
@@ -187,12 +184,8 @@ class EventLog:
 
     @classmethod
     def open(cls, path: Path, redactor: Redactor, *, directory_fd: int | None = None) -> EventLog:
-        """Create this run's event log at ``path``, replacing an earlier log there.
-
-        ``directory_fd`` is the record's directory, held since before the run;
-        without it, ``path``'s directory is looked up now. Raises
-        :class:`OSError` if the log cannot be created (see the module).
-        """
+        """Create this run's event log at ``path`` (in ``directory_fd``), replacing an earlier
+        one."""
         if directory_fd is not None:
             return cls(path, _create_private(path, directory_fd), redactor)
         held = open_record_directory(path.parent)
@@ -212,11 +205,7 @@ class EventLog:
         return self._writer.problem
 
     def emit(self, event: str, **fields: object) -> None:
-        """Write one line for ``event`` and hand it to the OS before returning.
-
-        Never raises for the file's sake: a line that cannot be written (or
-        rendered) is counted in :attr:`lines_dropped`.
-        """
+        """Write one line and hand it to the OS; a line that cannot be is counted, never raised."""
         if self._closed:
             raise ValueError(f"event log {self.path} is closed")
         try:

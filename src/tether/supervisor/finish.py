@@ -40,13 +40,8 @@ def finish_off(
     emptied: bool,
     report: Report,
 ) -> Remains:
-    """Kill what is left, reap the leader and the rest, read the account, remove the cgroup.
-
-    ``returncode`` is the one the core knows (from the exit it saw), replaced
-    by the leader's reaped status; ``exited`` says whether the leader is
-    known to have exited (the reap may then block), ``emptied`` whether
-    nothing else was left.
-    """
+    """Kill what is left, reap the leader (its reaped status wins) and the rest, read the account,
+    remove the cgroup."""
     remains = Remains(returncode)
     if tree is None:
         return remains

@@ -60,13 +60,8 @@ class StatusTap(StatusWriter):
 
 
 class SoFar:
-    """What a failed loop knew of its run: all the last resort may read of it.
-
-    ``tree`` is the loop's view of the tree (it knows whether the leader was
-    reaped), ``reason`` the one the run was ending for (``supervisor_lost``
-    if none yet), ``record`` the record's path if it was written, and
-    ``exit_status`` the status the loop meant to exit with.
-    """
+    """What a failed loop knew of its run (tree, reason, record, exit status): all the last resort
+    reads."""
 
     __slots__ = ("exit_status", "reason", "record", "tree")
 
@@ -91,12 +86,8 @@ def after_failure(
     status: StatusTap,
     say: Callable[[str], None],
 ) -> int:
-    """Kill the tree, tell the caller (once) and the person; return the status to exit with.
-
-    ``so_far`` is ``None`` when the loop failed before it knew anything. A
-    failure after ``finished`` went out (the run was recorded, the tree
-    stopped) changes nothing the caller was told: the status stands.
-    """
+    """Kill the tree, tell the caller (once, unless ``finished`` went out) and the person; the
+    status."""
     if so_far is not None and status.finished_sent:
         kill_tree(attempt, so_far.tree)
         return so_far.exit_status
@@ -114,11 +105,8 @@ def after_failure(
 
 
 def describe(error: BaseException) -> str:
-    """One line for a person: what failed inside the supervisor.
-
-    For a system error, the system's words only: its file name may be one the
-    person never chose to show (this line is not redacted).
-    """
+    """One line for a person: what failed (a system error's words only; the line is not
+    redacted)."""
     if isinstance(error, OSError) and error.errno is not None:
         detail = f"[Errno {error.errno}] {os.strerror(error.errno)}"
     else:
@@ -156,12 +144,8 @@ def abandon(
 
 
 def kill_tree(attempt: LaunchAttempt, tree: ProcessTree | None = None) -> bool:
-    """SIGKILL everything the run started, reap it, remove its cgroup; whether it all ended.
-
-    ``tree`` is the supervisor's own view of the tree, when it got that far
-    (it knows whether the leader was reaped); otherwise one is built from the
-    launch. Never raises.
-    """
+    """SIGKILL everything the run started, reap it, remove its cgroup; whether it all ended. Never
+    raises."""
     command = attempt.command
     if command is None:
         return True

@@ -43,17 +43,8 @@ _RETRY_SECONDS: Final = 0.05
 
 
 class Handover:
-    """What the sentry saw and did, for the loop to replay.
-
-    ``lifeline`` holds the bytes read from the lifeline and ``lifeline_closed``
-    whether its end of file was seen; ``signals`` the bytes read from the
-    signal wakeup pipe (signal numbers); ``sent`` the signals sent to the
-    command's group, each with the monotonic time it was sent at;
-    ``acted_at`` the time of the first of those, ``None`` if none was sent;
-    ``walked`` the descendants found just before that first signal (the
-    record counts them among the processes stopped, though many are gone by
-    the time the loop looks).
-    """
+    """What the sentry read (lifeline, signals), sent (with when) and walked, for the loop to
+    replay."""
 
     __slots__ = ("acted_at", "lifeline", "lifeline_closed", "sent", "signals", "walked")
 
@@ -106,13 +97,7 @@ class Sentry:
             raise
 
     def stand_down(self) -> Handover:
-        """Stop watching, wait for the thread to be done, and hand over what it saw and did.
-
-        The word to stop is :data:`_STAND_DOWN` on the signal wakeup pipe, which
-        the sentry watches anyway: the sentry costs the run no descriptor, and
-        under a low open-file limit every one is the stop path's. A full pipe
-        (the sentry is busy reading it) is tried again until the word fits.
-        """
+        """Stop the thread (a word on the wakeup pipe: no descriptor of its own) and hand over."""
         while True:
             try:
                 os.write(self._wakeup_write, _STAND_DOWN)
@@ -195,11 +180,7 @@ class Sentry:
         return standing_down
 
     def _answer(self, trigger: str, now: float) -> None:
-        """Send the group what the core certainly sends first for ``trigger`` (a machine's trigger).
-
-        Once the group is stopping, only a kill asks for more: the core
-        escalates it to SIGKILL at once.
-        """
+        """Send the group what the core certainly sends first for ``trigger``."""
         if self._stopping:
             names: tuple[str, ...] = ("SIGKILL",) if trigger == KILL else ()
         else:
@@ -227,13 +208,7 @@ class Sentry:
 
 
 def _descendants() -> set[int]:
-    """The supervisor's descendants, as far as ``/proc`` shows them now; best effort.
-
-    Only counted, never signalled: the sentry signals the group, and the loop
-    signals the rest of the tree (:mod:`tether.supervisor.process_tree`) when it
-    takes over. The walk is the loop's own (:func:`tether.linux.proctree.descendants`);
-    a part it cannot read ends the count there, with what was found so far.
-    """
+    """The supervisor's descendants as ``/proc`` shows them now, to count; best effort."""
     found: set[int] = set()
     try:
         for pid, _parent in descendants(os.getpid()):

@@ -19,10 +19,8 @@ _LONGEST_WAIT: Final = 86400.0
 
 
 class Watch:
-    """The descriptors the loop waits on, each by the name of what its readiness means.
-
-    Any readiness counts, hang-up and error included: reading then says what it was.
-    """
+    """The descriptors the loop waits on, each by the name of what its readiness means (any
+    counts)."""
 
     def __init__(self) -> None:
         self._poll = select.poll()
@@ -39,12 +37,8 @@ class Watch:
         del self._names[fd]
 
     def wait(self, timeout: float | None) -> set[str]:
-        """The names of the descriptors ready within ``timeout`` seconds (``None``: no limit).
-
-        Rounded up to the millisecond, as :class:`selectors.PollSelector` does:
-        a wait cut short by rounding down would wake up just before a deadline
-        and then spin until it came.
-        """
+        """The names ready within ``timeout`` seconds, rounded up to the millisecond (no spin
+        before a deadline)."""
         if timeout is None:
             ready = self._poll.poll()
         else:
@@ -58,11 +52,6 @@ class Watch:
 
 
 def wait_bound(seconds: float) -> float:
-    """A ``poll()`` timeout for a deadline ``seconds`` away.
-
-    ``poll()`` takes its timeout in milliseconds as a C ``int``, so it refuses
-    waits beyond about 24.8 days (2**31 ms), and ``--deadline 30d`` is a fair
-    thing to ask for. Waking up once a day on the way there is harmless: the
-    core answers an early :class:`~tether.core.events.Tick` with nothing.
-    """
+    """A ``poll()`` timeout for ``seconds`` away, within a C ``int`` of milliseconds (an early tick
+    is harmless)."""
     return min(max(0.0, seconds), _LONGEST_WAIT)
