@@ -1,63 +1,13 @@
-"""cgroup v2: a fresh cgroup for one run, emptied with ``cgroup.kill``.
+"""cgroup v2: a fresh cgroup for one run, emptied with ``cgroup.kill``; what finds, makes,
+divides, reads and removes cgroups for the other cgroup modules.
 
-A process can leave its process group and its session, and a double fork
-takes it out of its parent's care, but it cannot leave its cgroup without
-write access to another cgroup's ``cgroup.procs``. So where the supervisor
-may create a cgroup of its own, putting the command in one is the strongest
-containment Linux offers: everything the command starts is born inside it,
-``cgroup.procs`` lists what is still running, and writing ``1`` to
-``cgroup.kill`` (Linux 5.14) SIGKILLs all of it in one step, including
-processes forked while the kill is under way and processes the supervisor
-cannot see or could not signal itself (a descendant that switched to another
-uid, one in a PID namespace the supervisor's ``/proc`` does not show).
-
-Nothing here is assumed. The supervisor's own cgroup comes from
-``/proc/self/cgroup`` (the ``0::`` line, cgroup v2 only), the directory that
-holds it from ``/proc/self/mountinfo`` (every ``cgroup2`` mount whose root
-covers that path), and a candidate directory is believed only if its
-``cgroup.procs`` lists the supervisor itself. The run's cgroup is created
-*below* that one, named ``tether-<creator pid>-<random>`` (the creator is the
-supervisor, or the zygote that forks it, and lives at least until the command
-has joined: an empty cgroup whose creator is gone is stale); creating it,
-finding ``cgroup.kill`` in it and opening its ``cgroup.procs`` must all
-succeed, or :class:`CgroupUnavailable` says why and the caller falls back to
-the sweep. The command is born in the cgroup where the kernel allows it
-(:attr:`V2Cgroup.clone_descriptor`, :mod:`tether.linux.clone3`); otherwise it
-joins the cgroup itself, between fork and exec, by writing ``0`` to the
-``cgroup.procs`` descriptor it inherited (:meth:`V2Cgroup.join`). Either way
-it runs nothing of its own outside the cgroup, and no child it starts can be
-born outside it. That fork or write is the only step that can still fail
-late (``EBUSY`` from the no-internal-process rule, a cgroup removed under our
-feet); the supervisor then looks at the leader's
-``/proc/<pid>/cgroup`` to learn which containment it really got.
-
-Removal is ``rmdir``, bottom-up through any cgroups the command created below
-its own, once nothing is running in them (a zombie does not count: the
-kernel takes a task out of the cgroup when it exits, before it is reaped). A
-supervisor that was SIGKILLed cannot remove its cgroup; the next supervisor
-that creates one beside it removes stale ones whose creator is gone and which
-are empty and unused (:func:`remove_stale`): the creator holds a shared
-``flock`` on the ``cgroup.procs`` it keeps open for the join, which, unlike the
-pid in the name, means the same in every PID namespace.
-
-A join by writing waits, and :func:`warm_attach_lock` shortens the wait (a
-command born in its cgroup never writes, and never waits). Every write of
-a pid to a ``cgroup.procs`` takes one lock shared by the whole machine (the
-kernel's ``cgroup_threadgroup_rwsem``), and taking it after a pause waits for
-an RCU grace period first: 5 to 20 ms measured on the 2-core machine, the
-largest single cost between a supervisor's start and its command's ``exec``.
-The lock stays quick to take for about one grace period after its last user
-lets go, and a second writer that arrives while the first is still waiting
-shares that first one's wait. So a process with nothing better to do can take
-the lock once, for nothing, by writing its own pid to its own cgroup's
-``cgroup.procs`` (a move to where it already is), and a join that follows
-within a grace period or so finds the lock ready: 0.1 to 2 ms instead of 10,
-measured with the join 5 to 20 ms after the warm-up began. The kernel holds
-its cgroup mutex through that wait, so a ``mkdir`` of a cgroup waits with it:
-the run's cgroup must be made before the warm-up begins
-(:mod:`tether.supervisor.run_cgroup` does both, in that order). It is only
-ever a saving: on a kernel mounted with ``favordynmods`` the lock never
-waits, and where the write is refused nothing was taken.
+Nothing is assumed: this process's cgroup comes from ``/proc/self/cgroup`` and
+``/proc/self/mountinfo``, a directory is believed only if its ``cgroup.procs``
+lists this process. A run's cgroup is named ``tether-<creator pid>-<8 hex>``,
+held (a shared ``flock`` on its ``cgroup.procs``) while its creator may still
+use it, and removed by the next run once empty and unheld. Why each step, and
+the join's lock :func:`warm_attach_lock` readies: ``docs/containment.md``
+(rung 3).
 """
 
 from __future__ import annotations
@@ -70,7 +20,6 @@ import select
 import stat
 import time
 
-# On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -88,9 +37,11 @@ __all__ = [
     "is_run_cgroup",
     "kill_cgroup",
     "kill_run_cgroup",
+    "lists",
     "make_cgroup",
     "own_cgroup",
     "probe_controllers",
+    "read_keyed",
     "read_usage",
     "read_words",
     "remove_stale",
@@ -125,15 +76,9 @@ _DIGITS: Final = {8: "01234567", 16: "0123456789abcdefABCDEF"}
 
 
 def unescape(field: str, marker: str = "\\", width: int = 3, base: int = 8) -> str:
-    """Undo escapes of one byte as ``marker`` and ``width`` digits in ``base``.
-
-    mountinfo's octal escapes by default (``\\040`` for a space, and so on);
-    a D-Bus address's ``%xx`` with ``"%", 2, 16``. Each escape is a *byte*: a
-    path in UTF-8 escapes ``ü`` as two of them (``%c3%bc``), so the bytes are
-    put together first and decoded once, as the file system's names are
-    (:func:`os.fsdecode`). By hand, as everything here: no ``re`` on the path
-    to a command's launch. A marker without its digits, or with digits past a
-    byte, stays as it is.
+    """Undo escapes of one byte as ``marker`` and ``width`` digits in ``base``: mountinfo's
+    octal ones by default, a D-Bus address's ``%xx`` with ``"%", 2, 16``. The bytes are put
+    together, then decoded once; a marker without its digits stays as it is.
     """
     digits = _DIGITS[base]
     first, *pieces = field.split(marker)
@@ -192,7 +137,7 @@ def cgroup_of(pid: int | str) -> str | None:
     return None
 
 
-def _lists(directory: str, pid: int) -> bool:
+def lists(directory: str, pid: int) -> bool:
     try:
         with open(os.path.join(directory, "cgroup.procs"), "rb") as procs:
             return str(pid).encode() in procs.read().split()
@@ -210,10 +155,8 @@ def _directories_of(path: str, mounts: list[tuple[str, str]]) -> list[str]:
 
 
 def own_cgroup() -> tuple[str, str]:
-    """Return this process's cgroup v2 path and the directory that is that cgroup.
-
-    Raise :class:`CgroupUnavailable` if there is no cgroup v2 hierarchy, or
-    none of its mounts shows this process's cgroup.
+    """This process's cgroup v2 path and the directory that is that cgroup, or
+    :class:`CgroupUnavailable` (no v2 hierarchy, or no mount shows it).
     """
     path = cgroup_of("self")
     if path is None:
@@ -223,21 +166,15 @@ def own_cgroup() -> tuple[str, str]:
         raise CgroupUnavailable("no cgroup2 file system is mounted")
     me = os.getpid()
     for directory in _directories_of(path, mounts):
-        if _lists(directory, me):
+        if lists(directory, me):
             return path, directory
     raise CgroupUnavailable(f"no cgroup2 mount shows this process's cgroup {path!r}")
 
 
 def warm_attach_lock() -> None:
-    """Take the kernel's cgroup-attach lock once, for nothing, so that a join soon after is quick.
-
-    Writes this process's pid to its own cgroup's ``cgroup.procs``: a move to
-    where it already is, which waits out the lock's grace period (see the
-    module's docstring). Best effort and silent: only a process forked to do
-    this and exit calls it, so not even an interrupt is let out. Unchecked by
-    ``cgroup.procs`` (:func:`own_cgroup` reads it, which on a busy root cgroup
-    is a long read): if the directory found is not this process's cgroup
-    after all, the write moves the exiting process there, which harms nothing.
+    """Take the kernel's cgroup-attach lock once, for nothing (this process's pid to its own
+    ``cgroup.procs``), so that a join soon after is quick. Silent, unchecked: only a child forked
+    for it calls it (``docs/containment.md``, "The join's lock").
     """
     with contextlib.suppress(BaseException):
         path = cgroup_of("self")
@@ -251,13 +188,8 @@ def warm_attach_lock() -> None:
 
 
 def remove_stale(parent: str) -> int:
-    """Remove empty cgroups tether made in ``parent`` whose creator is gone; return how many.
-
-    A populated one is left alone (``rmdir`` refuses it): whatever runs in it
-    belongs to someone, and tether does not kill what it did not start. So is
-    one whose ``cgroup.procs`` someone still holds (:func:`_in_use`): the pid
-    in its name is a pid in its creator's namespace, which may mean nobody (or
-    somebody else) here, where the lock means the same in every namespace.
+    """Remove the empty, unheld cgroups tether made in ``parent`` whose creator is gone;
+    how many. A populated or held one is left alone (:func:`remove_unused`).
     """
     removed = 0
     try:
@@ -276,15 +208,7 @@ def remove_stale(parent: str) -> int:
 
 
 def _hold(procs_fd: int) -> None:
-    """Mark a run's cgroup in use for as long as its ``cgroup.procs`` stays open anywhere.
-
-    A shared ``flock`` on the descriptor the command joins through: it belongs
-    to the open file, so every process that inherited the descriptor (the
-    supervisor a zygote forked, the spare that made the cgroup ahead) holds it
-    too, and the kernel lets go of it when the last of them closes it or dies.
-    :func:`remove_stale` asks for it exclusively: unlike a pid, the answer holds
-    across PID namespaces.
-    """
+    """Mark a run's cgroup in use while its ``cgroup.procs`` is open anywhere (shared ``flock``)."""
     with contextlib.suppress(OSError):
         fcntl.flock(procs_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
 
@@ -319,11 +243,9 @@ _MISSING: Final = {
 def make_cgroup(
     parent: str, name: str, files: Iterable[tuple[str, str]], *needed: str
 ) -> tuple[str, int]:
-    """Make cgroup ``name`` in ``parent``, ``files`` written in order; its directory and join fd.
-
-    ``needed``: files it must have besides. The descriptor is its
-    ``cgroup.procs``, opened for the command's join. Raise
-    :class:`CgroupUnavailable` saying why; a cgroup half made is removed first.
+    """Make cgroup ``name`` in ``parent``, ``files`` written in order (``needed``: files it
+    must have besides); its directory and its ``cgroup.procs`` opened for the join.
+    :class:`CgroupUnavailable` saying why, nothing left made.
     """
     files = list(files)
     directory = os.path.join(parent, name)
@@ -365,6 +287,15 @@ class JoinableCgroup:
         """This cgroup's directory and those of the cgroups below it, deepest first."""
         return [directory for directory, _sub, _files in os.walk(self.directory, topdown=False)]
 
+    def pids(self) -> list[int]:
+        """The processes in this cgroup and below it (zombies are not listed; one this PID
+        namespace cannot see, listed as 0, neither)."""
+        found: list[int] = []
+        for directory in self.directories():
+            words = read_words(os.path.join(directory, "cgroup.procs"))
+            found.extend(pid for word in words if word.isdecimal() and (pid := int(word)))
+        return found
+
     def discard(self) -> bool:
         """Remove this cgroup if nothing runs in it (nor below it); return whether it is gone."""
         self.close_join()
@@ -378,12 +309,8 @@ class JoinableCgroup:
         return True
 
     def join(self) -> None:
-        """Move the calling process into this cgroup (run between fork and exec).
-
-        Raise :class:`OSError` if the kernel refuses, with its errno and this
-        cgroup's ``cgroup.procs`` as the file name (the step that failed). It
-        is one ``write`` on a descriptor opened before the fork, so the child
-        opens nothing itself.
+        """Move the calling process into this cgroup (between fork and exec: one ``write`` on a
+        descriptor opened before the fork); :class:`OSError` naming its ``cgroup.procs``.
         """
         procs = os.path.join(self.directory, "cgroup.procs")
         if self._procs_fd is None:
@@ -394,9 +321,9 @@ class JoinableCgroup:
             raise OSError(error.errno, error.strerror, procs) from None
 
     def intact(self) -> bool:
-        """Whether this is still the cgroup made, and empty: a cgroup made ahead of its run
-        (by the zygote's spare) may have been removed, or replaced by another of its name,
-        meanwhile. Its ``cgroup.procs`` is still the file held open, and lists nobody."""
+        """Whether this is still the cgroup made (its ``cgroup.procs`` the file held open), and
+        empty: one made ahead of its run may have been removed or replaced meanwhile.
+        """
         if self._procs_fd is None:
             return False
         try:
@@ -447,17 +374,9 @@ class V2Cgroup(JoinableCgroup):
         name: str | None = None,
         beside: bool = False,
     ) -> V2Cgroup:
-        """Create a fresh cgroup below this process's own; raise :class:`CgroupUnavailable`.
-
-        With ``controllers`` (``memory``, ``cpu``, ``pids``), they must be
-        enabled for it already (:func:`probe_controllers`: this process's
-        cgroup is not tether's, and is never written to), and ``files`` (name to
-        content: the limits) are written to it before anything can join it.
-        ``name``: one from :func:`run_cgroup_name` (the run's cgroups in v1
-        hierarchies share it); a fresh one by default. ``beside``: in the
-        parent of this process's cgroup instead, beside it (a container whose
-        entry point moved its processes into a leaf and enabled the
-        controllers in the cgroup above: the parent holds no process).
+        """A fresh cgroup below this process's own (``beside``: in its parent), ``controllers``
+        enabled for it already (read only: :func:`probe_controllers`), ``files`` (the limits)
+        written before anything can join; :class:`CgroupUnavailable` if not.
         """
         own_path, own_directory = own_cgroup()
         if beside:
@@ -471,12 +390,9 @@ class V2Cgroup(JoinableCgroup):
         path = os.path.join(own_path, name)
         return cls(path, directory, fd)
 
-    # -- joining: JoinableCgroup ----------------------------------------------
-
     @property
     def clone_descriptor(self) -> int | None:
-        """This cgroup's directory, open: a child forked into it never has to join it
-        (:func:`tether.linux.clone3.fork_into_cgroup`); ``None`` once closed."""
+        """This cgroup's directory, open, for a child to be born in; ``None`` once closed."""
         return self._directory_fd
 
     def close_join(self) -> None:
@@ -489,20 +405,6 @@ class V2Cgroup(JoinableCgroup):
     def holds(self, pid: int) -> bool:
         """Whether ``pid`` (alive or a zombie) belongs to this cgroup."""
         return cgroup_of(pid) == self.path
-
-    # -- looking and killing --------------------------------------------------
-
-    def pids(self) -> list[int]:
-        """The processes running in this cgroup and below it (zombies are not listed)."""
-        found: list[int] = []
-        for directory in self.directories():
-            try:
-                with open(os.path.join(directory, "cgroup.procs"), "rb") as procs:
-                    # A process this PID namespace cannot see would be listed as 0.
-                    found.extend(pid for word in procs.read().split() if (pid := int(word)))
-            except OSError:
-                continue
-        return found
 
     def populated(self) -> bool:
         """Whether anything still runs in this cgroup or below it."""
@@ -518,15 +420,9 @@ class V2Cgroup(JoinableCgroup):
         """SIGKILL everything in this cgroup and below it; return whether the kernel took it."""
         return kill_cgroup(self.directory)
 
-    # -- removing -------------------------------------------------------------
-
     def remove(self, *, timeout: float = 1.0) -> bool:
-        """Remove this cgroup (and any below it); return whether it is gone.
-
-        If something still runs in it, it is killed and waited for, at most
-        ``timeout`` seconds, on ``cgroup.events`` (the kernel notifies a
-        change of ``populated``); a process stuck in the kernel can outlast
-        that, and the cgroup is then left in place.
+        """Remove this cgroup (and any below it); whether it is gone. What still runs in it
+        is killed and waited for on ``cgroup.events``, ``timeout`` seconds at most.
         """
         if self.discard():
             return True
@@ -579,20 +475,13 @@ HOLDS_PROCESSES: Final = (
 
 
 def is_hierarchy_root(directory: str) -> bool:
-    """Whether ``directory`` is the root of its cgroup v2 hierarchy (the kernel's own root).
-
-    The kernel gives every cgroup but its root a ``cgroup.type``; a cgroup
-    namespace's root (a container's ``/``) has one, and is divided by the same
-    rules as any other cgroup.
-    """
+    """Whether ``directory`` is its hierarchy's kernel root (it alone has no ``cgroup.type``)."""
     return not os.path.lexists(os.path.join(directory, "cgroup.type"))
 
 
 def holds_processes(directory: str) -> bool:
-    """Whether any process is a member of the cgroup at ``directory`` itself (not below).
-
-    Read from ``cgroup.procs``; a process this PID namespace cannot see is
-    listed as ``0`` and counts. An unreadable list counts as holding some.
+    """Whether any process is a member of the cgroup at ``directory`` itself (an
+    unreadable list, or one this namespace cannot see, counts as some).
     """
     try:
         fd = os.open(os.path.join(directory, "cgroup.procs"), os.O_RDONLY | os.O_CLOEXEC)
@@ -609,15 +498,9 @@ def holds_processes(directory: str) -> bool:
 
 
 def divisible(directory: str) -> None:
-    """Whether the kernel lets a domain cgroup below ``directory`` take controllers; why not.
-
-    Read only. Not where ``directory`` holds processes and is not the
-    hierarchy's root (the "no internal processes" rule: the kernel refuses a
-    domain controller there with ``EBUSY``, and *accepts* a threaded one,
-    ``pids`` or ``cpu``, by turning the cgroup into a thread root for good, so
-    the refusal cannot be left to the kernel), nor where it is part of a thread
-    subtree already (its ``cgroup.type`` is not ``domain``). Raise
-    :class:`CgroupUnavailable` saying which.
+    """Whether a domain cgroup below ``directory`` could take controllers; read only,
+    :class:`CgroupUnavailable` saying why not (a thread subtree; processes in it, where the
+    kernel would refuse a domain controller and turn a threaded one into a thread root).
     """
     if is_hierarchy_root(directory):
         return
@@ -645,15 +528,8 @@ def _offered(directory: str, controllers: tuple[str, ...]) -> None:
 
 
 def probe_controllers(directory: str, controllers: tuple[str, ...]) -> None:
-    """Whether a new cgroup below ``directory`` gets ``controllers``; why not. Read only.
-
-    A controller reaches a cgroup only if its parent lists it in
-    ``cgroup.subtree_control``. tether never writes there in a cgroup it did
-    not make (the caller's cgroup, a service's, a session's): it only looks.
-    Refused, each with its own remedy: a controller the cgroup v2 hierarchy
-    lacks (``cgroup.controllers``: on a machine that also mounts cgroup v1,
-    it is bound there); a cgroup that cannot be divided (:func:`divisible`);
-    a controller its manager did not enable. Raise :class:`CgroupUnavailable`.
+    """Whether a new cgroup below ``directory`` gets ``controllers``; read only, never
+    written in a cgroup tether did not make. :class:`CgroupUnavailable` with the remedy.
     """
     if not controllers:
         return
@@ -671,16 +547,9 @@ def probe_controllers(directory: str, controllers: tuple[str, ...]) -> None:
 
 
 def enable_controllers(directory: str, controllers: tuple[str, ...]) -> None:
-    """Make ``controllers`` available to the cgroups below ``directory``, or say why not.
-
-    Only ever for a cgroup that is tether's own to divide (a scope a service
-    manager made for the supervisor and delegated to it); anywhere else,
-    :func:`probe_controllers` looks without writing. Checked first as it
-    does (a controller the hierarchy lacks; a cgroup that holds processes,
-    read from ``cgroup.procs`` rather than left to the kernel's ``EBUSY``,
-    which a threaded controller never gets), then ``+memory`` (and so on) is
-    written to ``cgroup.subtree_control`` for what is missing. Raise
-    :class:`CgroupUnavailable` with the reason.
+    """Enable ``controllers`` below ``directory``, tether's own to divide (a delegated
+    scope, its own leaf's parent), checked first as :func:`probe_controllers` checks;
+    :class:`CgroupUnavailable` saying why not.
     """
     enabled = set(read_words(os.path.join(directory, "cgroup.subtree_control")))
     missing = tuple(name for name in controllers if name not in enabled)
@@ -706,7 +575,7 @@ def write_plain(path: str, content: str) -> None:
         os.close(fd)
 
 
-def _keyed(path: str) -> dict[str, int]:
+def read_keyed(path: str) -> dict[str, int]:
     """A flat-keyed cgroup file (``cpu.stat``, ``memory.events``) as numbers by key."""
     values: dict[str, int] = {}
     words = read_words(path)
@@ -717,19 +586,13 @@ def _keyed(path: str) -> dict[str, int]:
 
 
 def read_usage(directory: str) -> dict[str, int | float | None]:
-    """What the whole tree in the cgroup at ``directory`` used, as the kernel counted it.
-
-    CPU time from ``cpu.stat`` (always there in cgroup v2), peak memory from
-    ``memory.peak`` (Linux 5.19, with the memory controller), OOM kills from
-    ``memory.events`` (hierarchical: the cgroups the command made below count
-    too) with how often the tree hit its limit (``max``), and how often a
-    fork was refused at ``pids.max`` from ``pids.events``. Read once the tree
-    is gone, before the cgroup is removed; ``None`` for what this kernel or
-    this cgroup does not count.
+    """What the tree in the cgroup at ``directory`` used, as the kernel counted it
+    (``cpu.stat``, ``memory.peak``, ``memory.events``, ``pids.events``); ``None`` for what it
+    does not count. Read once the tree is gone, before removal.
     """
-    cpu = _keyed(os.path.join(directory, "cpu.stat"))
-    memory_events = _keyed(os.path.join(directory, "memory.events"))
-    pids_events = _keyed(os.path.join(directory, "pids.events"))
+    cpu = read_keyed(os.path.join(directory, "cpu.stat"))
+    memory_events = read_keyed(os.path.join(directory, "memory.events"))
+    pids_events = read_keyed(os.path.join(directory, "pids.events"))
     peak = read_words(os.path.join(directory, "memory.peak"))
 
     def seconds(key: str) -> float | None:
@@ -747,12 +610,8 @@ def read_usage(directory: str) -> dict[str, int | float | None]:
 
 
 def kill_cgroup(directory: str) -> bool:
-    """SIGKILL everything in the cgroup at ``directory`` and below; whether the kernel took it.
-
-    One write of ``1`` to its ``cgroup.kill``: the kernel applies it to every
-    member at once, forks in flight included. The file is opened as it is in
-    every cgroup, never created, truncated or followed through a link: a
-    directory that is no cgroup (a caller told a wrong one) is not written to.
+    """SIGKILL everything in the cgroup at ``directory`` and below (one write to its
+    ``cgroup.kill``, never created or followed); whether the kernel took it.
     """
     flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
@@ -773,11 +632,8 @@ def _why(error: OSError) -> str:
 
 
 def _own_directories() -> list[str]:
-    """This process's own cgroup directory in every mounted hierarchy, v2 and v1.
-
-    From ``/proc/self/cgroup`` (``0::path`` for v2, ``N:controllers:path`` for
-    v1) and the ``cgroup2``/``cgroup`` mounts of ``/proc/self/mountinfo``
-    (a v1 mount is matched by the controllers its options name).
+    """This process's own cgroup directory in every mounted hierarchy, v2 and v1 (a v1
+    mount matched by the controllers its options name).
     """
     try:
         with open("/proc/self/cgroup", encoding="utf-8", errors="surrogateescape") as lines:
@@ -812,18 +668,9 @@ def _own_directories() -> list[str]:
 
 
 def is_run_cgroup(directory: str) -> bool:
-    """Whether ``directory`` is a cgroup tether makes for a run, where it makes them.
-
-    Named ``tether-<creator pid>-<8 hex digits>`` and directly below this
-    process's own cgroup in a mounted hierarchy (v2 or v1): where the run's
-    supervisor (or the zygote that forked it, both in their caller's cgroup)
-    made it; or directly in the user's systemd scope the supervisor asked
-    for (:mod:`tether.linux.systemd_scope`): a scope named after it
-    (``<name>.scope``), in a cgroup v2 mount, delegated to this user (it
-    owns the scope's directory: the user's, or root's for the system's
-    manager's scope). The caller's fallback
-    kills nothing else, whatever a status message said: a forged ``started``
-    cannot make it kill another cgroup.
+    """Whether ``directory`` is one of tether's run cgroups where tether makes them: named
+    ``tether-<pid>-<8 hex>``, below (or beside) this process's own cgroup in a mounted
+    hierarchy, or in the systemd scope made for it. A forged status cannot name another.
     """
     if not os.path.isabs(directory) or os.path.normpath(directory) != directory:
         return False
@@ -838,10 +685,8 @@ def is_run_cgroup(directory: str) -> bool:
 
 
 def _in_own_scope(scope: str, name: str) -> bool:
-    """Whether ``scope`` is the systemd scope made for run cgroup ``name``, and this user's.
-
-    A user's manager leaves the scope it delegated owned by that user; the
-    system's manager, which makes root's, leaves it root's.
+    """Whether ``scope`` is the systemd scope made for run cgroup ``name``, and owned by
+    this user (the user's manager leaves it the user's; the system's, root's).
     """
     if os.path.basename(scope) != f"{name}.scope":
         return False
@@ -859,14 +704,9 @@ _V1_ROUNDS: Final = 50
 
 
 def kill_run_cgroup(directory: str) -> bool:
-    """SIGKILL everything in one of tether's run cgroups; whether it is empty (or gone) after.
-
-    ``cgroup.kill`` where there is one (cgroup v2). A cgroup v1 directory has
-    none: every process its ``cgroup.procs`` (and those of the cgroups below
-    it) lists is SIGKILLed through a pidfd, and again, until the lists are
-    empty, at most :data:`_V1_ROUNDS` rounds, each waiting (at most a tenth
-    of a second) for the processes killed to exit. Only call it for a
-    directory :func:`is_run_cgroup` accepts.
+    """SIGKILL everything in one of tether's run cgroups (:func:`is_run_cgroup`); whether
+    it is empty after. ``cgroup.kill`` on v2; on v1, each listed pid through a pidfd, again,
+    :data:`_V1_ROUNDS` rounds at most.
     """
     if os.path.exists(os.path.join(directory, "cgroup.kill")):
         return kill_cgroup(directory)
@@ -890,11 +730,8 @@ def kill_run_cgroup(directory: str) -> bool:
 
 
 def _kill_listed(directory: str) -> list[int]:
-    """SIGKILL what the v1 cgroup at ``directory`` and those below it list; their pidfds.
-
-    Each pid is opened (a pidfd) and only then checked to be listed still: a
-    pid that exited between the read and the open may already be someone
-    else's, and that one is not in the list.
+    """SIGKILL what the v1 cgroup at ``directory`` and those below list, each pidfd opened
+    before its pid is checked to be listed still; the pidfds.
     """
     import signal
 

@@ -1,30 +1,11 @@
-"""All of a run's cgroups: its v2 cgroup, and one per cgroup v1 hierarchy a limit needs.
+"""The run's cgroups, the one object the supervisor holds (:class:`RunCgroups`), and
+which backend takes each limit (:func:`plan_backends`).
 
-Which backend enforces a limit is chosen per host *and per controller*
-(:func:`plan_backends`), from ``/proc/self/mountinfo`` and
-``/proc/self/cgroup``, never from guesses about distributions:
-
-- ``cgroup2`` where the controller can be enabled below this process's own
-  cgroup v2 (a pure v2 host, a delegated scope);
-- ``cgroup1`` where it cannot and a v1 hierarchy holds it (a hybrid or a
-  legacy host) whose cgroup this process may divide (root: systemd
-  delegates no v1 hierarchy to a user);
-- ``systemd-scope`` where it cannot, no v1 hierarchy holds it, the v2
-  hierarchy does, this process is not root and a user bus is there: the
-  supervisor asks the user's service manager for a scope with
-  ``Delegate=yes`` and makes the run's cgroup in it
-  (:mod:`tether.linux.systemd_scope`), as ``systemd-run --user --scope -p
-  Delegate=yes`` would; whatever the scope turns out not to have been
-  delegated is refused then, before the command starts;
-- none: :class:`~tether.linux.cgroup.CgroupUnavailable`, with a message
-  that says what would work.
-
-:class:`RunCgroups` is what the supervisor holds for the run: the v2 cgroup
-(membership and ``cgroup.kill``, where there is one, limits or not) and the
-v1 cgroups (the limits, ``cpuacct`` for the CPU time), all with one name.
-The command joins every one of them between fork and exec, through
-descriptors opened before the fork; :attr:`RunCgroups.directories` lists
-them all, for whoever must find the run's processes without the supervisor.
+Read only from ``/proc/self/mountinfo`` and ``/proc/self/cgroup``, per host and
+per controller: ``cgroup2``, ``cgroup1``, a systemd scope (the user's or the
+system's manager), ``cgroup2-beside`` a leaf in the cgroup above, or
+:class:`~tether.linux.cgroup.CgroupUnavailable` saying what would work. The
+table of when each applies: ``docs/containment.md`` ("Limits").
 """
 
 from __future__ import annotations
@@ -143,15 +124,7 @@ def _v2_refusal(directory: str, name: str) -> str:
 
 
 def _beside(path: str, directory: str, name: str) -> bool:
-    """Whether the run's cgroup can take ``name`` in the parent of this process's cgroup.
-
-    Where this process's own cgroup cannot be divided and no manager hands
-    out one that can, but the cgroup above it holds no process and lists the
-    controller in its ``cgroup.subtree_control`` already: the layout a
-    container's entry point leaves when it moves its processes into a leaf
-    and enables the controllers (docker-in-docker's entrypoint). Read only,
-    as every check here: tether moves no process and enables nothing there.
-    """
+    """Whether the cgroup above this process's could take ``name`` for the run (read only)."""
     if path in ("", "/"):
         return False
     return not _v2_refusal(os.path.dirname(directory), name)
@@ -201,17 +174,9 @@ def _only(directory: str, mover: int, name: str) -> bool:
 
 
 class OwnLeaf:
-    """The ``tether run`` caller moved into a leaf of its own cgroup, which it alone held.
-
-    So that the run's cgroup can be made beside it (``cgroup2-beside``, as the
-    supervisor sees it): the caller makes ``tether-<pid>-<hex>`` in its
-    cgroup, moves itself there, checks that nothing else came in meanwhile,
-    and enables the controllers the limits need in the cgroup, now empty of
-    processes. Everything tether changed is undone by :meth:`leave`: the
-    controllers it enabled are disabled (unless a run's cgroup of another
-    tether is there and may use them), the caller moves back, the leaf is
-    removed. A caller SIGKILLed in between leaves an empty leaf of tether's
-    naming, which the next run or ``tether prune`` removes.
+    """The ``tether run`` caller moved into a leaf of its own cgroup, which it alone held,
+    its controllers enabled above it, so that the run's cgroup is made beside it; undone by
+    :meth:`leave` (``docs/containment.md``, "after the caller stepped aside").
     """
 
     __slots__ = ("directory", "enabled", "leaf")
@@ -282,12 +247,8 @@ def _privileged() -> bool:
 
 
 def _scope(path: str, directory: str, environ: Mapping[str, str]) -> tuple[set[str], str, str]:
-    """What a systemd scope could hold here, the backend it would be, and why not if nothing.
-
-    The controllers of the v2 hierarchy (a scope gets at most those): for a
-    non-root process with a user bus to ask (``systemd-scope``), for root with
-    the system's manager to ask (``systemd-system-scope``); none, with the
-    reason, otherwise.
+    """The controllers a systemd scope could hold here (the v2 hierarchy's), the backend it
+    would be (the user's manager, or the system's for root), and why not if none.
     """
     if _privileged():
         if system_manager_address(environ) is None:
@@ -314,21 +275,9 @@ def plan_backends(
 ) -> tuple[dict[str, str], dict[str, Hierarchy]]:
     """Which backend takes each of ``controllers``, and the v1 hierarchies it uses.
 
-    Read only, from either side: nothing is written, no cgroup is made
-    (a controller must be enabled below this process's cgroup v2 already,
-    and that cgroup divisible: :func:`~tether.linux.cgroup.probe_controllers`).
-    ``check``: believe a v1 directory only if its
-    ``cgroup.procs`` lists this process (the supervisor); the caller's quick
-    look skips that read. ``environ``: where the user bus is looked for
-    (default: this process's). A ``systemd-scope`` answer is a promise to
-    ask: nothing talks to the bus here. When one controller needs the scope,
-    every controller v2 could take goes there too (the run has one v2
-    cgroup). ``mover``: the pid of a ``tether run`` caller, tether's own
-    process, which may move into a leaf of its cgroup (:class:`OwnLeaf`) if it
-    is the only process there: ``cgroup2-own-leaf``, a promise that it will
-    (never the API's caller, a program tether did not start). Raise
-    :class:`CgroupUnavailable` for the first controller nothing can take,
-    saying what would work.
+    Read only (``check``: believe a v1 directory only if it lists this process). A scope
+    answer is a promise to ask; where one controller needs it, every v2 one goes there too.
+    ``mover``: a ``tether run`` caller's pid, which may step into a leaf (:class:`OwnLeaf`).
     """
     backends: dict[str, str] = {}
     v2_why = ""
@@ -391,11 +340,8 @@ def _parents() -> list[str]:
 
 
 def remove_stale_everywhere() -> list[str]:
-    """Remove stale cgroups of tether's naming below this process's own, in every hierarchy.
-
-    Only empty ones whose creator is gone (:func:`~tether.linux.cgroup.remove_stale`):
-    never one tether did not name, never one something runs in. Return the
-    directories they were in, for ``tether prune`` to say.
+    """Remove stale cgroups of tether's naming below this process's own, in every hierarchy
+    (:func:`~tether.linux.cgroup.remove_stale`); the directories, for ``tether prune``.
     """
     removed: list[str] = []
     for parent in _parents():
@@ -463,10 +409,8 @@ class RunCgroups:
     ) -> RunCgroups:
         """Make the run's cgroups, limits written; :class:`CgroupUnavailable` if one cannot be.
 
-        ``backends``, ``hierarchies``: :func:`plan_backends`'s answer (without
-        them, a v2 cgroup alone). ``v2_files`` by file, ``v1_files`` by
-        controller. A scope backend moves this process into a new scope first
-        (only a supervisor may ask); ``limit_controllers`` names what it lacks.
+        ``backends``, ``hierarchies``: :func:`plan_backends`'s answer (without them, a v2 cgroup
+        alone); a scope backend moves this process into a new scope first.
         """
         name = run_cgroup_name()
         if not backends:
@@ -543,8 +487,7 @@ class RunCgroups:
 
     @property
     def directories(self) -> list[str]:
-        """Every cgroup directory of the run, v2 first: what a caller that lost the
-        supervisor stops the run's processes by."""
+        """Every cgroup directory of the run, v2 first (a caller stops the run by them)."""
         return [cgroup.directory for cgroup in reversed(self._all())]
 
     def holds(self, pid: int) -> bool:
@@ -566,8 +509,7 @@ class RunCgroups:
         return {key: usage.get(key) for key in USAGE_KEYS}
 
     def kill(self) -> bool:
-        """SIGKILL the run through v2's ``cgroup.kill``; whether the kernel took it (v1 has
-        none: the sweep signals each of :meth:`pids`)."""
+        """SIGKILL the run through v2's ``cgroup.kill``; whether the kernel took it."""
         return self.v2 is not None and self.v2.kill()
 
     def remove(self, *, timeout: float = 1.0) -> bool:
@@ -614,10 +556,8 @@ def _make_in_scope(
     limit_controllers: Mapping[str, str],
     environ: Mapping[str, str] | None,
 ) -> V2Cgroup:
-    """The v2 cgroup with its limits, in a scope a service manager made for this process.
-
-    The system's manager for root (``systemd-system-scope``), the user's own
-    otherwise (``systemd-scope``).
+    """The v2 cgroup with its limits, in a scope the system's manager (root) or the user's
+    made for this process.
     """
     environ = os.environ if environ is None else environ
     system = "systemd-system-scope" in backends.values()

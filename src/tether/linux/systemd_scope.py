@@ -1,50 +1,12 @@
-"""The user's own systemd scope: a cgroup a non-root caller may divide, asked for over the user bus.
+"""A transient systemd scope with ``Delegate=yes`` for the run's cgroup v2: asked of the
+user's manager over the user bus (a non-root caller), or of the system's manager (root).
 
-A non-root caller under systemd on cgroup v2 (a workstation, an ssh login)
-lives in a session or app scope that holds processes of its own, so the
-kernel enables no controller below it (the "no internal processes" rule),
-and the user may write nowhere else in the hierarchy. Only the user's own
-service manager can hand out a cgroup the user may divide: a transient scope
-with ``Delegate=yes``, which is what ``systemd-run --user --scope -p
-Delegate=yes`` asks for. tether asks for the same thing, in the same words
-(systemd's ``src/run/run.c``, ``transient_scope_set_properties``):
-``StartTransientUnit(name, "fail", [Description, Delegate=true, PIDs=[pid]],
-[])`` on ``org.freedesktop.systemd1.Manager``, then it waits for the job's
-``JobRemoved`` signal and believes the scope only once its result is
-``done``. The name is ``tether-<supervisor pid>-<8 hex digits>.scope``, the
-run's cgroup name with ``.scope`` after it.
-
-**Which process joins the scope: the supervisor.** Moving a process from one
-cgroup to another needs write access to the ``cgroup.procs`` of the two
-cgroups' common ancestor; the command, forked by a supervisor still in the
-caller's session scope, could not move into a cgroup below the new scope
-(their common ancestor is the user's slice, which root owns). The user's
-manager moves the supervisor (it may, asking the system manager if it must),
-and from then on everything the supervisor forks is born inside the
-delegated subtree. The supervisor then steps into a leaf of its own,
-``supervisor``, so that the scope itself holds no process and its
-controllers can be enabled for the run's cgroup, ``tether-...`` beside that
-leaf, which the command joins as it would any run cgroup. The API's zygote
-is never moved: it outlives the run; the supervisor it forks asks for the
-scope itself.
-
-**How the scope goes away.** A scope ends when its cgroup is empty. The
-run's cgroup is removed like any other once the tree is gone; the supervisor
-then writes the record and exits, the scope empties, and systemd stops it
-and removes its cgroup, the supervisor's leaf included. A supervisor that
-was SIGKILLed leaves whatever of the tree survived in the scope, which lives
-until they end (nothing tether names is left once they have).
-
-**Only what was delegated.** A user's manager delegates the controllers it
-has itself (``Delegate=`` of ``user@.service``: upstream ``pids memory cpu``,
-Debian 11 without ``cpu``), and ``systemd-run --user`` silently drops a
-limit whose controller is missing (systemd#9641). tether reads the scope's
-``cgroup.controllers`` and refuses every limit whose controller is not
-there, before the command starts.
-
-jeepney (pure Python D-Bus) is imported only when a scope is asked for,
-inside the supervisor: never on the caller's side, which only looks for a
-bus with :func:`user_bus_address`.
+tether asks as ``systemd-run --scope -p Delegate=yes`` does, moves the
+supervisor (never the caller, never the zygote) into the scope, steps it into
+a leaf, and makes the run's cgroup beside that leaf; a limit whose controller
+the scope was not given is refused. jeepney is imported only here, only when a
+supervisor asks. Why each step: ``docs/containment.md`` ("The user's own
+systemd scope").
 """
 
 from __future__ import annotations
@@ -112,9 +74,6 @@ USER_MANAGER: Final = "the user's service manager"
 SYSTEM_MANAGER: Final = "the system's service manager"
 
 
-# -- finding the bus (the caller's side too: no jeepney) -------------------------------------
-
-
 def _is_socket(path: str) -> bool:
     try:
         return stat.S_ISSOCK(os.stat(path).st_mode)
@@ -137,12 +96,8 @@ def _reachable(address: str) -> bool:
 
 
 def user_bus_address(environ: Mapping[str, str]) -> str | None:
-    """The user bus's address, if one is there to reach; ``None`` otherwise.
-
-    ``$DBUS_SESSION_BUS_ADDRESS`` first (what the session says), then the
-    socket systemd's user instance puts at ``$XDG_RUNTIME_DIR/bus``. Only
-    Unix sockets count (all jeepney speaks), and a path only if the socket
-    exists: a stale variable from another login is no bus.
+    """The user bus's address (``$DBUS_SESSION_BUS_ADDRESS``, else ``$XDG_RUNTIME_DIR/bus``),
+    if its Unix socket is there; ``None`` otherwise (a stale variable is no bus).
     """
     address = environ.get("DBUS_SESSION_BUS_ADDRESS", "")
     if address and _reachable(address):
@@ -154,12 +109,8 @@ def user_bus_address(environ: Mapping[str, str]) -> str | None:
 
 
 def system_manager_address(environ: Mapping[str, str]) -> tuple[str, bool] | None:
-    """How root reaches the system's service manager: an address, and whether it is direct.
-
-    As ``systemd-run --scope`` finds it as root: the manager's private socket
-    first (a direct, peer-to-peer connection: no bus daemon, no ``Hello``),
-    then the system bus (``$DBUS_SYSTEM_BUS_ADDRESS``, else its usual
-    socket). ``None`` where there is neither (a container without systemd).
+    """How root reaches the system's manager, as ``systemd-run --scope`` does: its private
+    socket (direct: ``True``), else the system bus; ``None`` where there is neither.
     """
     if _is_socket(SYSTEM_MANAGER_SOCKET):
         return f"unix:path={SYSTEM_MANAGER_SOCKET}", True
@@ -180,13 +131,8 @@ def _words(path: str) -> set[str]:
 
 
 def hierarchy_controllers(path: str, directory: str) -> set[str]:
-    """The controllers the cgroup v2 hierarchy holds, from its root's ``cgroup.controllers``.
-
-    ``path`` and ``directory`` are a cgroup's, as
-    :func:`~tether.linux.cgroup.own_cgroup` gives them; the root is the
-    directory with the path taken off its end. A session scope's own
-    ``cgroup.controllers`` may lack one its user's manager can delegate
-    (``cpu``, enabled only where a unit needs it), so the root is asked.
+    """The controllers the cgroup v2 hierarchy holds, from its root's ``cgroup.controllers``
+    (a session scope's own may lack one its manager can delegate).
     """
     root = directory
     trimmed = path.rstrip("/")
@@ -195,17 +141,9 @@ def hierarchy_controllers(path: str, directory: str) -> set[str]:
     return _words(os.path.join(root, "cgroup.controllers"))
 
 
-# -- the exchange (the supervisor's side) ---------------------------------------------------
-
-
 def scope_properties(pid: int, description: str) -> list[tuple[str, tuple[str, object]]]:
-    """The scope's properties, as ``systemd-run --user --scope -p Delegate=yes`` sends them.
-
-    ``Description`` first, then the ``-p`` property, then the process to
-    move. systemd-run sends ``PIDFDs`` where the manager takes them and
-    falls back to ``PIDs``; tether sends ``PIDs`` (every systemd with
-    transient scopes takes them), for the supervisor, which cannot exit and
-    hand its pid on before the scope is made.
+    """The scope's properties, as ``systemd-run --scope -p Delegate=yes`` sends them
+    (``PIDs``, not ``PIDFDs``: every systemd with transient scopes takes them).
     """
     return [
         ("Description", ("s", description)),
@@ -225,18 +163,9 @@ class BusGarbled(ValueError):
 
 
 def _connect(address: str, deadline: float, *, direct: bool = False) -> DBusConnection:
-    """A connection to the bus at ``address``, authenticated and greeted by ``deadline``.
-
-    jeepney's own connection waits for ``Hello``'s answer forever, and its
-    reading trusts the bus: a byte it does not expect raises whatever its
-    parser meets (``KeyError``, ``IndexError``, ``RecursionError`` for deeply
-    nested variants). This one reads every message as untrusted
-    (:class:`BusGarbled` for anything its parser refuses or for a message over
-    :data:`MAX_MESSAGE`), and never past ``deadline``: a message that arrives
-    after it is not read, so a bus that never stops sending cannot hold the
-    exchange up (the deadline is looked at before every message, not only
-    when the socket is idle). ``direct``: the peer is the manager itself, not
-    a bus daemon, and is sent no ``Hello``.
+    """A connection to the bus at ``address``, authenticated and greeted by ``deadline``
+    (``direct``: the manager itself, no ``Hello``). Unlike jeepney's own, every message is read
+    as untrusted (:class:`BusGarbled`) and none past ``deadline``.
     """
     from jeepney.bus import get_connectable_addresses
     from jeepney.bus_messages import message_bus
@@ -310,16 +239,9 @@ def start_scope(
     direct: bool = False,
     who: str = USER_MANAGER,
 ) -> None:
-    """Ask the user's service manager for scope ``unit`` holding ``pid``; return once it runs.
-
-    Waits for the start job's ``JobRemoved`` signal (subscribed to before
-    the call, so it cannot be missed), at most ``timeout`` seconds for the
-    whole exchange. Raise :class:`CgroupUnavailable` if the bus cannot be
-    reached, the manager refuses, or the job ends other than ``done``.
-    ``direct``: ``address`` is the manager's own socket (root and the system
-    manager: :func:`system_manager_address`), where no bus daemon routes
-    signals and the manager sends every one to the connection unasked, so
-    no ``AddMatch`` either; ``who`` names the manager in messages.
+    """Ask a service manager for scope ``unit`` holding ``pid``; return once its job is
+    ``done`` (``JobRemoved``, subscribed to first), within ``timeout`` seconds, or raise
+    :class:`CgroupUnavailable`. ``direct``: the manager's own socket, no ``AddMatch``.
     """
     try:
         from jeepney import DBusAddress, MatchRule, new_method_call
@@ -380,15 +302,9 @@ def _job_result(connection: DBusConnection, removed: object, job: object, deadli
             return body[3]
 
 
-# -- inside the scope -----------------------------------------------------------------------
-
-
 def enter_scope(unit: str, who: str = USER_MANAGER) -> tuple[str, str]:
-    """This process's cgroup, checked to be scope ``unit``: its path and its directory.
-
-    Believed from ``/proc/self/cgroup``, never from the manager's word: the
-    job may be ``done`` and the move still not have happened (another
-    manager, a process that moved on). :class:`CgroupUnavailable` otherwise.
+    """This process's cgroup, checked in ``/proc/self/cgroup`` (never the manager's word) to
+    be scope ``unit``: its path and directory, or :class:`CgroupUnavailable`.
     """
     path, directory = own_cgroup()
     if os.path.basename(path) != unit:
@@ -423,16 +339,9 @@ def run_cgroup_in_scope(
     direct: bool = False,
     system: bool = False,
 ) -> V2Cgroup:
-    """Move this process (the supervisor) into a new scope; make the run's cgroup ``name`` in it.
-
-    ``controllers`` are enabled for it and ``files`` (the limits) written
-    before anything can join it. ``limits`` maps each limit asked for (by
-    API name) to its controller; every one whose controller the scope did not
-    get is refused first: :class:`CgroupUnavailable`, whose message names
-    them all. The scope ends by itself once this process
-    and the run's cgroup are gone. ``system``: the scope is asked of the
-    system's manager (root), at ``address``, ``direct`` or over the system
-    bus (:func:`system_manager_address`); the user's otherwise.
+    """Move this process (the supervisor) into a new scope; make the run's cgroup ``name``
+    there, ``controllers`` enabled and ``files`` written. Every limit (``limits``: by name, its
+    controller) the scope did not get is refused first. ``system``: the system's manager.
     """
     unit = f"{name}.scope"
     who = SYSTEM_MANAGER if system else USER_MANAGER

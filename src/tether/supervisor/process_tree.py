@@ -1,74 +1,11 @@
 """The command's process tree, as the supervisor finds, signals and reaps it.
 
-Containment is a ladder of three rungs, each catching what the one below
-misses (``docs/containment.md`` says which test shows each claim):
-
-1. **The process group.** The command leads a group of its own, so one
-   ``killpg`` reaches everything that stayed in it.
-2. **The sweep.** Descendants that left the group (``setsid()``,
-   ``setpgid()``, a double fork) are found by walking ``/proc`` down from the
-   supervisor, which is a child subreaper: orphans re-parent to it and stay
-   findable. They are signalled one by one through pidfds, so a pid reused
-   between the walk and the signal is never hit: the pidfd is opened first,
-   and the process is then checked to still hang below the supervisor (its
-   parent is the supervisor or a process the walk found) before anything is
-   sent.
-3. **The cgroup**, where one could be made (:mod:`tether.linux.cgroup`). The
-   command started inside it, so everything it started is in it whatever it
-   did to its group, session or parent. Its ``cgroup.procs`` adds whatever the
-   walk did not see, and the final SIGKILL is ``cgroup.kill``, which the
-   kernel applies to every member at once, forks in flight included. There is
-   no ``cgroup.kill`` for SIGTERM, so the gentle signal goes out through
-   rungs 1 and 2 and to the cgroup's members one by one.
-
-The record's ``containment`` says ``cgroup`` or ``sweep``: rungs 1 and 2 are
-always used; ``cgroup`` means rung 3 was there as well.
-
-Two orderings keep pid reuse out for the group as well:
-
-* the leader is never reaped before the last group-wide signal. While it is
-  an unreaped zombie its pid, and so its process group id, cannot be given to
-  anyone else;
-* adopted orphans are reaped as soon as they die (on SIGCHLD), so the tree
-  holds no zombies, but never the leader: it is reaped last, with ``wait4``,
-  which also yields the command's resource usage for the record.
-
-A process in the group receives the group's signal once, not a second time
-through its pidfd: programs that treat a second SIGTERM as "stop right now"
-must not see one tether did not mean to send.
-
-*Nothing left* is decided with care, because the walk is not atomic: a
-process whose parent dies while the walk is between the supervisor and that
-parent is re-parented to the supervisor, already read, and the walk misses
-it. The kernel re-parents a dying process's children before the process
-itself becomes a zombie, so when a walk finds nothing alive, one more read of
-the supervisor's own children sees any process that moved that way. Only a
-walk that finds nothing *and* is followed by such a read that finds nothing
-(and, with a cgroup, an empty ``cgroup.procs``) counts as empty.
-
-*Short of descriptors* (a caller's low ``ulimit -n``, a full system file
-table), the tree is still stopped, or said not to be:
-
-* every look and every signal goes through the run's
-  :class:`~tether.supervisor.reserve.DescriptorReserve`, which gives back a
-  spare descriptor and tries again when an open fails for want of one;
-* a process for which no pidfd can be had even so is signalled by its pid,
-  right after checking that it still belongs to the tree: a child of the
-  supervisor needs no descriptor for that (``waitid`` with ``WNOWAIT`` says
-  it is ours, and only this process could reap it and free its pid), any
-  other is checked in ``/proc`` as with a pidfd. Each such signal is counted
-  (:attr:`ProcessTree.signals_without_pidfd`, the record's
-  ``signals_without_pidfd``) and reported (``signal_by_pid``);
-* a walk that cannot be read is never taken for an empty tree: the answer is
-  "something unseen" (:data:`UNSEEN`), so the run waits out the bound after
-  SIGKILL and the record says ``unkillable`` rather than claim a clean stop.
-  The group (``killpg``) and the cgroup (``cgroup.kill``) are signalled all
-  the same; the first needs no descriptor at all.
-
-Platform calls made here directly, deliberately (the rest are :mod:`tether.linux`'s):
-``os.killpg`` on the group, whose only guard is this module's policy (the
-leader unreaped), and ``signal.pidfd_send_signal`` on the leader's pidfd,
-held open since the launch: neither has a mechanism left to hide.
+The ladder: the process group, the sweep (a walk of ``/proc`` below the
+supervisor, a child subreaper, each escapee signalled through a checked pidfd),
+the run's cgroups. ``docs/containment.md`` says why each step is taken the way
+it is (pid reuse, "nothing left" confirmed, too few descriptors) and which test
+shows it. ``os.killpg`` and the leader's ``pidfd_send_signal`` are called here
+directly: their only guard is this module's policy (the leader unreaped).
 """
 
 from __future__ import annotations
@@ -76,8 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-# os.wait4 loads this module the first time it reports a resource usage: a
-# leader reaped under a full descriptor table would fail to load it.
+# os.wait4 loads it on first use: under a full descriptor table it could not.
 import resource  # noqa: F401
 import signal
 import time
@@ -90,7 +26,6 @@ from tether.shared.signals import signal_name
 from tether.supervisor.identity import WHOLE_TREE_SIGNALS, without_nested_runs
 from tether.supervisor.reserve import DescriptorReserve
 
-# Loaded by a supervisor once its command runs: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -107,15 +42,12 @@ if TYPE_CHECKING:
 
 __all__ = ["UNSEEN", "ProcessTree"]
 
-#: How many times :meth:`ProcessTree.others` walks the tree to get an answer
-#: it can trust (each walk that finds nothing is confirmed by a second one), and
-#: how many rounds a walk after the group's signal reads the supervisor's
-#: children again for processes that moved there meanwhile.
+#: How many walks :meth:`ProcessTree.others` makes for an answer it can trust, and how many
+#: rounds a walk after the group's signal reads the supervisor's children again.
 _WALKS: Final = 8
 
-#: In an answer of :meth:`ProcessTree.others`: the tree could not be read, so
-#: something may be left that nobody saw. Never a pid of the tree (pid 0 is
-#: the kernel's own), and never counted as "nothing left".
+#: In an answer of :meth:`ProcessTree.others`: the tree could not be read, something may be
+#: left (pid 0 is the kernel's: never a pid of the tree).
 UNSEEN: Final = 0
 
 
@@ -166,17 +98,13 @@ class ProcessTree:
         """What contains the tree, as the record names it: ``cgroup`` or ``sweep``."""
         return "sweep" if self.cgroup is None else "cgroup"
 
-    # -- looking --------------------------------------------------------------
-
     def leader_returncode(self) -> int | None:
         """The leader's return code once it exited (``subprocess`` style), without reaping it."""
         return exit_returncode(self.leader)
 
     def others(self) -> list[int]:
-        """The live processes of the tree other than the leader (after reaping adopted zombies).
-
-        An empty answer is confirmed (see the module's docstring) before it is
-        given; a tree that cannot be read is answered with ``[UNSEEN]``.
+        """The live processes of the tree but the leader: an empty answer confirmed by a
+        second read, ``[UNSEEN]`` for a tree that cannot be read.
         """
         self.reap_adopted()
         direct: list[int] = []
@@ -205,17 +133,15 @@ class ProcessTree:
         return [pid for pid in proctree.children(self._me) if pid != self.leader and _alive(pid)]
 
     def _members(self) -> list[int]:
-        """The cgroup's processes (its reader takes a failed open for an empty cgroup)."""
+        """The cgroups' processes (a failed open reads as none: hence the lent reserve)."""
         if self.cgroup is None:
             return []
         with self.reserve.lent():
             return self.cgroup.pids()
 
     def _read(self, look: Callable[[], _T]) -> _T | None:
-        """``look()`` through the reserve, or ``None`` if the tree cannot be read even so.
-
-        The first failure of a spell is reported (``walk_failed``), not every
-        one: a supervisor short of descriptors looks at the tree on every SIGCHLD.
+        """``look()`` through the reserve; ``None`` if the tree cannot be read even so (the
+        first failure of a spell reported: ``walk_failed``).
         """
         try:
             answer = self.reserve.call(look)
@@ -227,28 +153,11 @@ class ProcessTree:
         self._blind = False
         return answer
 
-    # -- acting ---------------------------------------------------------------
-
     def signal(self, signum: int, *, group: bool = True) -> int:
-        """Send ``signum`` to the whole tree; return how many live processes it was sent to.
+        """Send ``signum`` to the whole tree, walked first; how many live processes it reached.
 
-        The tree is walked *before* anything is sent: a process that dies of
-        the group's signal in the meantime was still reached by it. Between
-        the walk and the group's signal nothing else is done (the cgroup's
-        list of a gentle signal waits until after): the command's group is
-        what a caller's death or a deadline must reach first.
-
-        With ``group=False`` the command's group (or its leader, when the
-        group is not its own) already got ``signum`` (:meth:`signal_group`:
-        the sentry sent it before the loop ran, or the loop before it fed the
-        core), and only the rest of the tree is signalled. The walk then
-        comes *after* the group's signal, and counts what it reached all the
-        same (:meth:`_walk_after_group`): the group's members that died of it
-        are still zombies in the walk (their parents are in the tree, and the
-        supervisor, which adopts the orphans, reaps nothing until the turn is
-        over), and those that moved to the supervisor while the walk ran, as
-        the processes whose parent died of it, are found by reading its
-        children again until nothing new turns up.
+        ``group=False``: the group has it already (:meth:`signal_group`), and the walk that
+        follows counts what the group's signal reached (:meth:`_walk_after_group`).
         """
         if group:
             snapshot = self._read(self._snapshot) or []
@@ -281,14 +190,10 @@ class ProcessTree:
         return len(walked) + len(outside_walk)
 
     def signal_group(self, signum: int) -> bool:
-        """Send ``signum`` to the command's group alone; return whether it went out.
+        """Send ``signum`` to the command's group alone, nothing read first; whether it went out.
 
-        Its leader alone (through its pidfd) when the group is its caller's,
-        and nothing once the leader is reaped (its group id may then name a
-        stranger's group). Nothing is walked or read first: this is what a
-        stop the core is certain of sends at once
-        (:mod:`tether.core.first_signals`), before the core is fed; the rest
-        of the tree follows, with :meth:`signal` and ``group=False``.
+        Its leader alone (its pidfd) where the group is its caller's; nothing once the leader
+        is reaped (its group id may name a stranger's group). :mod:`tether.core.first_signals`.
         """
         if self.leader_reaped:
             return False
@@ -304,17 +209,8 @@ class ProcessTree:
         return True
 
     def catch_up(self, signums: Sequence[int]) -> int:
-        """Send ``signums``, in order, to each process outside the group no walk has reached.
-
-        The tree is stopping, and a walk can miss a process: one whose parent
-        died while the walk was between them (it moves to the supervisor, which
-        the walk had already read), as when the group's signal went out before
-        the walk (the sentry acts first), or one born outside the group after
-        the walk. Found now, it gets what the rest of the tree got, instead of
-        living on until the grace runs out and SIGKILL finds it. A process in
-        the command's group was reached by the group's signal and is left
-        alone (it must not see a second SIGTERM tether did not mean to send).
-        Returns how many processes were caught up with.
+        """Send ``signums``, in order, to each process outside the group no walk reached
+        (missed mid-walk, or born since); how many (``docs/containment.md``, rung 2).
         """
         snapshot = self._read(self._snapshot) or []
         if any(signum not in WHOLE_TREE_SIGNALS for signum in signums):
@@ -347,22 +243,9 @@ class ProcessTree:
         ]
 
     def _walk_after_group(self) -> list[tuple[int, proctree.ProcStat]]:
-        """The tree as the group's signal found it, walked after it: its dead members included.
-
-        A zombie is counted if the group's signal reached it: the leader, and
-        in a group of the command's own, every member. A process that moved
-        to the supervisor while the walk ran (its parent died of the signal
-        after the walk read the supervisor's children, before it read the
-        parent's) is found by reading the supervisor's children again, and
-        its subtree walked, until a read finds nobody new (bounded).
-
-        Exact but for two races, and both only undercount: a member that died
-        of the signal *and was reaped by its own parent in the tree* (one that
-        handles the stop signal by waiting for its children) before the walk
-        reached it is not counted; nor is one that moved to a subreaper of its
-        own below this one (a nested run) while the walk was between them. A
-        member that was already a zombie when the signal went out, unreaped by
-        its parent, is counted as reached (the sentry's walk counts it too).
+        """The tree as the group's signal found it, zombies it reached included, the
+        supervisor's children read again until nobody new turns up. It can only undercount:
+        a member reaped by its own parent, or moved to a nested run's subreaper, meanwhile.
         """
         order: list[int] = []
         seen = {self._me}
@@ -419,13 +302,8 @@ class ProcessTree:
             self._signal_by_pid(pid, signum, still_ours)
 
     def _signal_by_pid(self, pid: int, signum: int, still_ours: Callable[[int], bool]) -> None:
-        """Signal ``pid`` with ``kill``, right after checking that it still belongs to the tree.
-
-        A child of the supervisor is checked without a descriptor and without a
-        race (:func:`~tether.linux.pidfd.is_my_child`); any other process is checked in ``/proc``,
-        and only a pid freed and reused in the instant between the check and
-        the signal could be hit. A process that cannot be checked is not
-        signalled: a pid is not a process.
+        """Signal ``pid`` with ``kill`` right after checking it still belongs to the tree (a
+        child: :func:`~tether.linux.pidfd.is_my_child`; any other: ``/proc``); unchecked, never.
         """
         if not is_my_child(pid):
             try:
@@ -466,10 +344,8 @@ class ProcessTree:
         )
 
     def release(self) -> bool:
-        """Remove the tree's cgroup, if it has one; return whether nothing was left behind.
-
-        The spare descriptors go back too: the tree needs them no more, and the
-        record written next may.
+        """Remove the tree's cgroups, if any, and give the spare descriptors back (the record
+        may need them); whether nothing was left behind.
         """
         try:
             if self.cgroup is None:
@@ -479,14 +355,11 @@ class ProcessTree:
         finally:
             self.reserve.close()
 
-    # -- the last resort ------------------------------------------------------
-
     def kill_everything(self, wait: Callable[[float], object], *, bound: float) -> bool:
-        """SIGKILL the tree until nothing is left or ``bound`` seconds pass; whether it emptied.
+        """SIGKILL the tree until it is empty or ``bound`` seconds pass; whether it emptied.
 
-        No grace and no questions: this is how a supervisor that failed inside
-        keeps its promise (:mod:`tether.supervisor.last_resort`). ``wait(seconds)``
-        blocks until a child of the supervisor may have died, or the time is up.
+        The last resort's (:mod:`tether.supervisor.last_resort`); ``wait(seconds)`` blocks
+        until a child of the supervisor may have died, or the time is up.
         """
         end = time.monotonic() + bound
         while True:
