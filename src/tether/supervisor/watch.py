@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Watch", "wait_bound"]
 
-#: The longest single wait in ``poll()``, in seconds (see :func:`wait_bound`).
+#: The longest single wait in ``poll()``: a day (the core answers an early tick with nothing).
 _LONGEST_WAIT: Final = 86400.0
 
 
@@ -52,6 +52,5 @@ class Watch:
 
 
 def wait_bound(seconds: float) -> float:
-    """A ``poll()`` timeout for ``seconds`` away, within a C ``int`` of milliseconds (an early tick
-    is harmless)."""
+    """A ``poll()`` timeout for ``seconds`` away, within a C ``int`` of milliseconds."""
     return min(max(0.0, seconds), _LONGEST_WAIT)
