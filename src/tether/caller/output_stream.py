@@ -65,8 +65,6 @@ class OutputStream:
         self._fd = None
         return fd
 
-    # -- the one step both sides share ---------------------------------------
-
     def _take(self) -> bool:
         """Read what the pipe holds now into the buffer; ``False`` if it would block."""
         if self._eof or self._fd is None:
@@ -91,8 +89,6 @@ class OutputStream:
             return self._buffer.everything()
         return line
 
-    # -- blocking ---------------------------------------------------------------
-
     def readline(self) -> Any:
         """The next line with its newline; empty at the end."""
         while (line := self._line()) is None:
@@ -110,8 +106,6 @@ class OutputStream:
     def __iter__(self) -> Iterator[Any]:
         while line := self.readline():
             yield line
-
-    # -- asyncio ----------------------------------------------------------------
 
     async def readline_async(self) -> Any:
         """:meth:`readline`, waiting through the running event loop."""
