@@ -1,28 +1,11 @@
-"""What the caller asks for, as one value that travels to the supervisor over a pipe.
+"""What the caller asks for, as one value that travels to the supervisor (never on a command
+line: its argv and environment may hold credentials).
 
-The spec holds the command's argv and environment, which may carry
-credentials. That is why it travels over a pipe and not on the supervisor's
-command line: ``/proc/<pid>/cmdline`` is readable by every user on the
-machine, a pipe is not. For the same reason nothing in the spec is written to
-the record except the few fields the record names (label, durations, the
-command's name and working directory), and the whole argv only when the
-caller asked for it (``record_argv``), redacted.
-
-``asked_at`` is the caller's monotonic time when it asked. The deadline counts
-from that moment, not from when the supervisor got round to starting the
-command, so a slow launch eats into the deadline instead of extending it.
-
-Two values have one spelling each here, whatever a door calls them: *no
-deadline* is ``None`` (a door's ``0`` becomes ``None`` when the request is
-built, and the record writes the seed's ``0`` back), and *never escalate* is
-an infinite grace (``tether timeout`` without ``-k``), which JSON carries as
-``null`` (:func:`~tether.core.durations.seconds_for_json`).
-
-The request is checked where it is made (:mod:`tether.caller.request`);
-:meth:`RunSpec.from_json` checks it again where it arrives, because a pipe is
-a border between processes and the supervisor trusts nothing that crosses it.
-
-Pure: JSON, and no ``dataclasses`` (see :class:`RunSpec`).
+The deadline counts from ``asked_at``, the caller's monotonic time when it asked
+(:attr:`RunSpec.deadline_at`, its one home). *No deadline* is ``None``; *never escalate* is an
+infinite grace, ``null`` in JSON. Checked where the request is made (:mod:`tether.caller.request`)
+and again, strictly, where it arrives (:meth:`RunSpec.from_fields`): the supervisor trusts
+nothing that crosses a pipe. Why: docs/architecture.md, "Processes" and "The launch".
 """
 
 from __future__ import annotations
@@ -33,7 +16,6 @@ from tether.core.durations import seconds_for_json, seconds_from_json
 from tether.core.limits import LimitError, parse_limits
 from tether.core.values import DeclaredValue
 
-# On the supervisor's path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -63,17 +45,7 @@ class SpecError(ValueError):
 
 
 class RunSpec(DeclaredValue, kw_only=True):
-    """One command to run under supervision, and the policy for stopping it.
-
-    ``deadline_seconds`` is ``None`` for no deadline; ``grace_seconds`` is
-    :data:`math.inf` to never escalate to SIGKILL.
-
-    An immutable value (:class:`~tether.core.values.DeclaredValue`), not a
-    frozen dataclass: every door builds or reads one before the command is
-    launched, where ``dataclasses`` would bring ``inspect``. Each field is
-    declared once, below, with its default; constructed by name,
-    :meth:`replace` for :func:`dataclasses.replace`.
-    """
+    """One command to run under supervision, and the policy for stopping it."""
 
     argv: tuple[str, ...]
     deadline_seconds: float | None
@@ -85,27 +57,20 @@ class RunSpec(DeclaredValue, kw_only=True):
     env: dict[str, str] | None = None
     umask: int | None = None
     stop_signal: str = DEFAULT_STOP_SIGNAL
-    #: Why the run keeps no record although it was to keep one in the default
-    #: directory (which could not be made or written); ``None`` otherwise.
+    #: Why the run keeps no record although it was to keep one in the default directory.
     no_record_reason: str | None = None
     #: Whether the record keeps the whole command line (redacted), not only its name.
     record_argv: bool = False
-    #: Signal numbers the command starts with ignored, as its caller had them
-    #: (``nohup``, ``trap '' INT``): ``tether timeout`` hands them on as GNU does.
+    #: Signal numbers the command starts with ignored, as its caller had them (``nohup``).
     ignored_signals: tuple[int, ...] = ()
-    #: The process group the command joins: its caller's, in the caller's terminal
-    #: session, so that it can use the terminal (``None``: a group and, for its
-    #: supervisor, a session of their own). See docs/cli.md, "Terminals".
+    #: The caller's process group, for a command on its terminal (docs/cli.md, "Terminals").
     join_group: int | None = None
-    #: Resource limits for the run's cgroup, by name (:data:`~tether.core.limits.LIMIT_NAMES`),
-    #: as plain numbers; ``None`` (or empty) for none. Added in tether 0.2.
+    #: Resource limits by name (:data:`~tether.core.limits.LIMIT_NAMES`), as plain numbers.
     limits: dict[str, int | float] | None = None
-    #: The idle bound: stop the run once it has produced no output and its tree has
-    #: used no CPU time for this many seconds (``None``: no bound, the default).
+    #: Stop the run once it has produced no output and used no CPU for this long.
     idle_seconds: float | None = None
-    #: Where the caller's file descriptors arrived in the supervisor, by role:
-    #: ``lifeline``, ``status``, ``stdin``, ``stdout``, ``stderr``, and where they apply
-    #: ``cwd`` (the caller's working directory) and ``record_dir`` (the held record directory).
+    #: The caller's descriptors in the supervisor, by role (``lifeline``, ``status``, ``stdin``,
+    #: ``stdout``, ``stderr``; ``cwd``, ``record_dir``, ``pass:N`` where they apply).
     fds: dict[str, int] = {}  # noqa: RUF012 - a default, copied for each spec (DeclaredValue)
 
     @property
@@ -134,17 +99,15 @@ class RunSpec(DeclaredValue, kw_only=True):
 
     @classmethod
     def from_fields(cls, fields: object) -> RunSpec:
-        """Read a spec from the fields of its JSON, already parsed (they are not changed).
-
-        Raise :class:`SpecError` if they are not a spec's: :meth:`from_json`
-        without the parse, for a process that has parsed them already.
-        """
+        """Read a spec from the fields of its JSON, already parsed (they are not changed);
+        raise :class:`SpecError` if they are not a spec's, each field of its own kind."""
         if not isinstance(fields, dict):
             raise SpecError("not a tether run spec: not a JSON object")
         try:
             data = dict(fields)
-            data["argv"] = tuple(data["argv"])
-            data["ignored_signals"] = tuple(data.get("ignored_signals", ()))
+            for name in ("argv", "ignored_signals"):
+                if isinstance(data.get(name), list):
+                    data[name] = tuple(data[name])
             data["grace_seconds"] = seconds_from_json(data["grace_seconds"])
             spec = cls(**data)
         except (ValueError, TypeError, KeyError) as error:
@@ -154,40 +117,95 @@ class RunSpec(DeclaredValue, kw_only=True):
 
     def check(self) -> None:
         """Raise :class:`SpecError` unless this spec describes a run the core can keep."""
+        self._check_kinds()
         if not self.argv or not all(isinstance(word, str) for word in self.argv):
             raise SpecError("no command to run")
-        deadline = self.deadline_seconds
-        # Written so that NaN fails too.
-        if deadline is not None and not 0 < deadline < math.inf:
-            raise SpecError(f"deadline_seconds must be a finite number > 0, not {deadline!r}")
-        idle = self.idle_seconds
-        if idle is not None and (
-            isinstance(idle, bool) or not isinstance(idle, int | float) or not 0 < idle < math.inf
-        ):
-            raise SpecError(f"idle_seconds must be a finite number > 0, not {idle!r}")
+        for name in ("deadline_seconds", "idle_seconds"):
+            seconds = getattr(self, name)
+            # Written so that NaN fails too.
+            if seconds is not None and not 0 < seconds < math.inf:
+                raise SpecError(f"{name} must be a finite number > 0, not {seconds!r}")
         if not self.grace_seconds >= 0:
             raise SpecError(f"grace_seconds must be a number >= 0, not {self.grace_seconds!r}")
-        if not all(
-            isinstance(number, int) and not isinstance(number, bool) and 0 < number < 65
-            for number in self.ignored_signals
-        ):
+        if not all(_whole(number) and 0 < number < 65 for number in self.ignored_signals):
             raise SpecError(f"ignored_signals must be signal numbers, not {self.ignored_signals!r}")
-        group = self.join_group
-        if group is not None and (
-            not isinstance(group, int) or isinstance(group, bool) or group < 2
-        ):
-            raise SpecError(f"join_group must be a process group id, not {group!r}")
+        if self.join_group is not None and self.join_group < 2:
+            raise SpecError(f"join_group must be a process group id, not {self.join_group!r}")
+        if self.umask is not None and not 0 <= self.umask <= 0o777:
+            raise SpecError(f"umask must be from 0 to 0o777, not {self.umask!r}")
         if not _looks_like_a_signal(self.stop_signal):
             raise SpecError(
                 f"stop_signal must be a signal name like SIGTERM, not {self.stop_signal!r}"
             )
         if self.limits is not None:
-            if not isinstance(self.limits, dict):
-                raise SpecError(f"limits must be a mapping, not {type(self.limits).__name__}")
             try:
                 parse_limits(self.limits)
             except LimitError as error:
                 raise SpecError(str(error)) from None
+
+    def _check_kinds(self) -> None:
+        for name, kind in _KINDS.items():
+            value = getattr(self, name)
+            if (value is not None or name in _NEEDED) and (
+                not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool)
+            ):
+                raise SpecError(f"{name} must be {_KIND_WORDS[kind]}, not {_shown(value)}")
+        for name, mapping, value_kind, words in (
+            ("env", self.env, str, "names to strings"),
+            ("fds", self.fds, int, "roles to descriptors"),
+        ):
+            if mapping and not all(
+                isinstance(key, str) and isinstance(value, value_kind) and _not_bool(value)
+                for key, value in mapping.items()
+            ):
+                raise SpecError(f"{name} must map {words}")
+
+
+_NUMBER: Final[tuple[type, ...]] = (int, float)
+#: The kind each field must be (``None`` where its default is ``None``, but in :data:`_NEEDED`).
+_KINDS: Final[dict[str, type | tuple[type, ...]]] = {
+    "argv": tuple,
+    "deadline_seconds": _NUMBER,
+    "grace_seconds": _NUMBER,
+    "asked_at": _NUMBER,
+    "record_path": str,
+    "label": str,
+    "cwd": str,
+    "env": dict,
+    "umask": int,
+    "stop_signal": str,
+    "no_record_reason": str,
+    "record_argv": bool,
+    "ignored_signals": tuple,
+    "join_group": int,
+    "limits": dict,
+    "idle_seconds": _NUMBER,
+    "fds": dict,
+}
+_NEEDED: Final = frozenset(
+    ("argv", "grace_seconds", "asked_at", "stop_signal", "record_argv", "ignored_signals", "fds")
+)
+_KIND_WORDS: Final[dict[type | tuple[type, ...], str]] = {
+    tuple: "a list",
+    _NUMBER: "a number",
+    str: "a string",
+    dict: "a mapping",
+    int: "a whole number",
+    bool: "true or false",
+}
+
+
+def _not_bool(value: object) -> bool:
+    return not isinstance(value, bool)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def command_name(argv: tuple[str, ...] | list[str]) -> str:

@@ -1,33 +1,10 @@
-"""The detached supervisor: PEP 3143's checklist, as small steps in a deliberate order.
+"""The detached supervisor: spawned (or forked) away from its caller, then the run's supervisor.
 
-The caller (``tether run`` or the Python API) never forks itself: it may be
-multi-threaded, and forking a threaded process can deadlock the child on a lock
-another thread held. Instead it spawns a fresh interpreter in a new session,
-running :func:`main` here. That *intermediate* forks once more and exits at
-once, so the supervisor that remains
-
-* is not a session leader (it can never acquire a controlling terminal),
-* is nobody's child to reap (it re-parents to init or the nearest subreaper),
-* and survives a kill of the caller's process group or session,
-
-while the caller only has to reap the intermediate, which is gone within
-milliseconds. Then, in order: read the spec from its pipe (never from the
-command line, where every user could read it), move to ``/`` so no mount is
-held busy, and take a private umask for tether's own files (the command gets
-the caller's umask back through the spec). Standard input, output and error
-are already ``/dev/null``, so the supervisor never holds a pipe the caller's
-caller waits on; the caller's own stdio arrives as extra descriptors that only
-the command keeps. Only the descriptors the caller passed on purpose are open.
-
-**The record's directory arrives as a descriptor** (role ``record_dir``),
-opened and checked by the caller as it spawns this supervisor, rather than
-looked up again here. The record then goes exactly where the caller's check
-said it could, with no second lookup for a swapped path to slip into; the
-caller needs the same directory anyway for the record it writes if this
-supervisor is lost; and a refusal (a stranger's link on the way, a FIFO at the
-event log's name) comes from the caller, on its terminal, before anything was
-spawned. The descriptor is made close-on-exec again here, so the command never
-inherits it.
+:func:`main` is what a spawned interpreter runs: it forks once more (so the supervisor is no
+session leader and nobody's child), reads the spec from its pipe (never a command line), and
+supervises. Every door's supervisor reads its spec once, strictly, before the launch
+(:func:`supervise_fields`), or has it checked in memory (:func:`become`). Why: the Processes
+section of docs/architecture.md; the record's directory arrives held (docs/record.md).
 """
 
 from __future__ import annotations
@@ -39,10 +16,8 @@ import sys
 
 from tether.core.reasons import TETHER_FAILED
 
-# On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
     from typing import NoReturn
 
     from tether.core.spec import RunSpec
@@ -60,14 +35,8 @@ __all__ = [
 
 
 def exit_now(status: int) -> NoReturn:
-    """Exit with ``status`` at once, skipping the interpreter's finalization.
-
-    Once a run is recorded (record fsynced, status sent, event log closed)
-    nothing is left to do, yet tearing down the modules the supervisor loaded
-    (structlog, asyncio, transitions) costs about 20 ms of CPU: time the seed
-    door's caller waits for, and that hundreds of supervisors stopping at once
-    would spend together. Buffered output is flushed first.
-    """
+    """Flush stdout and stderr and exit with ``status`` at once: tearing down the modules a
+    supervisor loaded costs about 20 ms of CPU, each time, for nothing."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
@@ -97,11 +66,7 @@ def main(spec_fd: int) -> int:
 
 
 def supervise_raw(raw: bytes, containment: RunCgroups | None = None) -> int:
-    """Supervise the run whose spec is ``raw`` (JSON, descriptors by role); exit when done.
-
-    Returns only if ``raw`` is not a spec at all. ``containment``: the run's
-    cgroup, if the process that forked this one made it already.
-    """
+    """:func:`supervise_fields` for the spec's JSON, not parsed yet."""
     import json
 
     try:
@@ -112,84 +77,85 @@ def supervise_raw(raw: bytes, containment: RunCgroups | None = None) -> int:
 
 
 def supervise_fields(fields: object, containment: RunCgroups | None = None) -> int:
-    """Supervise the run whose spec's JSON, already parsed, is ``fields``; exit when done.
+    """Supervise the run of the spec's parsed JSON ``fields``; exit when done.
 
-    The command starts from these raw fields
-    (:func:`~tether.supervisor.launch.plan_from_spec`), before the spec's own
-    class is even loaded; the spec is checked whole right after
-    (:meth:`~tether.core.spec.RunSpec.from_fields`, as one read from a pipe).
-    A zygote's supervisor takes them parsed: its zygote read the request once,
-    before forking. Returns only if ``fields`` are not a spec's at all.
+    Returns only if they are not a spec's (:meth:`~tether.core.spec.RunSpec.from_fields`),
+    having started nothing and told the caller why where it can. ``containment``: the run's
+    cgroup, if the process that forked this one made it already.
     """
-    if not isinstance(fields, dict) or "argv" not in fields or "fds" not in fields:
+    from tether.core.spec import RunSpec, SpecError
+    from tether.supervisor.launch import ROLES
+
+    try:
+        spec = RunSpec.from_fields(fields)
+        missing = [role for role in ROLES if role not in spec.fds]
+        if missing:
+            raise SpecError(f"not a tether run spec: no descriptor for {missing[0]}")
+    except SpecError as error:
+        _refuse(fields, error)
+        if containment is not None:
+            containment.discard()
         return TETHER_FAILED
-    fds = fields["fds"]
+    return _supervise(spec, containment)
 
-    def checked_spec() -> RunSpec:
-        from tether.core.spec import RunSpec
 
-        return RunSpec.from_fields(fields)
+def _refuse(fields: object, error: Exception) -> None:
+    """Tell the caller, on its status channel if the spec names one, why nothing started."""
+    fds = fields.get("fds") if isinstance(fields, dict) else None
+    status = fds.get("status") if isinstance(fds, dict) else None
+    if isinstance(status, int) and not isinstance(status, bool):
+        from tether.core.reasons import Reason
+        from tether.shared.protocol import Finished, StatusWriter
 
-    return _supervise(fields, fds, checked_spec, containment)
+        with contextlib.suppress(Exception):
+            StatusWriter(status).send(
+                Finished(
+                    reason=Reason.LAUNCH_FAILED.value,
+                    exit_status=TETHER_FAILED,
+                    message=f"nothing was started: {error}",
+                )
+            )
 
 
 def become(spec: RunSpec, pass_fds: tuple[int, ...] = ()) -> NoReturn:
-    """Become the supervisor of ``spec``, in a process forked from tether's own CLI.
-
-    The fork already made this process detached (see
-    :func:`tether.caller.fork.fork_supervisors`) and left it only the run's
-    descriptors, and ``pass_fds``, those the program inherited, for the
-    command; the spec is the one the caller built and checked, already in
-    memory, and its fields are read as a spec's JSON would be.
-    """
+    """Become the supervisor of ``spec`` (built and checked by tether's own CLI, which forked
+    this process: :func:`tether.caller.fork.fork_supervisors`); ``pass_fds``, those the
+    program inherited, go to the command."""
     loading()
-    _supervise(spec.as_dict(), spec.fds, lambda: spec, inherited=pass_fds)
+    _supervise(spec, inherited=pass_fds)
 
 
 def _supervise(
-    fields: Mapping[str, object],
-    fds: Mapping[str, int],
-    checked_spec: Callable[[], RunSpec],
-    containment: RunCgroups | None = None,
-    *,
-    inherited: tuple[int, ...] = (),
+    spec: RunSpec, containment: RunCgroups | None = None, *, inherited: tuple[int, ...] = ()
 ) -> NoReturn:
-    """Launch the command of the spec's ``fields``, then load the loop and supervise it."""
+    """Launch the command of the checked ``spec``, then load the loop and supervise it."""
     if containment is None:
         from tether.supervisor.cgroup_choice import prepare_run_cgroups
 
-        # First, before the plan: the kernel's wait for the join's lock passes while the
-        # rest loads. (The plan reads the limits again, the same way.)
-        limits = fields.get("limits")
-        containment = prepare_run_cgroups(limits if isinstance(limits, dict) else None)
+        # First: the kernel's wait for the join's lock passes while the rest loads.
+        containment = prepare_run_cgroups(spec.limits)
     os.chdir("/")
-    # The command gets the caller's umask back (it is in the spec); tether's own
-    # files are private whatever the caller's umask was.
+    # tether's own files are private; the command gets the caller's umask (in the spec).
     os.umask(0o077)
 
     from tether.shared.protocol import StatusWriter
     from tether.supervisor.launch import launch, plan_from_spec
 
+    fds = spec.fds
     if "record_dir" in fds:
         with contextlib.suppress(OSError):
             os.set_inheritable(fds["record_dir"], False)
     status = StatusWriter(fds["status"])
-    plan = plan_from_spec(fields, fds, inherited)
-    launched = launch(plan, status, containment)
+    launched = launch(plan_from_spec(spec, inherited), status, containment)
     # Only for a failure to reach the loop, so after the launch (the sentry is watching).
     from tether.supervisor import last_resort
 
     try:
         from tether.supervisor.loop import supervise
 
-        spec = checked_spec()
         loaded()
         outcome = supervise(
-            spec,
-            launched,
-            lifeline=fds["lifeline"],
-            status=status,
-            on_message=_say_nothing,
+            spec, launched, lifeline=fds["lifeline"], status=status, on_message=_say_nothing
         )
     except BaseException as error:
         # supervise() has a last resort of its own; this one is for reaching it.
@@ -198,18 +164,14 @@ def _supervise(
 
 
 def loading() -> None:
-    """Start loading code: no garbage collection until :func:`loaded`.
-
-    A collection while modules load finds nothing to free (every new object
-    is a module's, alive for good) and costs milliseconds each time; a
-    supervisor loads thousands of objects, and the allocations trigger several.
-    """
+    """No garbage collection until :func:`loaded`: while modules load it finds nothing to free
+    and costs milliseconds each time."""
     gc.disable()
 
 
 def loaded() -> None:
-    """Everything is loaded: freeze what is there (never collected, never written by the
-    collector, so pages shared with a parent stay shared) and collect again from here on."""
+    """Freeze what is loaded (never collected nor written by the collector, so pages shared
+    with a parent stay shared) and collect again from here on."""
     gc.freeze()
     gc.enable()
 
