@@ -1,41 +1,22 @@
 """tether: run one command so that it cannot outlive the process that asked for it.
 
-The command is stopped, with its whole process tree, when its deadline
-passes, when you cancel it, or when this program dies, however it dies::
-
-    import tether
+Its whole process tree is stopped at its deadline, on cancel, or when this program dies::
 
     outcome = tether.run(["python", "evaluate.py"], deadline="2h", label="eval-42")
     print(outcome)          # the verdict: what ended the run, what tether did, the record
-    outcome.check()         # raise CommandFailed unless it completed with status 0
-
     with tether.launch(["sleep", "600"], grace=5) as job:   # start, and carry on
-        ...
         job.cancel()        # SIGTERM, then SIGKILL after the grace
-    job.outcome.reason      # Reason.CANCELLED
 
-``run`` and ``launch`` (and ``run_async``, ``launch_async``) take the same
-options (:class:`~tether.api.options.LaunchOptions`): ``deadline``, ``grace``,
-``record``, ``record_argv``, ``label``, ``cwd``, ``env``, ``stdin``,
-``stdout``, ``stderr``. Every run leaves a private JSON record (read it with
-``outcome.read_record()``, or ``tether show --last`` at the shell). Linux only.
-
-Importing the package is cheap and changes nothing in your process: the API is
-loaded on first use of one of its names, and neither ``transitions`` nor
-``structlog`` (the supervisor's) is ever imported here.
+``run``, ``launch``, ``run_async`` and ``launch_async`` take the same options; every run leaves
+a private JSON record. Linux only. The guide and the reference: docs/api.md.
 """
 
 from time import monotonic as _monotonic
 
-#: When this package was first imported. The programs (``tether``, ``python -m
-#: tether.supervisor``) count their deadline from here, the earliest moment
-#: the package can read a clock, rather than after their own imports: the
-#: caller asked when it started them, and the deadline must not grow by the
-#: time Python takes to load a command-line parser. (The Python API counts
-#: from the call to ``launch``.)
+#: The programs' deadlines count from here at the latest, not after their imports (the API's
+#: from the call to ``launch``).
 _LOADED_AT = _monotonic()
 
-# ``typing`` costs milliseconds at run time; type checkers know this idiom.
 TYPE_CHECKING = False
 
 from tether._version import __version__
@@ -70,7 +51,7 @@ __all__ = [
     "run_async",
 ]
 
-#: Public names loaded on first use, and the module each comes from.
+#: Public names loaded on first use, and their modules.
 _LAZY = {
     "DEVNULL": "tether.api.options",
     "PIPE": "tether.api.options",

@@ -1,24 +1,7 @@
-"""The handle of one running command: :class:`Tether`.
+"""The handle of one running command, :class:`Tether` (docs/api.md).
 
-**One reader, many waiters.** Several threads, and several asyncio tasks, may
-wait for the same command. The status pipe has exactly one reader at a time
-(the *reader role*, taken under a lock); everyone else sleeps on a condition
-variable (threads) or a future (tasks) and is woken whenever the reader learns
-something. A waiter whose time runs out hands the role on. Reads go through
-the one status client (:class:`~tether.caller.status.StatusClient`), which
-never blocks; a thread waits for the pipe in ``poll()``, a task through its
-loop's ``add_reader``: no polling, no helper threads. A lost supervisor is the
-client's to handle, as for every door.
-
-**Cancellation stops the command.** Leaving a ``with`` block, an interrupted
-``wait()`` and a cancelled ``wait_async()`` all ask the supervisor for a
-graceful stop and then wait for it, which the supervisor bounds by the grace;
-a second interruption asks for SIGKILL at once and stops waiting. This way a
-cancelled task, like a killed program, leaves nothing running.
-
-**Nothing global is touched in the caller.** No signal handlers, no logging
-configuration, neither ``transitions`` nor ``structlog``; :mod:`asyncio` is
-imported only by the ``async`` methods.
+Why one reader serves many waiting threads and tasks, and why cancelling stops the
+command: docs/architecture.md, "One handle, many waiters".
 """
 
 from __future__ import annotations
@@ -46,7 +29,6 @@ from tether.shared.protocol import Finished, Started
 
 if TYPE_CHECKING:
     import asyncio
-    from types import TracebackType
     from typing import IO, Any
 
     from tether.api.options import StdioPlan
@@ -57,11 +39,7 @@ __all__ = ["Tether"]
 class Tether:
     """One running command, bound to this process; made by :func:`tether.launch`.
 
-    Thread-safe: any number of threads may :meth:`wait` at once, and tasks
-    may :meth:`wait_async` alongside them. Dropping the handle of a running
-    command does not stop it (as with :class:`subprocess.Popen`, with the same
-    ``ResourceWarning``); it keeps its descriptors (two pipes, and the
-    record's directory), and is still stopped when this process exits.
+    Thread-safe; dropping it does not stop the command (as with ``Popen``). See docs/api.md.
     """
 
     def __init__(self, spawn: Spawn, plan: StdioPlan | None = None) -> None:
@@ -76,7 +54,6 @@ class Tether:
         self._started: Started | None = None
         self._finished: Finished | None = None
         self._outcome: Outcome | None = None
-        #: The bound a launch was let go of at (its supervisor said nothing by then).
         self._abandoned: float | None = None
         self._plan = plan
         pipes = {} if plan is None else plan.pipes
@@ -87,7 +64,6 @@ class Tether:
         self._stderr = self._output(pipes.get("stderr"))
 
     def _input(self, fd: int | None) -> IO[Any] | None:
-        """The write end of the stdin pipe as a file object, which closes itself when dropped."""
         if fd is None:
             return None
         if self._encoding is None:
@@ -99,15 +75,9 @@ class Tether:
             return None
         return OutputStream(fd, encoding=self._encoding, errors=self._errors)
 
-    # -- what callers see --------------------------------------------------
-
     @property
     def stdin(self) -> IO[Any] | None:
-        """The command's stdin, writable, with ``stdin=tether.PIPE``; otherwise ``None``.
-
-        A file object, as :attr:`subprocess.Popen.stdin` (text with
-        ``text=True``); close it to give the command end of file.
-        """
+        """The command's stdin with ``stdin=tether.PIPE`` (close it for EOF), else ``None``."""
         return self._stdin
 
     @property
@@ -121,7 +91,6 @@ class Tether:
         return self._stderr
 
     def _take_pipes(self) -> tuple[int | None, dict[str, int]]:
-        """Hand the pipes over to ``run()``'s exchange; the streams are closed after."""
         stdin_fd = None
         if self._stdin is not None and not self._stdin.closed:
             stdin_fd = os.dup(self._stdin.fileno())
@@ -136,18 +105,17 @@ class Tether:
     @property
     def pid(self) -> int:
         """The command's pid (also its process group id)."""
-        started = self._started
-        assert started is not None
-        assert started.pid is not None
-        return started.pid
+        return self._started_value("pid")
 
     @property
     def supervisor_pid(self) -> int:
         """The pid of the detached supervisor watching the command."""
-        started = self._started
-        assert started is not None
-        assert started.supervisor_pid is not None
-        return started.supervisor_pid
+        return self._started_value("supervisor_pid")
+
+    def _started_value(self, name: str) -> int:
+        value: int | None = getattr(self._started, name, None)
+        assert value is not None
+        return value
 
     @property
     def record_path(self) -> Path | None:
@@ -157,10 +125,7 @@ class Tether:
 
     @property
     def no_record_reason(self) -> str | None:
-        """Why this run keeps no record although it was to (the default directory is unusable).
-
-        ``None`` when it keeps one, and with ``record=False``.
-        """
+        """Why this run keeps no record although it was to; ``None`` otherwise."""
         return self._spec.no_record_reason
 
     @property
@@ -189,16 +154,11 @@ class Tether:
     def __repr__(self) -> str:
         label = f" label={self._spec.label!r}" if self._spec.label else ""
         started, outcome = self._started, self._outcome
-        pids = (
-            f"pid={started.pid} supervisor_pid={started.supervisor_pid}"
-            if started is not None
-            else "pid=None supervisor_pid=None"
-        )
-        state = (
-            "running"
-            if outcome is None
-            else f"{outcome.reason.value}, exit status {outcome.exit_status}"
-        )
+        pid, supervisor = (None, None) if started is None else (started.pid, started.supervisor_pid)
+        pids = f"pid={pid} supervisor_pid={supervisor}"
+        state = "running"
+        if outcome is not None:
+            state = f"{outcome.reason.value}, exit status {outcome.exit_status}"
         return f"<Tether {self._name!r}{label} {pids} {state}>"
 
     def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
@@ -206,29 +166,18 @@ class Tether:
         if getattr(self, "_outcome", True) is None and self._started is not None:
             _warn(f"{self!r} was dropped while running", ResourceWarning, source=self)
 
-    # -- requests ----------------------------------------------------------
-
     def cancel(self) -> None:
-        """Ask for a graceful stop: SIGTERM to the whole tree, the grace, then SIGKILL.
-
-        Returns at once; :meth:`wait` for the outcome (reason ``CANCELLED``).
-        Harmless once the run is over.
-        """
+        """Ask for SIGTERM to the whole tree, then SIGKILL after the grace; returns at once."""
         self._lifeline.cancel()
 
     def kill(self) -> None:
-        """Ask for SIGKILL to the whole tree now. Returns at once; harmless once the run is over."""
+        """Ask for SIGKILL to the whole tree now; returns at once."""
         self._lifeline.kill()
-
-    # -- waiting, blocking -------------------------------------------------
 
     def wait(self, timeout: float | str | None = None) -> Outcome:
         """Block until the run is over; return its :class:`Outcome`.
 
-        With ``timeout`` (seconds, or a duration string such as ``"5s"``),
-        raise :class:`TimeoutExpired` if it is not over by then; the command
-        keeps running, as with :meth:`subprocess.Popen.wait`. ``timeout=0``
-        only looks.
+        :class:`TimeoutExpired` after ``timeout`` (seconds or ``"5s"``); the command keeps running.
         """
         seconds = None if timeout is None else _wait_timeout(timeout)
         if not self._wait_blocking(self._is_over, seconds):
@@ -240,17 +189,12 @@ class Tether:
     def __enter__(self) -> Tether:
         return self
 
-    def __exit__(
-        self,
-        _type: type[BaseException] | None,
-        _value: BaseException | None,
-        _traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exception: object) -> None:
         if self.outcome is None:
             self._stop_blocking()
 
     def _stop_blocking(self) -> Outcome:
-        """Cancel and wait; if interrupted meanwhile (a second Ctrl-C), kill now and give up."""
+        """Cancel and wait; a second interruption kills now."""
         self.cancel()
         try:
             return self.wait()
@@ -259,7 +203,6 @@ class Tether:
             raise
 
     def _wait_blocking(self, ready: Callable[[], bool], timeout: float | None) -> bool:
-        """Wait until ``ready()``; return ``False`` if ``timeout`` seconds passed first."""
         end = None if timeout is None else time.monotonic() + timeout
         with self._changed:
             while not ready():
@@ -287,19 +230,13 @@ class Tether:
                 return False
             fd = self._status.fd
             if fd is not None:
-                # poll(), not select(): a busy caller may hold descriptors above 1024.
+                # Not select(): a busy caller may hold descriptors above 1024.
                 poller = select.poll()
                 poller.register(fd, select.POLLIN)
                 poller.poll(poll_ms(remaining))
 
-    # -- run()'s exchange of input and output ----------------------------
-
     def _communicate_blocking(self, exchange: Exchange | None) -> Outcome:
-        """Write the input and keep the output while the command runs; then its outcome.
-
-        One ``poll`` over the pipes and the status channel: a command that
-        fills a pipe, or waits for input, never waits on the caller.
-        """
+        """Exchange input and output in one ``poll`` with the status channel; then the outcome."""
         if exchange is None:
             return self.wait()
         try:
@@ -385,7 +322,6 @@ class Tether:
         return self._with_output(self._outcome, exchange)
 
     def _with_output(self, outcome: Outcome, exchange: Exchange) -> Outcome:
-        """``outcome`` with the output ``run()`` kept, decoded as asked."""
         import dataclasses
 
         captured: dict[str, Any] = {}
@@ -411,17 +347,10 @@ class Tether:
             raise _decode_error(outcome, *undecoded)
         return outcome
 
-    # -- waiting, asyncio --------------------------------------------------
-
     async def wait_async(self) -> Outcome:
-        """Wait through the running event loop until the run is over; return its :class:`Outcome`.
+        """Wait through the running loop; return the :class:`Outcome`.
 
-        Cancelling the task that awaits this cancels the command: it gets
-        SIGTERM (then SIGKILL after the grace), the task waits for the
-        supervisor to report, and ``CancelledError`` is raised as usual. A
-        second cancellation during that wait sends SIGKILL at once and
-        stops waiting. To wait with a time limit *without* stopping the
-        command, wrap it: ``asyncio.wait_for(asyncio.shield(t.wait_async()), 5)``.
+        Cancelling the awaiting task stops the command (docs/api.md, "Cancel one from asyncio").
         """
         import asyncio
 
@@ -436,17 +365,11 @@ class Tether:
     async def __aenter__(self) -> Tether:
         return self
 
-    async def __aexit__(
-        self,
-        _type: type[BaseException] | None,
-        _value: BaseException | None,
-        _traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *_exception: object) -> None:
         if self.outcome is None:
             await self._stop_async()
 
     async def _stop_async(self) -> None:
-        """Cancel and wait; if cancelled meanwhile, kill now and give up."""
         import asyncio
 
         self.cancel()
@@ -505,8 +428,6 @@ class Tether:
         finally:
             loop.remove_reader(fd)
 
-    # -- the reader role ---------------------------------------------------
-
     def _is_launched(self) -> bool:
         return self._started is not None or self._outcome is not None
 
@@ -514,7 +435,7 @@ class Tether:
         return self._outcome is not None
 
     def _pump(self) -> None:
-        """Read what has arrived on the status pipe (only the reader role's holder calls this)."""
+        """Read what has arrived on the status pipe (the reader role's holder only)."""
         messages = self._status.read_available()
         if not messages:
             return
@@ -529,7 +450,6 @@ class Tether:
         self._notify()
 
     def _release(self) -> None:
-        """Give up the reader role; close the status pipe if the run is over."""
         with self._lock:
             self._reading = False
             if self._outcome is not None:
@@ -537,7 +457,6 @@ class Tether:
         self._notify()
 
     def _notify(self) -> None:
-        """Wake every waiting thread and task to look again."""
         with self._lock:
             self._changed.notify_all()
             waiters, self._async_waiters = self._async_waiters, []
@@ -545,16 +464,8 @@ class Tether:
             with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits there
                 loop.call_soon_threadsafe(resolve, future)
 
-    # -- the end of a launch -----------------------------------------------
-
     def _abandon_launch(self, bound: float) -> None:
-        """The supervisor said nothing within ``bound`` seconds of the launch: let it go.
-
-        The lifeline is closed (a supervisor that ever runs again stops, and
-        starts nothing), whatever the command said of itself is stopped, and
-        the fallback record written (:meth:`StatusClient.abandon`);
-        :meth:`_launched_or_raise` then raises.
-        """
+        """The supervisor said nothing within ``bound`` seconds: let it go (then a LaunchError)."""
         self._lifeline.release()
         finished = self._status.abandon()
         with self._lock:
@@ -565,13 +476,7 @@ class Tether:
         self._notify()
 
     def _launched_or_raise(self) -> Tether:
-        """Return self if the command started; raise :class:`LaunchError` if it never did.
-
-        A command not found is a :class:`~tether.caller.launch_errors.CommandNotFound`
-        (also a :class:`FileNotFoundError`), one not executable a
-        :class:`~tether.caller.launch_errors.CommandNotExecutable` (also a
-        :class:`PermissionError`), as :mod:`subprocess` raises them.
-        """
+        """Return self if the command started; raise :class:`LaunchError` if it never did."""
         if self._started is not None:
             return self
         finished, outcome = self._finished, self._outcome
@@ -618,7 +523,6 @@ def _wait_timeout(timeout: object) -> float:
 
 
 def _decode_error(outcome: Outcome, stream: str, error: UnicodeDecodeError) -> UnicodeDecodeError:
-    """``error`` as an :class:`~tether.api.outcome.OutputDecodeError` carrying ``outcome``."""
     from tether.api.outcome import OutputDecodeError
 
     raised = OutputDecodeError(error.encoding, error.object, error.start, error.end, error.reason)

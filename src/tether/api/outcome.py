@@ -1,13 +1,5 @@
-"""How a run ended, as the Python API reports it: :class:`Outcome`, and two exceptions.
-
-:class:`Outcome` is frozen and typed: the reason as an enum, the exit status
-``tether run`` would exit with, the command's own return code the
-:mod:`subprocess` way, and where the full record is. Waiting that gives up
-or a ``timeout`` that ran out (:class:`TimeoutExpired`) and a run that did not
-succeed under ``check=True`` (:class:`CommandFailed`) are exceptions, and
-:mod:`subprocess`'s own, so code written for ``subprocess.run`` catches them;
-a command stopped at its ``deadline`` is not, it is an outcome.
-"""
+"""How a run ended, as the Python API reports it: :class:`Outcome`, and the exceptions of
+:mod:`subprocess`'s kind (docs/api.md, "Read outcomes and records", "Coming from subprocess")."""
 
 from __future__ import annotations
 
@@ -29,17 +21,9 @@ __all__ = ["CommandFailed", "Outcome", "OutputDecodeError", "TimeoutExpired"]
 
 
 class TimeoutExpired(subprocess.TimeoutExpired, TimeoutError):
-    """A time limit of :mod:`subprocess`'s kind ran out: a :class:`subprocess.TimeoutExpired`.
-
-    Raised by :meth:`Tether.wait` with ``timeout`` (the command is still
-    running, as after :meth:`subprocess.Popen.wait`; ``tether`` is its
-    handle), and by ``run(..., timeout=...)`` (the whole tree has been
-    stopped and the record written; ``outcome`` says how, and ``output``/
-    ``stdout`` and ``stderr`` hold what was captured so far, as bytes, as
-    :mod:`subprocess` gives them). Also a :class:`TimeoutError`.
-
-    A command stopped at its ``deadline`` is not an exception: it is an
-    :class:`Outcome` with reason ``DEADLINE_EXCEEDED``.
+    """``wait(timeout=)`` gave up (``tether`` is the handle), or ``run(timeout=)`` stopped the tree
+    (``outcome`` says how). A :class:`subprocess.TimeoutExpired` and a :class:`TimeoutError`;
+    a ``deadline`` is an outcome, not this. See docs/api.md, "Coming from subprocess".
     """
 
     def __init__(
@@ -61,13 +45,7 @@ class TimeoutExpired(subprocess.TimeoutExpired, TimeoutError):
         return f"Command '{_shown(self.cmd)}' timed out after {self.timeout} seconds"
 
     def __reduce__(self) -> tuple[object, ...]:
-        """Pickle everything but the handle.
-
-        A :class:`Tether` holds descriptors of this process (the lifeline, the
-        status channel) that mean nothing in another one, so a copy made by
-        :mod:`pickle` (a Ray task returning the exception, a
-        ``multiprocessing`` worker raising it) has ``tether = None``.
-        """
+        """Pickle everything but the handle, whose descriptors mean nothing elsewhere."""
         return (
             _rebuild_timeout_expired,
             (self.cmd, self.timeout, self.output, self.stderr, self.outcome),
@@ -85,20 +63,12 @@ def _rebuild_timeout_expired(
 
 
 class CommandFailed(subprocess.CalledProcessError):
-    """Raised by ``run(..., check=True)`` and :meth:`Outcome.check` when the run did not succeed.
-
-    A :class:`subprocess.CalledProcessError`, with its attributes
-    (``returncode``, ``cmd``, ``stdout``/``output``, ``stderr``) and its
-    message (``Command '['false']' returned non-zero exit status 1.``), so an
-    ``except`` clause written for ``subprocess.run`` catches it and reads the
-    same; ``outcome`` says the rest. A run that did not simply complete says
-    its reason instead (``Command '['sleep', '60']' ended with reason
-    deadline_exceeded, exit status 124.``). The command line in the message is
-    redacted; ``cmd`` is the command line itself, as in :mod:`subprocess`.
+    """``run(check=True)`` or :meth:`Outcome.check` on a run that did not succeed: a
+    :class:`subprocess.CalledProcessError` with ``outcome`` (docs/api.md, "Coming from subprocess").
     """
 
     def __init__(self, outcome: Outcome) -> None:
-        # ``returncode`` is None for a command that never ran (the stubs say int).
+        # None for a command that never ran (the stubs say int).
         code = cast(int, outcome.returncode)
         super().__init__(code, list(outcome.argv), outcome.stdout, outcome.stderr)
         self.args = (_failure_message(outcome),)
@@ -108,22 +78,12 @@ class CommandFailed(subprocess.CalledProcessError):
         return str(self.args[0])
 
     def __reduce__(self) -> tuple[object, ...]:
-        """Pickle as the outcome it was made from (an :class:`Outcome` pickles whole)."""
         return (CommandFailed, (self.outcome,))
 
 
 class OutputDecodeError(UnicodeDecodeError):
-    """Raised by ``run(..., text=True)`` (or ``encoding=``) when captured output does not decode.
-
-    A :class:`UnicodeDecodeError`, as :mod:`subprocess` raises, with its
-    attributes (``encoding``, ``object``, ``start``, ``end``, ``reason``), and
-    what ``subprocess`` loses: ``outcome``, the run's :class:`Outcome`, whole
-    (reason, status, ``oom_killed``, record), with ``stdout`` and ``stderr`` as
-    the raw bytes captured; ``stdout`` and ``stderr``, those bytes again
-    (``None`` for a stream not captured); and ``stream``, the one that did not
-    decode (``"stdout"`` or ``"stderr"``). The run is over and recorded when
-    it is raised. ``errors="replace"`` (or another handler) avoids it.
-    """
+    """Captured output did not decode (``text=True``): a :class:`UnicodeDecodeError` with the
+    run's ``outcome``, the raw ``stdout``/``stderr`` and the ``stream``; see docs/api.md."""
 
     outcome: Outcome
     stdout: bytes | None
@@ -139,19 +99,15 @@ class OutputDecodeError(UnicodeDecodeError):
 
 
 def _shown(argv: Sequence[str]) -> list[str]:
-    """The command line for a message: secret values redacted (the message may be logged)."""
+    """The command line for a message, secrets redacted (it may be logged)."""
     from tether.core.redaction import redact_argv
 
     return redact_argv(argv)
 
 
 def _failure_message(outcome: Outcome) -> str:
-    """``CalledProcessError``'s sentence for a run that completed, the reason for any other.
-
-    The sentence is the one this Python's :mod:`subprocess` writes (3.15 no longer
-    quotes a list in ``returned non-zero exit status``), with the label after the
-    command and the details before the final period.
-    """
+    """``CalledProcessError``'s sentence as this Python writes it for a run that completed (the
+    label after the command, the details before the period); the reason for any other run."""
     shown = _shown(outcome.argv)
     label = f" ({outcome.label})" if outcome.label else ""
     code = outcome.returncode
@@ -174,16 +130,8 @@ def _failure_details(outcome: Outcome) -> str:
 class Outcome:
     """How one run ended: what the supervisor reported, plus where its record is.
 
-    ``exit_status`` is the status ``tether run`` would exit with (the
-    command's own, 128+N for signal N, 124 deadline, 125 tether failed, 126/127
-    cannot execute / not found, 130 cancelled or caller lost); ``returncode``
-    is the command's own, the :mod:`subprocess` way (negative for a signal,
-    ``None`` if it never ran or its end is unknown). The times are the
-    supervisor's (the caller's own when the supervisor was lost); ``None`` only
-    when a time could not be read. ``record_path`` is ``None`` when no record
-    was kept: none was asked for (``record=False``); the default directory
-    could not be used, which ``no_record_reason`` says (the run went ahead
-    without one); or it could not be written, which ``message`` then says.
+    ``exit_status`` is what ``tether run`` would exit with, ``returncode`` the command's own
+    (negative for a signal). Every field: docs/api.md, "Read outcomes and records".
     """
 
     reason: Reason
@@ -198,47 +146,25 @@ class Outcome:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     elapsed_seconds: float | None = None
-    #: The command line, kept out of the repr: it may hold credentials.
-    argv: tuple[str, ...] = field(default=(), repr=False)
-    #: Why no record was kept although one was meant to be (the default
-    #: directory could not be made or written); ``None`` otherwise.
+    argv: tuple[str, ...] = field(default=(), repr=False)  # it may hold credentials
     no_record_reason: str | None = None
-    #: The deadline the run had, in seconds; ``None`` for none.
     deadline_seconds: float | None = None
-    #: How many processes tether stopped, how many of them had left the
-    #: command's process group, and how long stopping took; ``None``: not said.
     processes_stopped: int | None = None
     outside_group: int | None = None
     shutdown_seconds: float | None = None
 
-    #: What ``run()`` captured (``stdout=PIPE``, ``capture_output=True``): bytes,
-    #: or text with ``text=True``; ``None`` for a stream not captured. Kept out
-    #: of the repr (it may be long, and hold secrets).
     stdout: bytes | str | None = field(default=None, repr=False)
     stderr: bytes | str | None = field(default=None, repr=False)
-    #: Bytes of ``stdout``/``stderr`` dropped between the head and the tail kept
-    #: (``max_output_bytes``); 0 when everything was kept.
     stdout_dropped: int = 0
     stderr_dropped: int = 0
-    #: Whether the kernel's OOM killer ended processes of the tree (with
-    #: ``memory_max``: the tree went over it, and was killed as a whole);
-    #: ``None`` where the run had no cgroup with memory accounting.
     oom_killed: bool | None = None
-    #: CPU seconds of the whole tree, and the most memory it held at once, from
-    #: its cgroup; ``None`` without one (or where the kernel does not count it).
     cpu_seconds: float | None = None
     memory_peak_bytes: int | None = None
-    #: The ``memory_max`` the run had, in bytes; ``None`` for none.
     memory_max: int | None = None
 
     @property
     def oom_summary(self) -> str | None:
-        """``killed by the OOM killer at its memory limit of 512 MiB`` if it was, else ``None``.
-
-        What ``str()`` and ``repr()`` lead with, as ``tether show`` and ``tether
-        ls`` do: :attr:`reason` stays ``COMPLETED`` (the kernel, not tether,
-        stopped the command), so test :attr:`oom_killed` first.
-        """
+        """``killed by the OOM killer at its memory limit of 512 MiB`` if it was, else ``None``."""
         if not self.oom_killed:
             return None
         from tether.core.limits import oom_summary
@@ -246,12 +172,7 @@ class Outcome:
         return oom_summary(self.memory_max)
 
     def __str__(self) -> str:
-        """The verdict line, as ``tether run -v`` prints it: what ended the run, what tether did.
-
-        ``deadline 2s passed (status 124); stopped 3 processes (1 outside the
-        group) in 1.2 ms; record /.../runs/...json``; led by :attr:`oom_summary`
-        when the OOM killer acted.
-        """
+        """The verdict line, as ``tether run -v`` prints it."""
         from tether.caller.verdict import verdict_line
 
         return verdict_line(
@@ -263,7 +184,6 @@ class Outcome:
         )
 
     def __repr__(self) -> str:
-        """The dataclass's repr, led by :attr:`oom_summary` when the OOM killer acted."""
         import dataclasses
 
         shown = [
@@ -327,12 +247,7 @@ class Outcome:
         return list(self.argv)
 
     def read_record(self) -> dict[str, object]:
-        """Return the full JSON record of the run.
-
-        Raises :class:`ValueError` if the run kept no record (``record=False``)
-        and :class:`tether.shared.record_file.RecordError` (an :class:`OSError`) if it
-        cannot be read.
-        """
+        """The run's full JSON record; ``ValueError`` without one, ``RecordError`` if unreadable."""
         if self.record_path is None:
             why = self.no_record_reason or "it was launched with record=False"
             raise ValueError(f"this run kept no record ({why})")
@@ -349,11 +264,7 @@ def _memory_max(limits: dict[str, int | float] | None) -> int | None:
 def _tree_usage(usage: dict[str, int | float | None] | None) -> dict[str, Any]:
     if usage is None:
         return {}
-    kills, cpu, peak = (
-        usage.get("oom_kills"),
-        usage.get("cpu_seconds"),
-        usage.get("memory_peak_bytes"),
-    )
+    kills, cpu, peak = (usage.get(key) for key in ("oom_kills", "cpu_seconds", "memory_peak_bytes"))
     return {
         "oom_killed": None if kills is None else kills > 0,
         "cpu_seconds": None if cpu is None else float(cpu),

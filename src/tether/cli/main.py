@@ -1,10 +1,5 @@
-"""The ``tether`` command: its subcommands, and where each one's code lives.
-
-``tether run`` (:mod:`.run`) and ``tether timeout`` (:mod:`.timeout`) start a
-command; ``tether show`` and ``tether ls`` (:mod:`.review`) read what runs left
-behind, and ``tether prune`` clears it. This module only dispatches, and
-imports what the chosen subcommand needs: ``tether run --help``, ``tether run
--- true``, ``show`` and ``ls`` never load ``transitions`` or ``structlog``.
+"""The ``tether`` command: it dispatches to each subcommand's module, importing only what that
+one needs (docs/architecture.md, "Processes").
 """
 
 from __future__ import annotations
@@ -31,7 +26,7 @@ __all__ = ["console_main", "main", "timeout_program"]
 
 
 def _main_parser() -> argparse.ArgumentParser:
-    # Here, not at the top: ``tether timeout`` never needs argparse (see tether.cli.parsers).
+    # Here: ``tether timeout`` never needs argparse.
     from tether.cli.parsers import UsageParser
     from tether.cli.review import add_ls_parser, add_prune_parser, add_show_parser
 
@@ -53,7 +48,6 @@ def _main_parser() -> argparse.ArgumentParser:
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
-    """The parser of the subcommand ``name`` of ``parser``."""
     import argparse
 
     for action in parser._actions:
@@ -64,18 +58,9 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
 
 
 def console_main() -> int:
-    """The ``tether`` program: its deadline counts from when this process started.
-
-    The kernel's start of the process (:mod:`tether.shared.process_start`),
-    or at the latest the package's import (``tether._LOADED_AT``): the
-    person or script asked when they started ``tether``, and the deadline
-    must not grow by the time Python takes to start and load its parser.
-
-    Invoked as ``timeout`` (a ``timeout`` symlink to ``tether`` early on
-    ``PATH``), it is ``tether timeout``, so that scripts use it unchanged.
-    """
+    """The ``tether`` program (``tether timeout`` when invoked as ``timeout``); its deadline counts
+    from when this process started (docs/cli.md, "The deadline")."""
     if os.path.basename(sys.argv[0]) == "timeout":
-        # Installed as ``timeout`` (a symlink to tether): GNU timeout's drop-in.
         return timeout_program()
     quiet_interrupts()
     asked_at = process_started_at(tether._LOADED_AT)
@@ -87,12 +72,7 @@ def console_main() -> int:
 
 
 def timeout_program() -> int:
-    """The ``timeout`` program: ``sys.argv[1:]`` are GNU ``timeout``'s arguments.
-
-    What ``tether-timeout`` (the launcher) runs, as ``python -P -c``, and what
-    ``tether`` runs when invoked as ``timeout``; its deadline counts from when
-    this process started (the launcher's shell, which became this interpreter).
-    """
+    """The ``timeout`` program (the launcher's and the ``timeout`` symlink's): GNU's arguments."""
     quiet_interrupts()
     asked_at = process_started_at(tether._LOADED_AT)
     _fork_supervisors()
@@ -103,13 +83,7 @@ def timeout_program() -> int:
 
 
 def _exit_at_once(status: int) -> int:
-    """End a run's caller without the interpreter's teardown, once its output is flushed.
-
-    The run is over and recorded when its caller gets here; what is left is
-    CPython finalizing every module, about 12 ms that a script running
-    ``tether run`` in a loop waits for each time. Returns (for the ordinary
-    exit, which then reports it as before) only if a flush fails.
-    """
+    """End a run's caller without the interpreter's teardown; return only if a flush fails."""
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -119,18 +93,12 @@ def _exit_at_once(status: int) -> int:
 
 
 def _fork_supervisors() -> None:
-    """``tether run`` and ``tether timeout`` fork their supervisor: this program is tether's own.
-
-    Single-threaded, so forking it is safe, and a forked supervisor needs no
-    second interpreter. Only the program does this: :func:`main`, called from
-    a Python program (a test, say), spawns its supervisors like the API.
-    """
+    """Fork supervisors from this single-threaded program (:func:`main` alone spawns them)."""
     from tether.caller.fork import fork_supervisors
     from tether.linux.descriptors import open_descriptors
     from tether.supervisor.detach import become
 
-    # What this program inherited, read before it opens anything of its own:
-    # the command gets it all, as from a shell or GNU timeout.
+    # Read before this program opens anything: the command gets it all, as from a shell.
     inherited = tuple(open_descriptors())
 
     def become_handing_on(spec: RunSpec) -> NoReturn:
@@ -140,25 +108,14 @@ def _fork_supervisors() -> None:
 
 
 def quiet_interrupts() -> None:
-    """Let Ctrl-C end the program as it ends a C program, until a door installs its own.
-
-    By SIGINT's default action: at once, quietly, with the status a shell
-    expects, never a ``KeyboardInterrupt`` traceback from whatever was being
-    imported. ``tether run`` and ``tether timeout`` install their handler (a
-    cancel on the lifeline), and the seed door its own (a cancel in the loop),
-    before they start anything; until then there is nothing to stop.
-    """
-    # Only Python's own handler is replaced: an ignored SIGINT (a background
-    # job, ``trap '' INT``) stays ignored, for ``timeout`` to hand on as GNU does.
+    """Let Ctrl-C end the program as a C program's, until a door installs its own handler."""
+    # Only Python's own handler: an ignored SIGINT stays ignored.
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int:
-    """Run the ``tether`` command line ``argv`` (default: ``sys.argv``); return its status.
-
-    A deadline counts from ``asked_at`` (monotonic seconds; default: now).
-    """
+    """Run the command line ``argv``; a deadline counts from ``asked_at`` (default: now)."""
     if asked_at is None:
         asked_at = time.monotonic()
     args = list(sys.argv[1:] if argv is None else argv)
@@ -173,8 +130,7 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
     parser = _main_parser()
     parsed = parser.parse_args(args[:1]) if args[:1] in (["show"], ["ls"], ["prune"]) else None
     if parsed is not None:
-        # The subcommand's own parser reads its options, so that a bad one is refused with
-        # its usage (``usage: tether ls ...``), not the top-level one.
+        # The subcommand's own parser reads its options: a bad one is refused with its usage.
         parsed = _subparser(parser, args[0]).parse_args(args[1:], namespace=parsed)
     else:
         parsed = parser.parse_args(args)

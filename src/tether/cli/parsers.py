@@ -1,9 +1,5 @@
-"""The argument parsers of ``tether run``, the seed door and the review commands.
-
-Apart from :mod:`tether.cli.messages` because they load ``argparse``, which
-``tether timeout`` (its options read by hand) never needs: its path to the command's launch
-stays without it.
-"""
+"""The argument parsers of ``tether run``, the seed door and the review commands, apart from
+:mod:`tether.cli.messages` because they load ``argparse`` (``tether timeout`` never does)."""
 
 from __future__ import annotations
 
@@ -19,18 +15,15 @@ if TYPE_CHECKING:
 
     from _typeshed import SupportsWrite
 
-__all__ = ["GnuStyleParser", "UsageParser"]
+__all__ = ["GnuStyleParser", "Option", "UsageParser", "add_options"]
+
+#: An option as a table row: its flags, its metavar (``None``: a switch), its help.
+Option = tuple[tuple[str, ...], str | None, str]
 
 
 class UsageParser(argparse.ArgumentParser):
-    """An argument parser whose usage errors exit 125, tether's own-failure status.
-
-    It also hands every option its value as typed, ``--`` included
-    (``--name=--``): argparse before Python 3.13 drops a ``--`` it finds among
-    an option's values and stores the empty list that is left, which is no
-    value at all (a label of ``[]``, a duration of ``[]``) for the request
-    builder to choke on.
-    """
+    """An argument parser whose usage errors exit 125, and which hands an option its value
+    ``--`` as typed (``--name=--``; argparse before 3.13 stores ``[]``)."""
 
     def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
         if action.option_strings and action.nargs is None and arg_strings == ["--"]:
@@ -40,7 +33,7 @@ class UsageParser(argparse.ArgumentParser):
         return super()._get_values(action, arg_strings)
 
     def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
-        """Help and version on stdout (a failed write is tether's failure); the rest on stderr."""
+        # Help and version on stdout (a failed write is tether's failure); the rest on stderr.
         if not message:
             return
         if file is not None and file is sys.stderr:
@@ -54,6 +47,17 @@ class UsageParser(argparse.ArgumentParser):
         write_err(self.format_usage())
         say(f"{self.prog}: error: {message}")
         raise SystemExit(TETHER_FAILED)
+
+
+def add_options(parser: argparse.ArgumentParser, *options: Option) -> None:
+    """Add each :data:`Option`; one whose flag is a bare name is an optional positional."""
+    for flags, metavar, text in options:
+        if metavar is None:
+            parser.add_argument(*flags, action="store_true", help=text)
+        elif flags[0].startswith("-"):
+            parser.add_argument(*flags, metavar=metavar, help=text)
+        else:
+            parser.add_argument(*flags, nargs="?", metavar=metavar, help=text)
 
 
 class GnuStyleParser(UsageParser):

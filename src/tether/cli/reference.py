@@ -1,21 +1,16 @@
 """The whole ``tether`` command line as one argument parser, for its manual page and completions.
 
-``tether`` dispatches ``run`` and ``timeout`` by hand (so that ``tether run
---help`` loads nothing it does not need, and ``timeout`` can parse as GNU
-does), so no single parser describes every subcommand. This one does, built
-from the parsers the subcommands really use, so the manual page
-(``argparse-manpage``) and the shell completions (``shtab``) generated from it
-(``scripts/generate_reference.py``) cannot drift from the program: a test
-regenerates them and compares. ``tether timeout``'s options are written out
-here, as its GNU-style parser has no argparse form; a test checks that each
-appears in its ``--help``.
-
+``tether`` dispatches ``run`` and ``timeout`` by hand, so no single parser describes it all; this
+one is built from the parsers the subcommands use (``tether timeout``'s options written out), so
+what ``scripts/generate_reference.py`` makes from it cannot drift: tests regenerate and compare.
 Only the generator and the tests import this module.
 """
 
 from __future__ import annotations
 
 import argparse
+
+from tether.cli.parsers import Option, add_options
 
 __all__ = [
     "EXAMPLES",
@@ -28,8 +23,7 @@ __all__ = [
     "reference_parser",
 ]
 
-#: ``tether run``'s exit statuses (and every door's but ``timeout``'s), for the
-#: manual page's EXIT STATUS section: (status, meaning).
+#: ``tether run``'s exit statuses (every door's but ``timeout``'s): (status, meaning).
 EXIT_STATUSES: tuple[tuple[str, str], ...] = (
     ("N", "the command completed: its own exit status (0 for success)"),
     ("128+N", "the command was killed by signal N (137: SIGKILL, 143: SIGTERM)"),
@@ -55,8 +49,7 @@ TIMEOUT_STATUSES: tuple[tuple[str, str], ...] = (
 )  # fmt: skip
 
 
-#: The manual page's EXAMPLES: (what it does, the command line as typed in a shell).
-#: ``tests/test_reference.py`` runs each one as written.
+#: The manual page's EXAMPLES: (what it does, the command line); the tests run each one.
 EXAMPLES: tuple[tuple[str, str], ...] = (
     ("Run a command that starts a background child in a session of its own; after two "
      "seconds stop both, exit 124, and say so in one line (what ended the run, how many "
@@ -78,7 +71,6 @@ EXAMPLES: tuple[tuple[str, str], ...] = (
 
 
 def examples_section() -> str:
-    """The manual page's EXAMPLES section, in roff."""
     lines: list[str] = []
     for what, command in EXAMPLES:
         typed = command.replace("\\", "\\e").replace("-", "\\-")
@@ -87,8 +79,6 @@ def examples_section() -> str:
 
 
 def exit_status_section() -> str:
-    """The manual page's EXIT STATUS section, in roff."""
-
     def table(rows: tuple[tuple[str, str], ...]) -> list[str]:
         return [line for status, meaning in rows for line in (".TP", f".B {status}", meaning)]
 
@@ -117,32 +107,25 @@ def _words(name: str, words: tuple[str, ...]) -> dict[str, object]:
     }
 
 
-#: What ``ls --since`` is offered: durations and a date, as its help says.
+#: What ``ls --since`` is offered, as its help says.
 SINCE_EXAMPLES: tuple[str, ...] = ("30m", "12h", "7d", "2024-05-01")
 
 #: ``tether timeout``'s options: (flags, metavar or ``None`` for a switch, help).
-TIMEOUT_OPTIONS: tuple[tuple[tuple[str, ...], str | None, str], ...] = (
-    (
-        ("-p", "--preserve-status"),
-        None,
-        "exit with the same status as COMMAND, even when the command times out",
-    ),
+TIMEOUT_OPTIONS: tuple[Option, ...] = (
+    (("-p", "--preserve-status"), None,
+     "exit with the same status as COMMAND, even when the command times out"),
     (("-f", "--foreground"), None, "let COMMAND read from the terminal and get its signals"),
-    (
-        ("-k", "--kill-after"),
-        "DURATION",
-        "also send a KILL signal if COMMAND is still running this long after the first signal",
-    ),
+    (("-k", "--kill-after"), "DURATION",
+     "also send a KILL signal if COMMAND is still running this long after the first signal"),
     (("-s", "--signal"), "SIGNAL", "the signal to send on timeout (a name like HUP or a number)"),
     (("-v", "--verbose"), None, "diagnose to stderr any signal sent upon timeout"),
     (("--record",), "PATH", "write tether's record here"),
     (("--no-record",), None, "write no record"),
     (("--label",), "LABEL", "a label for the record, shown by tether ls and show"),
-)
+)  # fmt: skip
 
 
 def reference_parser() -> argparse.ArgumentParser:
-    """``tether`` with every subcommand and option, as the manual page and completions show it."""
     from tether.cli.main import _main_parser
     from tether.cli.run import _run_parser
 
@@ -177,11 +160,7 @@ def reference_parser() -> argparse.ArgumentParser:
         "and COMMAND with its whole process tree is also stopped when tether timeout itself is "
         "killed. Also installed as timeout.",
     )
-    for flags, metavar, text in TIMEOUT_OPTIONS:
-        if metavar is None:
-            timeout.add_argument(*flags, action="store_true", help=text)
-        else:
-            timeout.add_argument(*flags, metavar=metavar, help=text)
+    add_options(timeout, *TIMEOUT_OPTIONS)
     timeout.add_argument("duration", metavar="DURATION")
     timeout.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND [ARG]...")
     _complete_ls(subparsers.choices["ls"])
@@ -189,8 +168,7 @@ def reference_parser() -> argparse.ArgumentParser:
 
 
 def _complete_ls(ls: argparse.ArgumentParser) -> None:
-    """Offer ``--reason``'s values and ``--since`` examples (they are no argparse choices:
-    ``--reason`` takes comma lists, ``--since`` any duration or date)."""
+    """Offer ``--reason``'s values and ``--since`` examples (both take more than choices)."""
     from tether.review.listing import REASON_CHOICES
 
     for action in ls._actions:

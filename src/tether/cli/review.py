@@ -1,13 +1,7 @@
 """``tether show``, ``tether ls``, ``tether prune``: what operators read (and clear) afterwards.
 
-They only read files; their loading and rendering live in :mod:`tether.review`.
-Their output goes to stdout, their complaints (a file skipped, a log line cut
-short) to stderr, one line each. Whatever the files hold, the operator sees
-text and a documented status, never a traceback: :mod:`tether.review` is
-written to be total over anything its readers return, and should it still
-fail, that is one line asking for a report, status 125. Paths are printed
-escaped, and stdout never refuses a character its encoding lacks (a label in
-Japanese under ``LANG=C.ISO-8859-1`` prints as escapes rather than failing).
+They only read files (through :mod:`tether.review`): output on stdout, one line per complaint on
+stderr, a documented status, never a traceback (docs/operators.md).
 """
 
 from __future__ import annotations
@@ -21,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from tether.cli.messages import fail, print_out, warn
-from tether.cli.parsers import UsageParser
+from tether.cli.parsers import UsageParser, add_options
 from tether.core.reasons import Reason
 from tether.shared.paths import default_records_dir
 
@@ -44,30 +38,18 @@ def add_show_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
         "supervisor's loss), 125 nothing to show (not a tether record or event log, "
         "unreadable, missing), 130 --follow interrupted (Ctrl-C).",
     )
-    show.add_argument(
-        "path",
-        nargs="?",
-        metavar="RUN",
-        help="a record or event log path, a record's name from tether ls, or a label",
-    )
-    show.add_argument(
-        "--last", action="store_true", help="show the newest run in the default records directory"
-    )
-    show.add_argument(
-        "--json",
-        action="store_true",
-        help='print {"record": ..., "events": [...]} as one JSON document, for scripts',
-    )
-    show.add_argument(
-        "-a", "--all", action="store_true", help="also show the core's steps that changed nothing"
-    )
-    show.add_argument(
-        "-f",
-        "--follow",
-        action="store_true",
-        help="follow a run in progress: print each event as it is written (one JSON object a "
-        "line with --json), and end when the run ends; a finished run is printed whole",
-    )
+    add_options(
+        show,
+        (("path",), "RUN",
+         "a record or event log path, a record's name from tether ls, or a label"),
+        (("--last",), None, "show the newest run in the default records directory"),
+        (("--json",), None,
+         'print {"record": ..., "events": [...]} as one JSON document, for scripts'),
+        (("-a", "--all"), None, "also show the core's steps that changed nothing"),
+        (("-f", "--follow"), None, "follow a run in progress: print each event as it is written "
+         "(one JSON object a line with --json), and end when the run ends; a finished run is "
+         "printed whole"),
+    )  # fmt: skip
 
 
 def add_ls_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
@@ -85,13 +67,11 @@ def add_ls_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
         epilog="Files that are not tether records are skipped, each named on stderr. Exit "
         "status: 0 listed (even nothing), 125 bad option or DIR unreadable.",
     )
-    ls.add_argument(
-        "directory",
-        nargs="?",
-        metavar="DIR",
-        help="where the records are (default: $XDG_STATE_HOME/tether/runs, where tether run "
-        "writes them)",
-    )
+    add_options(
+        ls,
+        (("directory",), "DIR", "where the records are (default: $XDG_STATE_HOME/tether/runs, "
+         "where tether run writes them)"),
+    )  # fmt: skip
     ls.add_argument(
         "--reason",
         action="append",
@@ -101,32 +81,17 @@ def add_ls_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
         + ", ".join(reason.value for reason in Reason)
         + "; or running, lost (runs with no record yet)",
     )
-    ls.add_argument(
-        "--since",
-        metavar="WHEN",
-        help="only runs started within the last WHEN (30m, 12h, 7d) or since an ISO date/time "
-        "(2024-05-01, 2024-05-01T12:00; local time unless it has an offset)",
-    )
-    ls.add_argument(
-        "--until",
-        metavar="WHEN",
-        help="only runs started at or before WHEN: a duration ago (1h: started more than an "
-        "hour ago) or an ISO date/time, as --since",
-    )
-    ls.add_argument(
-        "-n",
-        "--count",
-        metavar="N",
-        help="only the newest N runs that pass the filters (those in progress first)",
-    )
-    ls.add_argument(
-        "--label", metavar="PATTERN", help="only runs whose label matches (shell pattern: eval-*)"
-    )
-    ls.add_argument(
-        "--json",
-        action="store_true",
-        help="print a JSON array of the runs: those in progress, then the records",
-    )
+    add_options(
+        ls,
+        (("--since",), "WHEN", "only runs started within the last WHEN (30m, 12h, 7d) or since an "
+         "ISO date/time (2024-05-01, 2024-05-01T12:00; local time unless it has an offset)"),
+        (("--until",), "WHEN", "only runs started at or before WHEN: a duration ago (1h: started "
+         "more than an hour ago) or an ISO date/time, as --since"),
+        (("-n", "--count"), "N", "only the newest N runs that pass the filters (those in progress "
+         "first)"),
+        (("--label",), "PATTERN", "only runs whose label matches (shell pattern: eval-*)"),
+        (("--json",), None, "print a JSON array of the runs: those in progress, then the records"),
+    )  # fmt: skip
 
 
 def add_prune_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
@@ -144,33 +109,18 @@ def add_prune_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
         "one a line, oldest first; a summary to stderr. Exit status: 0 done, 125 bad option or "
         "DIR unusable.",
     )
-    prune.add_argument(
-        "directory",
-        nargs="?",
-        metavar="DIR",
-        help="the records directory (default: $XDG_STATE_HOME/tether/runs)",
-    )
-    prune.add_argument(
-        "--older-than",
-        metavar="DUR",
-        help="remove runs that started longer ago than DUR (7d, 12h; default: TETHER_KEEP_DAYS)",
-    )
-    prune.add_argument(
-        "--keep",
-        metavar="N",
-        help="keep at most the newest N runs (default: TETHER_KEEP_RUNS)",
-    )
-    prune.add_argument(
-        "--dry-run", action="store_true", help="say what would be removed, and remove nothing"
-    )
+    add_options(
+        prune,
+        (("directory",), "DIR", "the records directory (default: $XDG_STATE_HOME/tether/runs)"),
+        (("--older-than",), "DUR", "remove runs that started longer ago than DUR (7d, 12h; "
+         "default: TETHER_KEEP_DAYS)"),
+        (("--keep",), "N", "keep at most the newest N runs (default: TETHER_KEEP_RUNS)"),
+        (("--dry-run",), None, "say what would be removed, and remove nothing"),
+    )  # fmt: skip
 
 
 def _never_a_traceback(command: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
-    """Run a review subcommand so that only text reaches the operator.
-
-    Its stdout takes any character (see :func:`_lenient_stdout`), and a bug in
-    it comes out as one line and status 125.
-    """
+    """Run a review subcommand with a lenient stdout; a bug in it is one line and status 125."""
 
     @functools.wraps(command)
     def guarded(args: argparse.Namespace) -> int:
@@ -186,22 +136,14 @@ def _never_a_traceback(command: Callable[[argparse.Namespace], int]) -> Callable
 
 
 def _lenient_stdout() -> None:
-    """Let stdout write any character, as an escape if its encoding lacks it."""
+    """Let stdout write any character, as an escape if its encoding lacks it (``LANG=C``)."""
     if isinstance(sys.stdout, io.TextIOWrapper):
         sys.stdout.reconfigure(errors="backslashreplace")
 
 
 @_never_a_traceback
 def show(args: argparse.Namespace) -> int:
-    from tether.review import (
-        ReviewError,
-        find_last,
-        find_run,
-        load_run,
-        render_run,
-        run_as_json,
-        use_colour,
-    )
+    from tether import review
     from tether.shared.record_file import RecordError
 
     if (args.path is None) == (not args.last):
@@ -217,23 +159,24 @@ def show(args: argparse.Namespace) -> int:
     try:
         if args.last:
             assert directory is not None
-            path, notes = find_last(directory), list[str]()
+            path, notes = review.find_last(directory), list[str]()
         else:
-            path, notes = find_run(args.path, directory)
-        run = load_run(path)
-    except ReviewError as error:
+            path, notes = review.find_run(args.path, directory)
+        run = review.load_run(path)
+    except review.ReviewError as error:
         fail(str(error))
     for note in notes:
         warn(note)
     for message in ([run.record_note] if run.record_note else []) + run.warnings:
         warn(message)
     if args.json:
-        return print_out(run_as_json(run))
-    return print_out(render_run(run, colour=use_colour(sys.stdout), all_steps=args.all))
+        return print_out(review.run_as_json(run))
+    return print_out(
+        review.render_run(run, colour=review.use_colour(sys.stdout), all_steps=args.all)
+    )
 
 
 def _follow(args: argparse.Namespace, directory: Path | None) -> int:
-    """``tether show --follow``: the run's events as they are written, until it ends."""
     import json
 
     from tether.review import ReviewError, find_newest, find_run, printable_path
@@ -274,11 +217,7 @@ def _follow(args: argparse.Namespace, directory: Path | None) -> int:
 
 
 def _records_directory(given: str | None) -> Path | None:
-    """The directory ``ls`` or ``prune`` reads: the one given, or the default one.
-
-    ``None`` (after saying so) when the default directory does not exist yet: no run has
-    been recorded, which is no error.
-    """
+    """The directory given, or the default one; ``None`` (said) if no run was recorded yet."""
     from tether.review import printable_path
     from tether.shared.record_file import RecordError
 
@@ -296,70 +235,57 @@ def _records_directory(given: str | None) -> Path | None:
 
 @_never_a_traceback
 def ls(args: argparse.Namespace) -> int:
-    from tether.review import (
-        Filters,
-        ReviewError,
-        parse_count,
-        parse_reasons,
-        parse_since,
-        printable_path,
-        render_progress_table,
-        render_table,
-        rows_as_json,
-        scan,
-        select,
-        use_colour,
-    )
+    from tether import review
 
     try:
-        filters = Filters(
-            reasons=parse_reasons(args.reason),
-            since=None if args.since is None else parse_since(args.since),
+        filters = review.Filters(
+            reasons=review.parse_reasons(args.reason),
+            since=None if args.since is None else review.parse_since(args.since),
             label=args.label,
-            until=None if args.until is None else parse_since(args.until, flag="--until"),
+            until=None if args.until is None else review.parse_since(args.until, flag="--until"),
         )
-        count = None if args.count is None else parse_count(args.count)
-    except ReviewError as error:
+        count = None if args.count is None else review.parse_count(args.count)
+    except review.ReviewError as error:
         fail(str(error))
     directory = _records_directory(args.directory)
     if directory is None:
         return print_out("[]\n") if args.json else 0
-    shown = printable_path(directory)
+    shown = review.printable_path(directory)
     if os.path.lexists(directory) and not os.path.isdir(directory):
         fail(f"{shown}: not a directory (tether show FILE shows one run)")
     try:
-        listing = scan(directory)
-    except ReviewError as error:
+        listing = review.scan(directory)
+    except review.ReviewError as error:
         fail(str(error))
     for problem in listing.skipped:
         warn(f"skipped {problem}")
     for log in listing.orphan_logs:
         warn(
-            f"{printable_path(log)}: an event log without its record "
+            f"{review.printable_path(log)}: an event log without its record "
             "(tether show it to see what happened)"
         )
-    rows = select(listing.records, filters)
-    current = select(listing.in_progress, filters)
+    rows = review.select(listing.records, filters)
+    current = review.select(listing.in_progress, filters)
     if count is not None:
         current = current[:count]
         rows = rows[: count - len(current)]
     if args.json:
-        return print_out(rows_as_json(rows, current))
+        return print_out(review.rows_as_json(rows, current))
     if not rows and not current:
         anything = listing.records or listing.in_progress
         warn(f"no runs {'match' if anything else 'are recorded'} in {shown}")
         return 0
-    colour = use_colour(sys.stdout)
+    colour = review.use_colour(sys.stdout)
     tables = []
     if current:
-        tables.append(render_progress_table(current, directory=directory, colour=colour))
+        tables.append(review.render_progress_table(current, directory=directory, colour=colour))
     if rows:
-        tables.append(render_table(rows, directory=directory, colour=colour))
+        tables.append(review.render_table(rows, directory=directory, colour=colour))
     return print_out("\n".join(tables))
 
 
 def _remove_stale_cgroups() -> None:
-    """Remove the empty cgroups SIGKILLed supervisors left (tether's naming only); say how many."""
+    """Remove the empty cgroups lost supervisors left (tether's naming only); say how many."""
     from tether.linux.run_cgroups import remove_stale_everywhere
 
     removed = remove_stale_everywhere()
@@ -370,7 +296,6 @@ def _remove_stale_cgroups() -> None:
 
 @_never_a_traceback
 def prune(args: argparse.Namespace) -> int:
-
     from tether.core.durations import DurationError, parse_duration
     from tether.core.numbers import shown as shown_number
     from tether.core.numbers import whole_number

@@ -1,34 +1,8 @@
 """The seed door: ``python -m tether.supervisor --parent-fd N ... -- CMD [ARG]...``.
 
-Workers in any language that make their own pipe start the supervisor this
-way, exactly as they started the seed supervisor tether grew from: same flags,
-same reasons, same exit statuses (124 deadline, 125 tether's own failure, 130
-cancelled or caller lost, the command's own status when it completed, 126 and
-127 when it could not be executed or found). The worker keeps the write end of
-a pipe and passes the read end as ``--parent-fd``; its end of file means the
-worker is gone, and ``c``/``k`` bytes ask for a cancel or an immediate kill.
-
-Unlike ``tether run``, this door runs the supervisor in the foreground, with
-no double fork, because its caller wants to wait for it and to signal it
-(SIGTERM, SIGINT and SIGHUP mean cancel). The command gets ``/dev/null`` as
-stdin, as under the seed, and shares the supervisor's stdout and stderr.
-
-Where the seed guessed, this door refuses, before any command is started: a
-missing ``--``, a duration that is negative, NaN or not a number, a
-``--parent-fd`` that is not an open pipe opened for reading, a record path
-that cannot be written. Each gets one line on stderr and status 125, and
-leaves nothing behind: no command and no record, as a usage error at every
-door. A duration of ``0`` means no deadline, as everywhere in tether.
-
-The record's directory is opened once, here, before the command starts, and
-held by descriptor for the whole run: the record and the event log are
-written through it, so nothing done to the path meanwhile can redirect them
-(see :mod:`tether.shared.record_file`).
-
-One more thing the seed never noticed: a worker that let the *write* end of
-its pipe leak into this process (an inheritable descriptor it forgot to
-close). The supervisor would then hold its own lifeline open, and end of file
-could never come. Such copies are closed before the command starts.
+The seed supervisor's interface (same flags, reasons, statuses), run in the foreground; where
+the seed guessed it refuses before starting anything, and it closes a leaked write end of its
+own lifeline (docs/seed-door.md).
 """
 
 from __future__ import annotations
@@ -44,7 +18,6 @@ from tether.cli.seed_options import PROG, UsageError, read_options
 from tether.core.reasons import TETHER_FAILED
 from tether.linux import UnsupportedPlatform, require_linux
 
-# On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import NoReturn
@@ -78,14 +51,8 @@ def _parent_fd_problem(fd: int) -> str | None:
 
 
 def _close_own_write_ends(lifeline: int) -> list[int]:
-    """Close every write end of the lifeline's pipe that this process holds; return them.
-
-    A worker that passed both ends of its pipe (an inheritable write end it
-    forgot to close) would otherwise keep the lifeline open for ever: the
-    supervisor itself would be the holder that never lets end of file come,
-    and the command would outlive the worker. Those copies are nobody's but
-    this process's, so closing them takes nothing from the worker.
-    """
+    """Close every write end of the lifeline's pipe this process holds (docs/seed-door.md, "A
+    write end that leaked"); return them."""
     pipe = os.fstat(lifeline)
     closed: list[int] = []
     for name in os.listdir("/proc/self/fd"):
@@ -96,7 +63,7 @@ def _close_own_write_ends(lifeline: int) -> list[int]:
             other = os.fstat(fd)
             writable = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
         except OSError:
-            continue  # the directory's own descriptor, gone by now
+            continue  # the listing's own descriptor, gone by now
         if writable and (other.st_dev, other.st_ino) == (pipe.st_dev, pipe.st_ino):
             os.close(fd)
             closed.append(fd)
@@ -104,12 +71,7 @@ def _close_own_write_ends(lifeline: int) -> list[int]:
 
 
 def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int:
-    """Supervise one command in the foreground; return the status to exit with.
-
-    The deadline counts from ``asked_at`` (monotonic seconds; default: now).
-    Run as a program, that is when the process started, as early as the
-    package could read a clock (``tether._LOADED_AT``).
-    """
+    """Supervise one command in the foreground; the deadline counts from ``asked_at``."""
     if asked_at is None:
         asked_at = time.monotonic()
     try:
@@ -155,7 +117,7 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
     _close_own_write_ends(parsed.parent_fd)
 
     status, attempt = _launch(command, spec, parsed.parent_fd)
-    # Only for a failure to load the loop, so after the launch (the sentry is watching).
+    # For a failure to load the loop, after the launch (the sentry is watching).
     from tether.supervisor import last_resort
 
     try:
@@ -169,17 +131,12 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
             spec, attempt, lifeline=parsed.parent_fd, status=status, vocabulary=vocabulary
         )
     except BaseException as error:
-        # supervise() has a last resort of its own; this one is for loading it.
         return last_resort.abandon(attempt, error, status=status, say=_say)
 
 
 def _launch(command: list[str], spec: RunSpec, lifeline: int) -> tuple[StatusWriter, LaunchAttempt]:
-    """Start ``command`` with this process's directory, environment, umask, stdout and stderr.
-
-    Those are the command's, as under the seed (``spec.cwd`` is only for the
-    record); its stdin is ``/dev/null``. No status channel: the worker hears
-    how the run ended from this process's exit status.
-    """
+    """Start ``command`` with this process's directory, environment and stdout/stderr, stdin
+    ``/dev/null``, as under the seed; no status channel (the exit status says it)."""
     from tether.shared.protocol import StatusWriter
     from tether.supervisor.launch import LaunchPlan, launch
 
@@ -200,8 +157,7 @@ def _launch(command: list[str], spec: RunSpec, lifeline: int) -> tuple[StatusWri
 
 
 def _working_directory() -> str | None:
-    """Where the command starts (this process's directory), for the record; ``None`` if gone."""
-
+    """This process's directory, for the record; ``None`` if gone."""
     try:
         return os.getcwd()
     except OSError:

@@ -1,25 +1,12 @@
-"""The seed door's options, read by hand, with an ``argparse`` parser as the reference.
-
-A worker starts one seed door per command, and ``argparse`` (with ``re``,
-``gettext``, ``shutil`` and ``locale``, and the parser it builds) costs
-milliseconds on the way to the command's launch, every time. Yet a worker's
-command line is always the same five options, spelt as documented. So that
-spelling is read here by hand, and only what the hand reader does not know
-goes to the :func:`parser` built with ``argparse``: ``--help``, abbreviations
-(``--var``), an unknown option, a word starting with ``-`` where a value should
-be (``-1``, which ``argparse`` takes as a value or not depending on what it
-sees). The whole command line then goes to ``argparse``, and every answer,
-message and status is its own, whatever the Python version.
-
-What the hand reader reads, it answers exactly as that parser would: the same
-values (the last of an option given twice), the same words left over, the
-same first error (``argument --parent-fd: not a descriptor number: 'x'``,
-``argument --record: expected one argument``, ``the following arguments are
-required: ...``). ``tests/test_seed_options.py`` holds the two to that on
-random command lines, so that they cannot drift apart.
+"""The seed door's options, read by hand on the way to the launch (``argparse`` costs
+milliseconds there), answering exactly as the reference :func:`parser` would; anything else
+(``--help``, an abbreviation, an unknown option) goes to that parser. ``tests/test_seed_options.py``
+holds the two together on random command lines (docs/architecture.md, the module table).
 """
 
 from __future__ import annotations
+
+from tether.core.values import DeclaredValue
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,11 +27,10 @@ _OPTIONS: Final = (
 )
 _DESTINATIONS: Final = {name: destination for name, destination, _help in _OPTIONS}
 
-#: The one flag: the lifeline's whole vocabulary, not only end of file, ``c`` and ``k``.
-#: Rare, so the hand reader leaves it to ``argparse``.
+#: The lifeline's whole vocabulary; rare, so the hand reader leaves it to ``argparse``.
 ALL_REQUESTS_FLAG: Final = "--all-lifeline-requests"
 
-#: A descriptor number is below 2**31: ten digits at most.
+#: A descriptor number is below 2**31.
 _MAX_DESCRIPTOR_DIGITS: Final = 10
 
 
@@ -56,55 +42,20 @@ class UsageError(Exception):
         self.message = message
 
 
-class SeedOptions:
+class SeedOptions(DeclaredValue):
     """The five options' values (``parent_fd`` a number, the rest as typed), and the flag."""
 
-    __slots__ = (
-        "all_lifeline_requests",
-        "deadline_seconds",
-        "grace_seconds",
-        "parent_fd",
-        "record",
-        "variant",
-    )
-
-    def __init__(
-        self,
-        *,
-        variant: str,
-        parent_fd: int,
-        record: str,
-        deadline_seconds: str,
-        grace_seconds: str,
-        all_lifeline_requests: bool = False,
-    ) -> None:
-        self.all_lifeline_requests = all_lifeline_requests
-        self.variant = variant
-        self.parent_fd = parent_fd
-        self.record = record
-        self.deadline_seconds = deadline_seconds
-        self.grace_seconds = grace_seconds
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, SeedOptions):
-            return NotImplemented
-        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
-        return f"SeedOptions({shown})"
+    variant: str
+    parent_fd: int
+    record: str
+    deadline_seconds: str
+    grace_seconds: str
+    all_lifeline_requests: bool = False
 
 
 def descriptor_refusal(text: str) -> str | None:
-    """Why ``text`` is no ``--parent-fd``, or ``None``: plain ASCII digits, as any worker writes.
-
-    ``int()`` alone would also take ``" 3"``, ``"+3"``, ``"1_0"`` (ten) and
-    ``"٣"`` (Arabic-Indic three): a descriptor named in a way no C worker
-    meant is refused rather than guessed at. So is one of more digits than any
-    descriptor has (``int()`` refuses over 4300 digits with an error of its own).
-    """
+    """Why ``text`` is no ``--parent-fd`` (``int()`` would take ``" 3"``, ``"1_0"``, ``"٣"``), or
+    ``None`` for plain ASCII digits, as any worker writes."""
     if text.isascii() and text.isdigit() and len(text) <= _MAX_DESCRIPTOR_DIGITS:
         return None
     shown = text if len(text) <= _MAX_DESCRIPTOR_DIGITS else text[:_MAX_DESCRIPTOR_DIGITS] + "..."
@@ -112,10 +63,7 @@ def descriptor_refusal(text: str) -> str | None:
 
 
 def read_options(words: list[str]) -> tuple[SeedOptions, list[str]]:
-    """The options in ``words`` (what comes before ``--``) and the words left over.
-
-    Raises :class:`UsageError`; ``--help`` prints the help and exits 0.
-    """
+    """The options in ``words`` (before ``--``) and the words left over; :class:`UsageError`."""
     read = _read_by_hand(words)
     return read if read is not None else _read_with_argparse(words)
 
@@ -145,14 +93,8 @@ def _read_by_hand(words: list[str]) -> tuple[SeedOptions, list[str]] | None:
 
 
 def _split(words: list[str]) -> tuple[list[tuple[str, str | None]], list[str]] | None:
-    """The options given, in order, with their values, and the words left over; or ``None``.
-
-    A word that does not start with ``-`` (the empty word included) is always
-    a value or a word left over to ``argparse``; an option is one of the five
-    names, alone (its value the next word; ``None`` if there is none) or with
-    ``=VALUE``. Any other word starting with ``-``, here or as a value, is
-    ``argparse``'s to read: ``None``.
-    """
+    """The options given, in order, with their values (``None``: missing), and the words left
+    over; ``None`` for any other word starting with ``-``, here or as a value."""
     given: list[tuple[str, str | None]] = []
     extras: list[str] = []
     index = 0
@@ -187,12 +129,7 @@ def _read_with_argparse(words: list[str]) -> tuple[SeedOptions, list[str]]:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The seed door's parser: the reference for :func:`read_options`, and its ``--help``.
-
-    A usage error raises :class:`UsageError` rather than exiting, so that the
-    door says it (one line, no usage text, status 125) the same way whoever
-    found it.
-    """
+    """The seed door's parser, the reference for :func:`read_options` (raises UsageError)."""
     import argparse
 
     from tether.cli.parsers import UsageParser

@@ -1,23 +1,8 @@
 """``tether timeout``: a drop-in for GNU ``timeout``, with tether's guarantees.
 
-Scripts are full of ``timeout 5m make test``. Replacing ``timeout`` with
-``tether timeout`` (or putting a ``timeout`` symlink to ``tether`` early on
-``PATH``) is meant to change nothing a script relies on: the same options
-(``-k``, ``-s``, ``-v``, ``-p``, ``-f``/``--foreground``), durations as GNU
-reads them (:mod:`tether.core.gnu_durations`), messages (``timeout: ...``,
-``Try 'timeout --help'`` when invoked as ``timeout``; ``tether timeout: ...``
-otherwise), exit statuses (124 timed out, 125 failed, 126 cannot invoke, 127
-not found, 137 after a KILL, else the command's own), and signals: what
-``timeout`` receives is passed on to the command as itself, SIGALRM is its own
-timer (:mod:`tether.caller.relay`). What it adds is what ``timeout`` cannot
-do: the command is stopped when ``tether timeout`` itself is killed (SIGKILL
-included), and descendants that left the process group are stopped too. It
-keeps no record unless asked (``--record PATH``): a drop-in must not fill a
-disk from a loop in a script.
-
-Where tether cannot be identical, ``docs/timeout.md`` says so and why.
-
-Caller side: standard library only, like ``tether run``.
+The same options, durations, messages, exit statuses and signals as GNU's; what it adds is that
+the whole tree is stopped when ``tether timeout`` itself is killed. No record unless asked
+(``--record``). What it promises, and where it must differ: docs/timeout.md.
 """
 
 from __future__ import annotations
@@ -33,7 +18,6 @@ from tether.cli.messages import say, stderr_failed, write_out
 from tether.cli.timeout_options import OptionError, read_command_line
 from tether.core.reasons import DEADLINE_EXCEEDED, TETHER_FAILED, Reason, status_of
 
-# On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final, NoReturn
@@ -94,13 +78,7 @@ Where tether differs from GNU timeout: docs/timeout.md.
 
 
 class _Program:
-    """How this program was invoked: ``timeout`` (a symlink) or ``tether timeout``.
-
-    GNU tools name themselves as invoked, in every message and in ``Try '...
-    --help'``: invoked as ``timeout`` (a symlink, or the ``tether-timeout``
-    launcher), this one says ``timeout: ...``, as scripts written for GNU's
-    expect; invoked as ``tether timeout``, it says ``tether timeout: ...``.
-    """
+    """The name this program was invoked by, which every message starts with, as GNU's do."""
 
     name = "tether timeout"
 
@@ -114,7 +92,7 @@ def _usage_error(message: str | None, *, as_given: bool = False) -> NoReturn:
 
 
 def _print_and_exit(text: str) -> NoReturn:
-    """Print ``--help`` or ``--version`` and exit 0, or say why it could not be printed (125)."""
+    """Print ``--help`` or ``--version`` and exit 0, or say why not (125)."""
     error = write_out(text)
     if error is None:
         raise SystemExit(0)
@@ -160,7 +138,7 @@ def _parse(argv: list[str]) -> tuple[_Options, float, list[str]]:
     options = _Options()
 
     def take(name: str, value: str) -> None:
-        # Each option acts as it is read, as in GNU's getopt_long loop.
+        # Each option acts as it is read, as in GNU's loop.
         if name == "help":
             _print_and_exit(_HELP.format(program=_Program.name))
         if name == "version":
@@ -183,27 +161,17 @@ def _take(options: _Options, name: str, value: str) -> None:
         options.kill_after = _duration(value)
     elif name == "signal":
         options.stop_signal = _signal_name(value)
-    elif name == "verbose":
-        options.verbose = True
-    elif name == "preserve-status":
-        options.preserve_status = True
-    elif name == "foreground":
-        options.foreground = True
-    elif name == "record":
-        options.record = value
     elif name == "no-record":
         options.record = None
-    elif name == "label":
-        options.label = value
+    elif name in ("record", "label"):
+        setattr(options, name, value)
+    else:  # a switch: verbose, preserve-status, foreground
+        setattr(options, name.replace("-", "_"), True)
 
 
 def exit_status(finished: Finished, *, preserve_status: bool, stop_signal: str) -> int:
-    """Map how the run ended to the status GNU ``timeout`` would have exited with.
-
-    A status above 128 that GNU produces by dying of a signal itself (the
-    command's own signal, or the KILL it sent to its group) is returned as
-    128+N here; :func:`main` then dies of that signal the same way.
-    """
+    """The status GNU ``timeout`` would exit with (128+N where it dies of signal N: so does
+    :func:`main`)."""
     returncode = finished.returncode
     if finished.reason == Reason.DEADLINE_EXCEEDED:
         if finished.escalated_to_sigkill or stop_signal == "SIGKILL":
@@ -218,17 +186,11 @@ def exit_status(finished: Finished, *, preserve_status: bool, stop_signal: str) 
 
 
 def _die_like_gnu(finished: Finished, status: int) -> None:
-    """End this process the way GNU ``timeout`` ends itself, where it does.
-
-    GNU ``timeout`` re-raises the signal that killed the command (when it did
-    not time out), and it is itself killed by the KILL it sends to its process
-    group. A parent that looks at how its child died (``WIFSIGNALED``), not
-    only at ``$?``, must see the same. Core dumps are switched off first, as
-    GNU does, so that re-raising SIGSEGV does not dump tether's own core.
-    """
+    """Die of the command's signal, or of the KILL sent, where GNU ``timeout`` does (a parent
+    may look at ``WIFSIGNALED``); without a core dump, as GNU."""
     returncode = finished.returncode
     timed_out = finished.reason == Reason.DEADLINE_EXCEEDED
-    # A number, not a signal.Signals: a real-time signal (SIGRTMIN+6) has no member.
+    # A number: a real-time signal has no signal.Signals member.
     number: int
     if timed_out and status == _KILLED:
         number = signal.SIGKILL
@@ -244,8 +206,7 @@ def _die_like_gnu(finished: Finished, status: int) -> None:
         with contextlib.suppress(AttributeError, OSError, ValueError):
             stream.flush()
     if number not in (signal.SIGKILL, signal.SIGSTOP):
-        # A signal this process may not handle (one the C library keeps) is left as it is:
-        # the status returned says the same.
+        # One the C library keeps is left as it is: the status returned says the same.
         with contextlib.suppress(OSError, ValueError):
             signal.signal(number, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {number})
@@ -258,7 +219,7 @@ def _say(message: str) -> None:
 
 
 def _quoted(word: str) -> str:
-    """``word`` quoted as GNU's ``quote`` does: ``'\\377'`` for a byte that is not UTF-8."""
+    """``word`` quoted as GNU's ``quote`` does."""
     from tether.core.gnu_quoting import gnu_quote, utf8_locale
 
     return gnu_quote(word, utf8=utf8_locale(os.environ))
@@ -272,12 +233,8 @@ def _request(
     asked_at: float,
     ignored_signals: list[int],
 ) -> RunSpec:
-    """The request for what the command line asked, or a refusal (125).
-
-    A record path that cannot be used is no reason to refuse: GNU ``timeout``
-    would have run the command, so this one says why there is no record and
-    runs it all the same.
-    """
+    """The request for what the command line asked, or a refusal (125); a record path that
+    cannot be used is said, and the command runs without one, as GNU's would."""
     from tether.caller.request import RequestError, build_request
     from tether.caller.terminal import terminal_group
     from tether.core.gnu_durations import FOREVER
@@ -288,7 +245,7 @@ def _request(
             command,
             asked_at=asked_at,
             deadline=None if duration == FOREVER else duration,
-            # -k 0 (or no -k) means never escalate, as in GNU timeout; so does forever.
+            # -k 0 (or none) never escalates, as in GNU timeout; so does forever.
             grace=None if options.kill_after in (0, FOREVER) else options.kill_after,
             record=False if record is None else record,
             label=options.label,
@@ -321,10 +278,7 @@ def request_for(
 
 
 def main(argv: list[str], *, asked_at: float | None = None, program: str = "tether timeout") -> int:
-    """``timeout ARGS``; return the exit status (the deadline counts from ``asked_at``).
-
-    ``program`` is the name it was invoked by (``timeout`` through a symlink).
-    """
+    """``timeout ARGS`` invoked as ``program``; the exit status (deadline from ``asked_at``)."""
     if asked_at is None:
         asked_at = time.monotonic()
     from tether.caller.relay import TimeoutRelay, launcher_mask
@@ -340,8 +294,7 @@ def main(argv: list[str], *, asked_at: float | None = None, program: str = "teth
     relay = TimeoutRelay(stop or None, inherited_mask=inherited)
     spec = _request(options, duration, command, asked_at=asked_at, ignored_signals=relay.ignored)
 
-    # The forked supervisor loads json before the launch (its status messages), and this
-    # caller needs it after (to read them): loaded once, here, both have it.
+    # The forked supervisor needs json before the launch, this caller after: loaded once here.
     import json  # noqa: F401
 
     from tether.caller.fork import start
@@ -366,15 +319,12 @@ def main(argv: list[str], *, asked_at: float | None = None, program: str = "teth
     finished = status.wait_finished()
     spawn.lifeline.release()
     if finished.reason == Reason.LAUNCH_FAILED or finished.message:
-        # The command's own troubles, or tether's (a lost supervisor, a record not written).
         _say(finished.message or "cannot run the command")
     status_code = exit_status(
         finished, preserve_status=options.preserve_status, stop_signal=options.stop_signal
     )
     _die_like_gnu(finished, status_code)
     if stderr_failed():
-        # GNU's close_stdout at exit: a message that could not be written (stderr closed,
-        # full) makes the status 125, or 124 once the deadline has passed (coreutils 9.10,
-        # commit 86061ddbb; 9.1 to 9.9 say 125 then too).
+        # GNU's close_stdout: 125, or 124 past the deadline (coreutils 9.10, docs/timeout.md).
         return DEADLINE_EXCEEDED if finished.reason == Reason.DEADLINE_EXCEEDED else TETHER_FAILED
     return status_code

@@ -1,27 +1,10 @@
-"""``tether timeout``'s command line, read as GNU ``timeout`` reads its own: by hand.
-
-GNU ``timeout`` reads its options with ``getopt_long(argc, argv, "+fk:ps:v",
-...)``; this module reads them the same way, without :mod:`getopt`, whose
-messages come through :mod:`gettext`, which imports :mod:`re`: together a
-millisecond and a half that every ``timeout 5 true`` in a shell loop paid
-before its command could start (``docs/performance.md``).
-
-What ``getopt_long`` does, and so what this does: options are read one word
-at a time, in order, and each one acts as it is read (``--help`` prints before
-a later word is looked at; ``-k bad`` is refused before a later unknown
-option); the first word that is not an option (``-`` included), or the word
-after ``--``, ends them, whatever ``POSIXLY_CORRECT`` says (the ``+``);
-short options group (``-vpk5``), and one that takes a value takes the rest of
-its word or else the next word, whatever it is (``-k -5``); a long option may
-be abbreviated to any prefix that names one option (``--pres``), and takes
-its value after ``=`` or as the next word. Refusals are GNU's words:
-``tests/test_timeout_options.py`` holds them against :mod:`getopt`'s reading
-on random command lines, and ``tests/test_timeout_gnu.py`` against GNU's.
+"""``tether timeout``'s command line, read by hand as GNU's ``getopt_long(..., "+fk:ps:v", ...)``
+reads it (docs/timeout.md, "Options"): :mod:`getopt` would cost ``gettext`` and ``re`` before the
+launch. Held to :mod:`getopt` by ``tests/test_timeout_options.py``, to GNU by ``test_timeout_gnu``.
 """
 
 from __future__ import annotations
 
-# On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -58,12 +41,9 @@ class OptionError(Exception):
 
 
 def read_command_line(argv: list[str], take: Callable[[str, str], None]) -> list[str]:
-    """Hand each option of ``argv`` to ``take`` as it is read; return what follows them.
+    """Hand each option to ``take(long name, value or "")`` as it is read; return what follows.
 
-    ``take(name, value)`` gets the long name (``kill-after`` for ``-k``) and
-    the value (``""`` for an option that takes none), before the next word is
-    read: it may end the program (``--help``). Raises :class:`OptionError`
-    at the first word that is not a valid option.
+    :class:`OptionError` at the first word that is not a valid option.
     """
     index = 0
     while index < len(argv):
@@ -81,7 +61,7 @@ def read_command_line(argv: list[str], take: Callable[[str, str], None]) -> list
 
 
 def _long_option(word: str, argv: list[str], index: int, take: Callable[[str, str], None]) -> int:
-    """Read ``--name[=value]`` (``argv[index]`` its value, if it needs one); the next index."""
+    """Read ``--name[=value]`` (or its value at ``argv[index]``); the next index."""
     typed, attached, value = word[2:].partition("=")
     name = _full_name(typed, word)
     if LONG_OPTIONS[name]:
@@ -97,7 +77,6 @@ def _long_option(word: str, argv: list[str], index: int, take: Callable[[str, st
 
 
 def _full_name(typed: str, word: str) -> str:
-    """The long option ``typed`` names, whole or by a prefix of one option only."""
     if typed in LONG_OPTIONS:
         return typed
     names = [name for name in LONG_OPTIONS if name.startswith(typed)]
@@ -110,7 +89,7 @@ def _full_name(typed: str, word: str) -> str:
 
 
 def _short_options(word: str, argv: list[str], index: int, take: Callable[[str, str], None]) -> int:
-    """Read ``-abc`` (one option a letter; one that needs a value ends it); the next index."""
+    """Read ``-abc`` (one that needs a value ends it); the next index."""
     for position in range(1, len(word)):
         letter = word[position]
         name = SHORT_OPTIONS.get(letter)

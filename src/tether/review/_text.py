@@ -1,13 +1,7 @@
-"""Text for people: safe strings, colour, numbers, times and the words for reasons.
+"""Text for people, for :mod:`tether.review.show` and :mod:`tether.review.listing`.
 
-Shared by :mod:`tether.review.show` and :mod:`tether.review.listing`. Nothing a
-file contains reaches the terminal without passing :func:`_safe`.
-
-Every helper here is total: it takes any value a JSON file can hold (the
-readers bound them: no NaN, no deep nesting, no integer too long to print)
-and answers with text, ``?`` or ``None``, never an exception. A record's
-fields are whatever its file says, so a time of year 1, a list where a number
-belongs or a negative duration must still print as something.
+Every helper is total: any value a JSON file can hold becomes text, ``?`` or ``None``, never an
+exception, and nothing from a file reaches the terminal without :func:`_safe` (docs/operators.md).
 """
 
 from __future__ import annotations
@@ -48,25 +42,15 @@ class ReviewError(Exception):
     """Nothing can be shown or listed; the message is one line for a person."""
 
 
-# -- safe text ------------------------------------------------------------------
-
-
 def _what_ran(command: object, script: object) -> str:
-    """``tether ls``'s COMMAND column: the script an interpreter ran, else the command's name.
-
-    ``script`` is the record's (or launch line's) ``script``: ``evaluate.py``,
-    ``pkg.mod``, ``python -c``; ``-`` when neither is known.
-    """
+    """``tether ls``'s COMMAND column: the script an interpreter ran, else the command's name."""
     if isinstance(script, str) and script:
         return _safe(script)
     return _safe(command) if isinstance(command, str) and command else "-"
 
 
 def _safe(value: object) -> str:
-    """``value`` as text a terminal shows literally: control characters are escaped.
-
-    A missing value (``None``, JSON's null) is ``?``.
-    """
+    """``value`` as text a terminal shows literally (controls escaped); ``None`` is ``?``."""
     if value is None:
         return "?"
     text = value if isinstance(value, str) else _str(value)
@@ -83,7 +67,6 @@ def _str(value: object) -> str:
 
 
 def _brief(text: str) -> str:
-    """``text`` quoted for a one-line message (control characters escaped), cut if long."""
     quoted = repr(text)
     return quoted if len(quoted) <= 60 else quoted[:57] + "..."
 
@@ -94,7 +77,6 @@ def describe_unexpected(error: Exception) -> str:
 
 
 def _cell(text: str, width: int) -> str:
-    """``text`` cut to ``width`` characters for a table column (``…`` says it was cut)."""
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -107,8 +89,6 @@ _path_text = printable_path
 
 
 class _Paint:
-    """ANSI colours, or nothing at all."""
-
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
 
@@ -122,19 +102,12 @@ class _Paint:
         return self(text, "2")
 
     def reason(self, reason: object, status: object = 0) -> str:
-        """``reason`` coloured by what it means, with the run's exit ``status``.
-
-        Green only for what went well: a command that completed *with status
-        0*. A command that completed with any other status failed, and is
-        red like a run tether could not see through (bold red); a run stopped
-        by a deadline, a cancel or a lost caller is yellow.
-        """
         text = _safe(reason) if reason is not None else "?"
         return self(text, self.meaning(reason, status))
 
     @staticmethod
     def meaning(reason: object, status: object) -> str:
-        """The colour code for a run that ended for ``reason`` with exit ``status``."""
+        """Green: status 0; red for a failure, bold red if tether lost sight; else yellow."""
         if reason == Reason.COMPLETED:
             return "32" if status == 0 else "31"
         if reason in (Reason.LAUNCH_FAILED, Reason.SUPERVISOR_LOST):
@@ -152,15 +125,12 @@ def use_colour(stream: TextIO, environ: Mapping[str, str] = os.environ) -> bool:
         return False
 
 
-# -- numbers and times for people ------------------------------------------------
-
-
 #: Larger than any pid, exit status, signal or count a record holds.
 _INT_BOUND: Final = 1 << 63
 
 
 def _number(value: object) -> float | None:
-    """``value`` as a finite float, or ``None`` if it is not a number (or not one a float holds)."""
+    """``value`` as a finite float, or ``None``."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     try:
@@ -177,13 +147,11 @@ def _int(value: object) -> int | None:
     return value if -_INT_BOUND < value < _INT_BOUND else None
 
 
-#: Durations beyond this many seconds (about 30 years), or negative, are no
-#: duration tether measured: they are shown as the number they are.
+#: Durations beyond about 30 years, or negative, are shown as the number they are.
 _LONGEST_DURATION: Final = 1e9
 
 
 def _implausible(seconds: float) -> str | None:
-    """``seconds`` as a plain number if no run lasts that long (or it is negative), or ``None``."""
     return f"{seconds:g}s" if not 0 <= seconds <= _LONGEST_DURATION else None
 
 
@@ -212,25 +180,22 @@ def _seconds_text(value: object) -> str:
 def _policy_text(value: object, *, none_for_zero: bool) -> str:
     seconds = _number(value)
     if seconds is None:
-        # A null grace means "never escalate" (``tether timeout`` without -k).
+        # A null grace: never escalate (``tether timeout`` without -k).
         return "?" if none_for_zero else "never"
     if seconds == 0 and none_for_zero:
         return "none"
     return _implausible(seconds) or format_duration(seconds)
 
 
-#: Times are compared as the time since this moment: a :class:`~datetime.timedelta`
-#: spans ±2.7 million years, so the difference of any two datetimes fits, while
-#: moving a datetime to another zone can fall off either end of years 1 to 9999.
+#: Times are compared as timedeltas since this moment, which cannot overflow (a zone change can).
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
-#: What converting a datetime to local time raises when the result is out of range
-#: (``0001-01-01T00:00Z`` west of Greenwich) or the platform's time functions refuse.
+#: What converting to local time raises out of range (year 1 west of Greenwich).
 _CONVERSION_ERRORS: Final = (OverflowError, ValueError, OSError)
 
 
 def _parse_time(value: object) -> datetime | None:
-    """An aware datetime from an ISO 8601 string (UTC if it has no offset), or ``None``."""
+    """An aware datetime from an ISO 8601 string (UTC without an offset), or ``None``."""
     if not isinstance(value, str):
         return None
     try:
@@ -241,15 +206,11 @@ def _parse_time(value: object) -> datetime | None:
 
 
 def _instant(moment: datetime) -> timedelta:
-    """``moment`` as the time since the epoch (UTC if naive), for comparing and sorting.
-
-    Unlike converting to UTC, this cannot overflow.
-    """
+    """``moment`` as the time since the epoch (UTC if naive), for comparing and sorting."""
     return (moment if moment.utcoffset() is not None else moment.replace(tzinfo=UTC)) - _EPOCH
 
 
 def _time_instant(value: object) -> timedelta | None:
-    """When the ISO 8601 string ``value`` was, as :func:`_instant`; ``None`` if it is not a time."""
     moment = _parse_time(value)
     return None if moment is None else _instant(moment)
 
@@ -283,11 +244,7 @@ def _plural(count: object, noun: str, nouns: str | None = None) -> str:
 
 
 def _oom_lead(record: Mapping[str, object]) -> str | None:
-    """``killed by the OOM killer at its memory limit of 512 MiB`` if it was; ``None`` if not.
-
-    What ``tether show``'s verdict and ``tether ls``'s REASON lead with when the
-    record says ``oom_killed: true`` (its ``reason`` stays what tether saw).
-    """
+    """``killed by the OOM killer at its memory limit of 512 MiB`` if the record says so."""
     if record.get("oom_killed") is not True:
         return None
     from tether.core.limits import oom_summary

@@ -1,14 +1,8 @@
-"""Reading one run's files defensively: its record and its event log, whichever exist.
+"""One run's files read defensively: its record and its event log, whichever exist.
 
-A supervisor that was SIGKILLed leaves a log with no record, perhaps with a
-last line cut in half; a record's log may be gone. Whatever parses is kept,
-whatever does not is named in a warning, and nothing a file holds can make
-the reader hang (a FIFO named ``x.json``), read without bound, or hold more
-than a bounded amount of memory: the log is read in chunks, a line longer than
-any event is dropped as it streams past (never gathered whole), and past a
-budget of bytes, of lines or of parsed values the rest is left unread and the
-operator is told. Lines are parsed by the record's own bounded parser, so an
-event is as safe to print as a record (no NaN, no deep nesting).
+The log is read in chunks within budgets of bytes, lines and parsed values, so no file can make
+the reader hang, read without bound or hold unbounded memory; what it refuses and why:
+docs/operators.md, "What counts as a record" and the table before it.
 """
 
 from __future__ import annotations
@@ -21,51 +15,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from tether.review._text import (
-    ReviewError,
-    _path_text,
-    _safe,
-)
+from tether.review._text import ReviewError, _path_text, _safe
 from tether.review.progress import RUNNING, in_progress
 from tether.shared.paths import EVENTS_SUFFIX, events_path_for
 from tether.shared.record_file import JSONRefused, RecordError, parse_bounded_json, read_record
 
-#: An event log is a few kilobytes; past this much, the rest is not read (and
-#: the operator is told), so that pointing ``show`` at a huge file stays cheap.
+#: The budgets: a log's bytes, one line's bytes, the values and keys kept (a real event holds
+#: about fifteen: about 100 MiB in all), the lines read, and the bad lines named one by one.
 _MAX_LOG_BYTES: Final = 64 << 20
-
-#: An event line is a few hundred bytes; a longer line is not an event, and is
-#: skipped without being kept or parsed.
 _MAX_LINE_BYTES: Final = 1 << 20
-
-#: How many values and keys the events kept may hold in all (as :func:`_cost`
-#: bounds them). A real event holds about fifteen; at well under 100 bytes of
-#: memory each, this keeps the events of any log within about 100 MiB.
 _MAX_LOG_VALUES: Final = 1_000_000
-
-#: A log has a line per thing the supervisor saw or did, tens for most runs: past
-#: this many (blank and garbled ones included: each costs a parse), the rest is not read.
 _MAX_LOG_LINES: Final = 100_000
-
-#: Bad lines named one by one; past this many, one more warning counts the rest.
 _MAX_LINE_WARNINGS: Final = 10
-
 _CHUNK_BYTES: Final = 1 << 16
 
 #: Why a last line without its newline did not parse: the writer was killed mid-line.
 _CUT_SHORT: Final = "cut short"
-
 _RECORD_PROBLEM_PREFIX: Final = "cannot read the record: "
 
 
-# -- reading event logs -----------------------------------------------------------
-
-
 def _open_regular(path: Path, what: str) -> int:
-    """Open ``path`` for reading, refusing anything but a regular file (never blocking).
-
-    Checked before opening (opening a device can have effects of its own) and after.
-    """
+    """Open ``path``, refusing anything but a regular file, checked before opening and after."""
     try:
         if not stat.S_ISREG(mode := os.stat(path).st_mode):
             raise ReviewError(_not_regular(path, mode, what))
@@ -106,28 +76,20 @@ def _parse_event(line: bytes) -> tuple[dict[str, object] | None, str]:
 
 
 def _cost(line: bytes) -> int:
-    """How many values and keys the JSON ``line`` holds, counted on its bytes: never too few.
-
-    Every value or key but the first follows a comma or a colon, or is the
-    first in a container; a comma, colon or bracket inside a string only adds.
-    """
+    """How many values and keys the JSON ``line`` holds, counted on its bytes: never too few."""
     return 1 + sum(line.count(mark) for mark in (b",", b":", b"[", b"{"))
 
 
 @dataclass
 class _LogContents:
-    """What reading an event log found, line by line."""
-
     events: list[dict[str, object]] = field(default_factory=list)
-    #: (line number, why) of each line that is not an event, up to the warning limit.
     bad: list[tuple[int, str]] = field(default_factory=list)
     bad_count: int = 0
     values: int = 0
-    #: Why the log was not read to its end, if it was not.
     stopped: str | None = None
 
     def take(self, number: int, line: bytes | None, *, last: bool) -> None:
-        """Keep line ``number`` if it is an event; ``None`` means it was too long to keep."""
+        """Keep line ``number`` if it is an event; ``None``: too long to keep."""
         if number > _MAX_LOG_LINES:
             self.stopped = f"longer than {_MAX_LOG_LINES} lines"
             return
@@ -155,9 +117,8 @@ class _LogContents:
 
 
 def _read_log(fd: int) -> _LogContents:
-    """Read the log from ``fd`` a chunk at a time, within every budget."""
     contents = _LogContents()
-    line = bytearray()  # the line being read, while it is short enough to keep
+    line = bytearray()
     overlong = False  # the line being read is too long: its bytes are dropped
     number, total = 1, 0
     while contents.stopped is None:
@@ -188,12 +149,9 @@ def _read_log(fd: int) -> _LogContents:
 
 
 def read_events(path: Path) -> tuple[list[dict[str, object]], list[str]]:
-    """Return the events of the log at ``path`` and warnings about lines that did not parse.
+    """The events of the log at ``path``, and warnings for the lines skipped.
 
-    A last line cut short (a supervisor killed mid-write) and a garbled line
-    are skipped with a warning; so is a line too long to be an event. Raise
-    :class:`ReviewError` if the file cannot be read or if no line at all is a
-    tether event (it is not an event log).
+    :class:`ReviewError` if it cannot be read or no line is an event.
     """
     fd = _open_regular(path, "an event log")
     try:
@@ -225,16 +183,9 @@ def _line_warning(path: Path, number: int, why: str) -> str:
     return f"{_path_text(path)}: line {number} is not a tether event ({why}); skipped"
 
 
-# -- one run: record and log ---------------------------------------------------------
-
-
 @dataclass
 class RunFiles:
-    """What is known about one run: its record and event log, each possibly missing.
-
-    ``record_note`` and ``log_note`` say, for a person, why one of them is
-    absent; ``warnings`` are problems found while reading (garbled log lines).
-    """
+    """One run's record and event log, each possibly missing (the notes say why, for a person)."""
 
     record_path: Path | None
     record: dict[str, object] | None
@@ -243,8 +194,7 @@ class RunFiles:
     record_note: str | None = None
     log_note: str | None = None
     warnings: list[str] = field(default_factory=list)
-    #: For a log without its record: whether the run is still going or was
-    #: lost, and what is known of it now (:func:`tether.review.progress.in_progress`).
+    #: For a log without its record: :func:`tether.review.progress.in_progress`.
     progress: dict[str, object] | None = None
 
 
@@ -253,17 +203,12 @@ def _is_events_name(path: Path) -> bool:
 
 
 def _record_candidates(log_path: Path, events: Sequence[Mapping[str, object]]) -> list[Path]:
-    """Where the record of the log at ``log_path`` may be, most likely first.
-
-    ``x.events.jsonl`` belongs to ``x.json`` (or to ``x``, for a record named
-    without a suffix); failing those, the path the supervisor said it wrote.
-    """
+    """Where the log's record may be: ``x.json`` or ``x`` beside it, then the path it logged."""
     candidates: list[Path] = []
     if _is_events_name(log_path):
         stem = log_path.name[: -len(EVENTS_SUFFIX)]
         candidates += [log_path.with_name(stem + ".json"), log_path.with_name(stem)]
-    # A run writes its record once: the last such line is the one that counts
-    # (and a log claiming thousands of records costs no more than one).
+    # The last such line counts (a log claiming thousands costs no more than one).
     for event in reversed(events):
         written = event.get("path")
         if event.get("event") == "record_written" and isinstance(written, str) and written:
@@ -280,7 +225,7 @@ def _same_file(one: Path, other: Path) -> bool:
 
 
 def _read_record_quietly(path: Path) -> tuple[dict[str, object] | None, str | None]:
-    """The record at ``path``, or ``None`` and why not (``None``: there is no file)."""
+    """The record at ``path``, or ``None`` and why not (``None``: no file)."""
     if not os.path.lexists(path):
         return None, None
     try:
@@ -335,11 +280,7 @@ def _load_from_record(path: Path, record: dict[str, object]) -> RunFiles:
 
 
 def load_run(path: Path) -> RunFiles:
-    """Load the run that ``path`` (a record or its ``.events.jsonl``) belongs to.
-
-    Raise :class:`ReviewError` if ``path`` is neither a tether record nor a
-    tether event log.
-    """
+    """The run ``path`` (a record or its event log) belongs to; :class:`ReviewError` if neither."""
     if not os.path.lexists(path):
         raise ReviewError(f"{_path_text(path)}: no such file")
     if os.path.isdir(path):
@@ -359,6 +300,4 @@ def load_run(path: Path) -> RunFiles:
 
 
 def _record_problem(error: RecordError) -> str:
-    """A :class:`RecordError` message without its ``cannot read the record:`` preamble."""
-    message = str(error)
-    return message.removeprefix(_RECORD_PROBLEM_PREFIX)
+    return str(error).removeprefix(_RECORD_PROBLEM_PREFIX)

@@ -1,25 +1,6 @@
-"""Finding the run ``tether show`` is asked about: by path, by name, by label, or the last one.
-
-An operator rarely has the record's full path at hand. ``tether ls`` prints a
-record's *name*; a script knows the *label* it gave (``--label nightly``); a
-person who just ran something wants *the last run*. So ``tether show TARGET``
-takes any of them, tried in this order, so that nothing the operator can
-see on disk is ever shadowed:
-
-1. a path that exists (relative to the working directory, as any command);
-2. a name in the records directory (default: where ``tether run`` writes),
-   with or without ``.json``, or the ``.events.jsonl`` beside it: it resolves
-   from any directory, as ``tether ls`` promised;
-3. a label: the newest run in the records directory with exactly that label
-   (``variant``), with a warning when there are several; failing a record, a
-   run still in progress (an event log without its record) with that label.
-
-``--last`` is the newest run in the records directory by its name, which
-starts with the UTC start time (:mod:`tether.shared.paths`), so it costs one
-directory listing and reading one record, not reading them all.
-
-Nothing here follows a name out of the records directory: a name with a
-``/`` is a path, and ``..`` is not a name.
+"""Which run ``tether show TARGET`` means: a path, a name in the records directory, a label
+(the newest run with it, or one still in progress), or ``--last``; tried in that order, so that
+nothing on disk is shadowed (docs/operators.md, "tether show"). A name never leaves the directory.
 """
 
 from __future__ import annotations
@@ -35,17 +16,13 @@ __all__ = ["find_last", "find_newest", "find_run"]
 
 
 def find_run(target: str, directory: Path | None) -> tuple[Path, list[str]]:
-    """The record or event log ``target`` names, and warnings to print; see the module.
-
-    ``directory`` is the records directory (``None``: there is none, no home).
-    Raise :class:`ReviewError` if nothing matches.
-    """
+    """The record or event log ``target`` names, and warnings; ``directory`` ``None``: no home."""
     if os.path.lexists(target):
         return Path(target), []
     if directory is None:
         raise ReviewError(f"{_safe(target)}: no such file")
     if _is_name(target):
-        # A run in progress has its log and no record yet: its record's name finds the log.
+        # A run in progress has only its log: its record's name finds the log.
         log = target if target.endswith(EVENTS_SUFFIX) else events_name_for(target)
         for name in (target, f"{target}.json", log):
             candidate = directory / name
@@ -67,20 +44,8 @@ def find_last(directory: Path) -> Path:
 
 
 def find_newest(directory: Path) -> Path:
-    """The newest run in ``directory`` by name, finished or not: its record, or, for a run in
-    progress, its event log. :class:`ReviewError` if there is none."""
-    try:
-        with os.scandir(directory) as entries:
-            logs = [
-                entry.name
-                for entry in entries
-                if entry.name.endswith(EVENTS_SUFFIX)
-                and not entry.name.startswith(".")
-                and entry.is_file(follow_symlinks=False)
-            ]
-    except (OSError, ValueError) as error:
-        problem = error.strerror if isinstance(error, OSError) else None
-        raise ReviewError(f"{_path_text(directory)}: {problem or error}") from None
+    """The newest run in ``directory`` by name, finished or not: its record or its event log."""
+    logs = _names(directory, EVENTS_SUFFIX, missing_ok=False)
     if not logs:
         return find_last(directory)
     return directory / max(logs)
@@ -91,25 +56,29 @@ def _is_name(target: str) -> bool:
 
 
 def _record_names(directory: Path) -> list[str]:
+    return _names(directory, ".json", missing_ok=True)
+
+
+def _names(directory: Path, suffix: str, *, missing_ok: bool) -> list[str]:
+    """The regular files in ``directory`` named ``*suffix``, hidden ones aside."""
     try:
         with os.scandir(directory) as entries:
             return [
                 entry.name
                 for entry in entries
-                if entry.name.endswith(".json")
+                if entry.name.endswith(suffix)
                 and not entry.name.startswith(".")
                 and entry.is_file(follow_symlinks=False)
             ]
-    except FileNotFoundError:
-        return []
     except (OSError, ValueError) as error:
+        if missing_ok and isinstance(error, FileNotFoundError):
+            return []
         problem = error.strerror if isinstance(error, OSError) else None
         raise ReviewError(f"{_path_text(directory)}: {problem or error}") from None
 
 
 def _unrecorded_with_label(label: str, directory: Path) -> list[tuple[str, Path]]:
-    """The event logs without a record whose ``launched`` line has ``label``: runs in
-    progress (or lost), found by label as ``tether ls`` shows them; by name, newest last."""
+    """The event logs without a record whose ``launched`` line has ``label`` (runs in progress)."""
     from tether.review.files import read_events
 
     found: list[tuple[str, Path]] = []

@@ -1,22 +1,5 @@
-"""``tether show --follow``: a run's event log, line by line as it is written, until the run ends.
-
-As ``tail -f`` and ``journalctl -f`` do, with an end: the follower stops once
-the run is over, which it learns from the log itself (the supervisor's last
-lines are ``record_written`` or ``record_failed``), from the record appearing
-beside the log, or from the supervisor being gone (a lost run: SIGKILLed, out
-of memory; told as ``tether ls`` tells it, by pid *and* start time, see
-:mod:`tether.review.progress`).
-
-**How it waits.** The standard library has no ``inotify``, and a follower is
-one person's terminal, not a supervisor: so it reads what is new, and when
-there is nothing, sleeps :data:`POLL_SECONDS` (a quarter of a second) before
-looking again — a bounded sleep-poll, about four wake-ups a second while it
-follows, none once it ends. A run already finished is printed whole and the
-follower ends at once. Lines are read in whole lines only: a line the
-supervisor is still writing waits for its newline. The log is opened once and
-read by descriptor (a log renamed under it is still followed); a line that is
-not an event is skipped, as :func:`tether.review.files.read_events` does.
-"""
+"""``tether show --follow``: a run's event log, line by line as it is written, until the run
+ends; a bounded sleep-poll (docs/operators.md, "Following a run in progress")."""
 
 from __future__ import annotations
 
@@ -37,20 +20,17 @@ __all__ = ["POLL_SECONDS", "Followed", "follow", "format_event", "log_to_follow"
 #: How long the follower sleeps when the log has nothing new.
 POLL_SECONDS: Final = 0.25
 
-#: The supervisor's last lines: after one of them, the run is over.
 _LAST_EVENTS: Final = frozenset({"record_written", "record_failed"})
 
 #: A log with no launch line after this long without growing is a lost run's.
 _SILENT_LAUNCH_SECONDS: Final = 10.0
 
-#: A line longer than this is no event: it is skipped, not kept.
 _MAX_LINE_BYTES: Final = 1 << 20
 
 
 @dataclass
 class Followed:
-    """How following ended: ``finished`` (the run ended and says so), ``lost`` (its
-    supervisor is gone without a record), and the lines that were not events."""
+    """How following ended: ``finished``, or ``lost`` (no record, no supervisor); lines skipped."""
 
     finished: bool = False
     lost: bool = False
@@ -58,7 +38,6 @@ class Followed:
 
 
 def log_to_follow(path: Path) -> Path:
-    """The event log of the run at ``path`` (a record or its log); the log need not exist yet."""
     if _is_events_name(path):
         return path
     return events_path_for(path)
@@ -72,7 +51,7 @@ def _record_exists(log: Path, events: list[Mapping[str, object]]) -> bool:
 
 
 def _lines(fd: int, pending: bytearray) -> Iterator[bytes]:
-    """The whole lines readable from ``fd`` now; a partial last line stays in ``pending``."""
+    """The whole lines readable now; a partial last line stays in ``pending``."""
     while True:
         try:
             chunk = os.read(fd, 1 << 16)
@@ -97,15 +76,11 @@ def follow(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> Followed:
-    """Hand each event of the run at ``path`` to ``emit`` as it is written; return when it ends.
-
-    Raise :class:`ReviewError` if there is no such run: neither its log nor its
-    record exists, or the log is not a regular file.
-    """
+    """Hand each event of the run at ``path`` to ``emit`` as it is written; return when it ends."""
     log = log_to_follow(path)
     if not os.path.lexists(log):
         if os.path.lexists(path) and path != log:
-            # A record without its log (a run whose log could not be written): nothing to follow.
+            # A record without its log: nothing to follow.
             return Followed(finished=True)
         raise ReviewError(f"{path}: no such run (neither a record nor its event log exists)")
     fd = _open_regular(log, "an event log")
@@ -121,7 +96,7 @@ def follow(
                 return followed
             silent = clock() - last_growth > _SILENT_LAUNCH_SECONDS
             if _record_exists(log, events) or _supervisor_gone(events, silent=silent):
-                # Read once more: what the supervisor wrote before it went is in the file now.
+                # Once more: what the supervisor wrote before it went.
                 _take(_lines(fd, pending), emit, events, followed)
                 followed.finished = followed.finished or _record_exists(log, events)
                 followed.lost = not followed.finished
@@ -137,7 +112,6 @@ def _take(
     events: list[Mapping[str, object]],
     followed: Followed,
 ) -> bool:
-    """Hand each event of ``lines`` to ``emit``; return whether there was any line."""
     any_line = False
     for line in lines:
         any_line = True
@@ -156,8 +130,7 @@ def _take(
 
 
 def _supervisor_gone(events: list[Mapping[str, object]], *, silent: bool) -> bool:
-    """Whether the supervisor the launch line names is gone; with no launch line, whether the
-    log has been ``silent`` too long for a supervisor that is still starting."""
+    """Whether the launch line's supervisor is gone; without one, whether the log is ``silent``."""
     launched = next((e for e in events if e.get("event") in ("launched", "launch_failed")), None)
     if launched is None:
         return silent
@@ -170,12 +143,7 @@ def _supervisor_gone(events: list[Mapping[str, object]], *, silent: bool) -> boo
 
 
 def format_event(event: Mapping[str, object], origin: list[float]) -> str:
-    """One followed event as ``tether show``'s timeline prints it.
-
-    Times count from the launch line's ``started_mono`` (when the run was
-    asked for, as the record's do), else from the first line followed;
-    ``origin`` holds that time once known.
-    """
+    """One event as ``tether show``'s timeline prints it; ``origin`` holds the time 0 once known."""
     from tether.review._text import _safe
     from tether.review.show import _describe
 

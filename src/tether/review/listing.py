@@ -1,13 +1,7 @@
 """``tether ls``: many runs as a table, newest first, filtered; or as JSON for ``jq``.
 
-A records directory collects files that are not records; they are skipped
-and named, never fatal: whatever goes wrong with one file (it vanished, it is
-a FIFO, a socket, a link into ``/dev``) costs that file, never the listing.
-Times are compared as offsets from the epoch, which cannot overflow, so a
-record dated year 1 or 9999 sorts and filters like any other. A table cell is
-cut to a width, so one record with a megabyte-long label cannot pad every line
-of the table to a megabyte. Listing 500 records took about 90 ms from the
-command line on the development machine, most of it the interpreter's start.
+A file that is not a record costs that file, never the listing; times compare as offsets from
+the epoch (no overflow); cells are cut to a width (docs/operators.md, "tether ls").
 """
 
 from __future__ import annotations
@@ -40,29 +34,16 @@ from tether.review._text import (
     _what_ran,
     describe_unexpected,
 )
-from tether.review.files import (
-    _is_events_name,
-    _record_problem,
-    read_events,
-)
+from tether.review.files import _is_events_name, _record_problem, read_events
 from tether.review.progress import LOST, RUNNING, in_progress
 from tether.shared.paths import EVENTS_SUFFIX, events_name_for
 from tether.shared.record_file import RecordError, read_record
 
-# -- many runs: ls ----------------------------------------------------------------------
-
 
 @dataclass
 class Listing:
-    """What a records directory holds.
-
-    ``records`` are (path, record) pairs in no particular order; ``skipped``
-    names each file that is not a tether record, with why; ``in_progress``
-    are (event log, what it says now) pairs for runs with no record yet,
-    running or lost (:mod:`tether.review.progress`); ``orphan_logs`` are the
-    other event logs whose record is missing (one that cannot be read, a
-    record moved away).
-    """
+    """What a records directory holds: records (unordered), the files ``skipped`` and why, runs
+    ``in_progress`` (their log, :mod:`tether.review.progress`'s word), other logs without record."""
 
     records: list[tuple[Path, dict[str, object]]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
@@ -71,16 +52,11 @@ class Listing:
 
 
 def _ignored(name: str) -> bool:
-    """Hidden files (tether's temporary files among them) are never records."""
     return name.startswith(".") or name.endswith(".tmp")
 
 
 def scan(directory: Path) -> Listing:
-    """Read every record in ``directory`` (not recursively).
-
-    Raise :class:`ReviewError` if the directory itself cannot be read; a file
-    that cannot is skipped and named in :attr:`Listing.skipped`.
-    """
+    """Read every record in ``directory`` (not recursively); :class:`ReviewError` if it cannot."""
     try:
         with os.scandir(directory) as found:
             entries = sorted(found, key=lambda entry: entry.name)
@@ -102,9 +78,7 @@ def scan(directory: Path) -> Listing:
             listing.skipped.append(_record_problem(error))
         except Exception as error:  # a bug, not the file's fault: it must not cost the listing
             listing.skipped.append(f"{_path_text(path)}: {describe_unexpected(error)}")
-    # The stem as the event log's writer takes it (events_name_for), not pathlib's: on
-    # Python 3.14 ``x.``'s stem is ``x`` (claiming another run's ``x.events.jsonl``) and
-    # ``..a``'s is ``..a`` (leaving the record's own ``..events.jsonl`` unclaimed).
+    # The stem as the log's writer takes it (events_name_for): pathlib's differs on 3.14 (``x.``).
     stems = {events_name_for(path.name)[: -len(EVENTS_SUFFIX)] for path, _ in listing.records}
     stems |= {path.name for path, _ in listing.records}
     for log in logs:
@@ -114,7 +88,7 @@ def scan(directory: Path) -> Listing:
 
 
 def _take_unrecorded(listing: Listing, log: Path) -> None:
-    """A log without its record: a run in progress, or lost, or (read again) just finished."""
+    """A log without its record: a run in progress, lost, or (read again) just finished."""
     try:
         events, _warnings = read_events(log)
         found = in_progress(log, events)
@@ -126,8 +100,7 @@ def _take_unrecorded(listing: Listing, log: Path) -> None:
         listing.orphan_logs.append(log)
         return
     if found["state"] != RUNNING:
-        # The supervisor writes the record, then exits: one that ended after
-        # the directory was read has its record there now, and was not lost.
+        # A run that ended after the directory was read has its record now: not lost.
         record_path = log.with_name(log.name[: -len(EVENTS_SUFFIX)] + ".json")
         try:
             listing.records.append((record_path, read_record(record_path)))
@@ -138,7 +111,6 @@ def _take_unrecorded(listing: Listing, log: Path) -> None:
 
 
 def _is_directory(entry: os.DirEntry[str]) -> bool:
-    """Whether ``entry`` is a directory (or a link to one): not entered, not reported."""
     try:
         return entry.is_dir()
     except OSError:  # a link loop, for one: read_record names the problem
@@ -147,9 +119,7 @@ def _is_directory(entry: os.DirEntry[str]) -> bool:
 
 @dataclass(frozen=True)
 class Filters:
-    """Which runs ``tether ls`` shows: any reason in ``reasons``, started at or after
-    ``since`` and at or before ``until``, whose label matches the shell pattern ``label``;
-    ``None`` means any."""
+    """Which runs ``tether ls`` shows (``None``: any); ``label`` is a shell pattern."""
 
     reasons: frozenset[str] | None = None
     since: datetime | None = None
@@ -157,7 +127,6 @@ class Filters:
     until: datetime | None = None
 
     def admit(self, record: Mapping[str, object]) -> bool:
-        """Whether ``record`` passes every filter."""
         if self.reasons is not None:
             reason = record.get("reason")
             if not isinstance(reason, str) or reason not in self.reasons:
@@ -176,16 +145,12 @@ class Filters:
         return True
 
 
-#: What ``--reason`` takes: why a run ended, or, for a run without a record,
-#: ``running`` (its supervisor is alive) or ``lost`` (it is gone).
+#: What ``--reason`` takes: why a run ended, or ``running``/``lost`` for one without a record.
 REASON_CHOICES: Final = (*(reason.value for reason in Reason), RUNNING, LOST)
 
 
 def parse_reasons(values: Iterable[str]) -> frozenset[str] | None:
-    """``--reason`` values (repeated, or comma-separated) as a set; ``None`` if none given.
-
-    Raise :class:`ReviewError` naming the valid reasons for anything else.
-    """
+    """``--reason`` values (repeated, or comma-separated) as a set; ``None`` if none given."""
     wanted = {part.strip() for value in values for part in value.split(",") if part.strip()}
     if not wanted:
         return None
@@ -199,12 +164,7 @@ def parse_reasons(values: Iterable[str]) -> frozenset[str] | None:
 
 
 def parse_since(text: str, *, now: datetime | None = None, flag: str = "--since") -> datetime:
-    """``--since`` or ``--until``: a duration (``90m``, ``2d``: that long before now) or an ISO
-    date/time.
-
-    A date or time without a UTC offset is local time. Raise :class:`ReviewError`
-    (naming ``flag``) for anything else; nothing else escapes, whatever ``text`` is.
-    """
+    """``--since``/``--until``: a duration ago (``90m``) or an ISO date/time (local if naive)."""
     now = datetime.now(UTC) if now is None else now
     try:
         seconds = parse_duration(text, flag=flag)
@@ -213,7 +173,7 @@ def parse_since(text: str, *, now: datetime | None = None, flag: str = "--since"
     else:
         try:
             return now - timedelta(seconds=seconds)
-        except OverflowError:  # further back than year 1: every run is that recent
+        except OverflowError:  # further back than year 1
             return datetime.min.replace(tzinfo=UTC)
     try:
         moment = datetime.fromisoformat(text.strip())
@@ -227,12 +187,11 @@ def parse_since(text: str, *, now: datetime | None = None, flag: str = "--since"
     try:
         return moment.astimezone()
     except _CONVERSION_ERRORS:
-        # Local time cannot say it (year 1 west of Greenwich): hours do not matter there.
         return moment.replace(tzinfo=UTC)
 
 
 def parse_count(text: str) -> int:
-    """``-n``: how many runs at most, a whole number >= 0; :class:`ReviewError` otherwise."""
+    """``-n``: how many runs at most, a whole number >= 0."""
     stripped = text.strip()
     if stripped.isascii() and stripped.isdigit() and len(stripped) <= 18:
         return int(stripped)
@@ -253,28 +212,15 @@ def select(
     )
 
 
-_COLUMNS: Final = (
-    "WHEN",
-    "LABEL",
-    "COMMAND",
-    "REASON",
-    "EXIT",
-    "DURATION",
-    "ESCALATED",
-    "RECORD",
-)
+_COLUMNS: Final = ("WHEN", "LABEL", "COMMAND", "REASON", "EXIT", "DURATION", "ESCALATED", "RECORD")
 _REASON, _EXIT, _ESCALATED = 3, 4, 6
 
-#: The widest a padded cell gets: wider than any time, label or reason tether
-#: writes; what a hostile file puts there is cut (``tether show`` has it whole).
+#: The widest a padded cell gets, and the REASON cell (an OOM kill leads it).
 _CELL_WIDTH: Final = 64
-#: The REASON cell's: an OOM kill leads it with ``killed by the OOM killer at its
-#: memory limit of 1.5 GiB`` before the recorded reason.
 _REASON_WIDTH: Final = 96
 
 
 def _reason_cell(record: Mapping[str, object]) -> str:
-    """``reason``, led by the OOM killer when it acted (its ``reason`` says ``completed``)."""
     oom = _oom_lead(record)
     reason = _safe(record.get("reason"))
     return reason if oom is None else f"{oom} ({reason})"
@@ -310,12 +256,7 @@ def render_table(
     directory: Path | None = None,
     colour: bool = False,
 ) -> str:
-    """An aligned table of ``rows`` (already in order), with a header line.
-
-    Records directly in ``directory`` are named by file name alone. A HOST
-    column (the record's ``hostname``) comes before RECORD when the records
-    come from more than one host (gathered from a cluster's nodes).
-    """
+    """An aligned table of ``rows`` (in order); a HOST column when they come from several hosts."""
     paint = _Paint(colour)
     host = len({str(record.get("hostname")) for _, record in rows}) > 1
     columns = (*_COLUMNS[:-1], "HOST", _COLUMNS[-1]) if host else _COLUMNS
@@ -339,9 +280,7 @@ def _aligned(
     paint: _Paint,
     tint: Callable[[int, list[str], list[str], list[int]], None],
 ) -> str:
-    """``cells`` (a header line, then rows) as aligned text: the header bold, each row
-    coloured by ``tint`` (row number, its cells, its padded cells to change, the widths);
-    the last column is not padded."""
+    """``cells`` aligned, the header bold, each row coloured by ``tint``; the last not padded."""
     widths = [max(len(line[i]) for line in cells) for i in range(len(cells[0]))]
     lines = []
     for number, line in enumerate(cells):
@@ -355,17 +294,7 @@ def _aligned(
     return "\n".join(lines) + "\n"
 
 
-_PROGRESS_COLUMNS: Final = (
-    "STATE",
-    "SINCE",
-    "FOR",
-    "LEFT",
-    "LABEL",
-    "COMMAND",
-    "SUPERVISOR",
-    "PID",
-    "LOG",
-)
+_PROGRESS_HEADER = ("STATE", "SINCE", "FOR", "LEFT", "LABEL", "COMMAND", "SUPERVISOR", "PID", "LOG")
 
 
 def _pid_cell(pid: object, alive: object) -> str:
@@ -408,14 +337,9 @@ def render_progress_table(
     directory: Path | None = None,
     colour: bool = False,
 ) -> str:
-    """The runs without a record yet, as a table: running, or lost (``render_table``'s look).
-
-    ``FOR`` is how long a running run has been going, ``LEFT`` how much of
-    its deadline is left; a pid is marked ``(gone)`` when that process is not
-    the run's any more.
-    """
+    """The runs without a record yet, running or lost, as :func:`render_table` shows records."""
     paint = _Paint(colour)
-    cells = [list(_PROGRESS_COLUMNS)] + [_progress_row(p, run, directory) for p, run in rows]
+    cells = [list(_PROGRESS_HEADER)] + [_progress_row(p, run, directory) for p, run in rows]
 
     def tint(_number: int, line: list[str], padded: list[str], widths: list[int]) -> None:
         meaning = "32" if line[0] == RUNNING else "1;31"
@@ -428,12 +352,7 @@ def rows_as_json(
     rows: Sequence[tuple[Path, Mapping[str, object]]],
     in_progress: Sequence[tuple[Path, Mapping[str, object]]] = (),
 ) -> str:
-    """The runs as a JSON array: those in progress first, then the records of ``rows``.
-
-    Each record has its ``record_path`` added; a run in progress is what
-    :func:`tether.review.progress.in_progress` says, with the ``record_path``
-    its record will have.
-    """
+    """The runs as a JSON array, those in progress first, each with its ``record_path``."""
     runs = [
         {
             **run,
