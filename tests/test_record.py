@@ -299,7 +299,7 @@ def test_no_argv_or_environment_in_the_record(
 
 def test_supervisor_lost_document_validates() -> None:
     document = build_lost_document(
-        spec(label="variant-b", deadline_seconds=None),
+        spec(label="variant-b", deadline_seconds=None, limits={"pids_max": 64}),
         started_at=STARTED_AT,
         finished_at=FINISHED_AT,
         elapsed_seconds=12.50049,
@@ -316,6 +316,9 @@ def test_supervisor_lost_document_validates() -> None:
     assert document["containment"] == "unknown"
     assert document["elapsed_seconds"] == 12.5
     assert document["descendants_stopped"] is None
+    assert document["stragglers"] is document["signals_without_pidfd"] is None
+    assert document["limits"] is document["limits_enforced_by"] is document["oom_killed"] is None
+    assert document["shutdown_seconds"] is None
     assert document["tether_error"] == "the supervisor ended without reporting how the run ended"
 
 

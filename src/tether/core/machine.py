@@ -1,33 +1,9 @@
 """The core: one run's life as a table of transitions, events in and effects out.
 
-A run moves through five phases::
-
-    launching -> watching -> terminating -> killing -> recorded
-
-and the whole of tether's policy lives in :data:`_TABLE`: which event moves
-which phase where, on which condition, asking for which effects. Nothing in
-here performs I/O, reads a clock or sends a signal. The adapter feeds events
-(each stamped with the monotonic time it was seen) and carries out the effects
-it gets back; it blocks until :attr:`RunMachine.next_deadline` or the next
-readiness, whichever comes first. That border is what makes the policy
-testable with a fake clock and a property test instead of with sleeps.
-
-Three rules the table keeps, and the tests check:
-
-* *Time is checked on every event, not only on ticks.* An event that arrives
-  after an overdue timer is handled after the timer fires, so a busy adapter
-  cannot make a deadline be ignored by always having something else to report.
-* *SIGTERM comes before SIGKILL, and SIGKILL never before the grace ran out*,
-  unless somebody explicitly asked to kill now.
-* *Exactly one record.* Entering ``recorded`` emits the record and the exit;
-  every event after that is a harmless no-op. Events that cannot happen in
-  the current phase (a second launch, an exit before a launch, time going
-  backwards) raise :class:`IllegalEvent` and change nothing.
-
-``transitions`` interprets the table; it sits behind this module's own facade
-(:class:`RunMachine`) with ``auto_transitions=False`` so the table is closed,
-``queued=True`` so callbacks never re-enter, and Enum states. Callbacks only
-record facts and append effects, so they cannot fail halfway through a step.
+``launching -> watching -> terminating -> killing -> recorded``: the whole stop
+policy is :data:`_TABLE`, interpreted by ``transitions`` behind :class:`RunMachine`.
+No I/O, no clock, no signal here; the rules the table keeps, and why it is built so:
+docs/architecture.md, "The core is pure".
 """
 
 from __future__ import annotations
@@ -67,7 +43,6 @@ from tether.core.reasons import (
 )
 from tether.core.spec import DEFAULT_GRACE_SECONDS
 
-# Loaded once the command runs, while its caller waits: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
@@ -82,18 +57,15 @@ __all__ = [
     "RunMachine",
 ]
 
-#: How long the tree may take to disappear after SIGKILL before the run is
-#: recorded anyway (with ``unkillable`` set). SIGKILL cannot be caught, so only
-#: a process stuck in the kernel (uninterruptible I/O) takes this long.
+#: How long the tree may take to go after SIGKILL before the run is recorded anyway
+#: (``unkillable``): only a process stuck in the kernel (uninterruptible I/O) takes this long.
 DEFAULT_SETTLE_SECONDS: Final = 5.0
 
-#: The longest grace once the caller is gone. A grace may be endless (``tether
-#: timeout`` without ``-k``: never escalate, as GNU does), but nobody is left to
-#: wait for such a command, and it must not outlive its caller: it gets the
-#: default grace, counted from the first stop signal, and then SIGKILL.
+#: The longest grace once the caller is gone: even an endless one (``timeout`` without
+#: ``-k``) ends then, counted from the first stop signal, so the command cannot outlive it.
 CALLER_LOST_GRACE_SECONDS: Final = DEFAULT_GRACE_SECONDS
 
-#: errno.ENOENT; the core keeps its own copy rather than import a module for one number.
+#: errno.ENOENT, without importing a module for one number.
 _ENOENT: Final = 2
 
 
@@ -129,111 +101,77 @@ _TRIGGER: Final[dict[type[Event], str]] = {
 
 _W, _T, _K, _R = Phase.WATCHING, Phase.TERMINATING, Phase.KILLING, Phase.RECORDED
 
+
+def _row(
+    trigger: str,
+    source: Phase | list[Phase],
+    dest: Phase | None,
+    after: str | None = None,
+    *,
+    when: str | None = None,
+    before: str | None = None,
+) -> TransitionConfigDict:
+    row: TransitionConfigDict = {"trigger": trigger, "source": source, "dest": dest}
+    for key, value in (("after", after), ("conditions", when), ("before", before)):
+        if value is not None:
+            row[key] = value  # type: ignore[literal-required]
+    return row
+
+
 # For one trigger, rows are tried in order: conditional rows come before their
-# fallback. A row with "dest": None is an internal transition, a deliberate no-op
+# fallback. A row with dest None is an internal transition, a deliberate no-op
 # for an event that is late but harmless (a cancel while already stopping).
 _TABLE: Final[list[TransitionConfigDict]] = [
-    {"trigger": "launched", "source": Phase.LAUNCHING, "dest": _W, "after": "arm_deadline"},
-    {
-        "trigger": "launch_failed",
-        "source": Phase.LAUNCHING,
-        "dest": _R,
-        "after": "finish_launch_failed",
-    },
+    _row("launched", Phase.LAUNCHING, _W, "arm_deadline"),
+    _row("launch_failed", Phase.LAUNCHING, _R, "finish_launch_failed"),
     # Timers: the idle bound and the deadline while watching (whichever came
     # first), the grace while terminating, the settle bound while killing.
-    {
-        "trigger": "tick",
-        "source": _W,
-        "dest": _T,
-        "conditions": "idle_expired",
-        "after": "stop_for_idle",
-    },
-    {
-        "trigger": "tick",
-        "source": _W,
-        "dest": _T,
-        "conditions": "timer_expired",
-        "after": "stop_for_deadline",
-    },
-    {
-        "trigger": "tick",
-        "source": _T,
-        "dest": _K,
-        "conditions": "timer_expired",
-        "after": "escalate",
-    },
-    {
-        "trigger": "tick",
-        "source": _K,
-        "dest": _R,
-        "conditions": "timer_expired",
-        "after": "finish_unkillable",
-    },
-    {"trigger": "tick", "source": [_W, _T, _K, _R], "dest": None},
+    _row("tick", _W, _T, "stop_for_idle", when="idle_expired"),
+    _row("tick", _W, _T, "stop_for_deadline", when="timer_expired"),
+    _row("tick", _T, _K, "escalate", when="timer_expired"),
+    _row("tick", _K, _R, "finish_unkillable", when="timer_expired"),
+    _row("tick", [_W, _T, _K, _R], None),
     # Requests from outside.
-    {"trigger": "cancel", "source": _W, "dest": _T, "after": "stop_for_cancel"},
-    {"trigger": "cancel", "source": [_T, _K, _R], "dest": None},
-    {"trigger": "caller_lost", "source": _W, "dest": _T, "after": "stop_for_caller_lost"},
+    _row("cancel", _W, _T, "stop_for_cancel"),
+    _row("cancel", [_T, _K, _R], None),
+    _row("caller_lost", _W, _T, "stop_for_caller_lost"),
     # Already stopping, with an endless grace (timeout without -k): the caller's
     # death still bounds it, or the command could outlive its caller.
-    {"trigger": "caller_lost", "source": _T, "dest": None, "after": "bound_the_grace"},
-    {"trigger": "caller_lost", "source": [_K, _R], "dest": None},
-    {"trigger": "kill", "source": _W, "dest": _K, "after": "kill_now"},
-    {"trigger": "kill", "source": _T, "dest": _K, "after": "escalate"},
-    {"trigger": "kill", "source": [_K, _R], "dest": None},
+    _row("caller_lost", _T, None, "bound_the_grace"),
+    _row("caller_lost", [_K, _R], None),
+    _row("kill", _W, _K, "kill_now"),
+    _row("kill", _T, _K, "escalate"),
+    _row("kill", [_K, _R], None),
     # timeout's SIGALRM from outside: the deadline, now.
-    {"trigger": "time_out", "source": _W, "dest": _T, "after": "stop_for_deadline"},
-    {"trigger": "time_out", "source": [_T, _K, _R], "dest": None},
+    _row("time_out", _W, _T, "stop_for_deadline"),
+    _row("time_out", [_T, _K, _R], None),
     # A signal passed on (timeout): the command's to act on. With a finite grace
     # (-k), GNU starts the KILL timer at the first signal sent, whatever it was.
-    {
-        "trigger": "pass_on",
-        "source": _W,
-        "dest": _T,
-        "conditions": "grace_is_finite",
-        "after": "pass_on_and_arm_kill",
-    },
-    {"trigger": "pass_on", "source": [_W, _T], "dest": None, "after": "pass_signal_on"},
-    {"trigger": "pass_on", "source": [_K, _R], "dest": None},
+    _row("pass_on", _W, _T, "pass_on_and_arm_kill", when="grace_is_finite"),
+    _row("pass_on", [_W, _T], None, "pass_signal_on"),
+    _row("pass_on", [_K, _R], None),
     # Job control: the tree stops and continues with its caller; timers keep running.
-    {"trigger": "suspend", "source": [_W, _T], "dest": None, "after": "suspend_tree"},
-    {"trigger": "resume", "source": [_W, _T], "dest": None, "after": "resume_tree"},
-    {"trigger": "suspend", "source": [_K, _R], "dest": None},
-    {"trigger": "resume", "source": [_K, _R], "dest": None},
+    _row("suspend", [_W, _T], None, "suspend_tree"),
+    _row("resume", [_W, _T], None, "resume_tree"),
+    _row("suspend", [_K, _R], None),
+    _row("resume", [_K, _R], None),
     # The command's own exit, and the end of whatever it left behind.
-    {
-        "trigger": "command_exited",
-        "source": [_W, _T, _K],
-        "dest": _R,
-        "conditions": "tree_is_empty",
-        "before": "note_exit",
-        "after": "finish",
-    },
-    {
-        "trigger": "command_exited",
-        "source": _W,
-        "dest": _T,
-        "before": "note_exit",
-        "after": "stop_stragglers",
-    },
-    {"trigger": "command_exited", "source": [_T, _K], "dest": None, "after": "note_exit"},
-    {"trigger": "command_exited", "source": _R, "dest": None, "after": "note_exit"},
-    {"trigger": "tree_emptied", "source": [_T, _K], "dest": _R, "after": "finish"},
-    {"trigger": "tree_emptied", "source": _R, "dest": None},
+    _row("command_exited", [_W, _T, _K], _R, "finish", when="tree_is_empty", before="note_exit"),
+    _row("command_exited", _W, _T, "stop_stragglers", before="note_exit"),
+    _row("command_exited", [_T, _K], None, "note_exit"),
+    _row("command_exited", _R, None, "note_exit"),
+    _row("tree_emptied", [_T, _K], _R, "finish"),
+    _row("tree_emptied", _R, None),
     # Output or CPU time: the idle time counts again (only while watching it matters).
-    {"trigger": "activity", "source": _W, "dest": None, "after": "note_activity"},
-    {"trigger": "activity", "source": [_T, _K, _R], "dest": None},
+    _row("activity", _W, None, "note_activity"),
+    _row("activity", [_T, _K, _R], None),
 ]
 
 
 class _Run:
     """The model ``transitions`` drives: the run's facts and the effects of the current step.
 
-    No method of its own may share a name with a trigger (``transitions`` binds
-    each trigger to a model it is given as a method, and on a clash skips it
-    with a warning after asking :mod:`inspect`, loading it; the table built
-    once drives no model of its own, and each run's is passed to the trigger).
+    No method may share a trigger's name (``transitions`` would load :mod:`inspect` to warn).
     """
 
     def __init__(
@@ -347,10 +285,9 @@ class _Run:
             self._signal("SIGCONT")  # as GNU: a stopped command can act on it
 
     def pass_on_and_arm_kill(self) -> None:
-        """Pass the signal on; the command gets the grace, then KILL, as ``timeout -k`` does.
+        """Pass the signal on, then the grace, then KILL (``timeout -k``); the reason stays open.
 
-        The reason stays open: if the command ends of the signal, it completed
-        (its status is the signal's); if the KILL is needed, time ran out.
+        Ended by the signal, the command completed; if the KILL is needed, time ran out.
         """
         self.stop_started_at = self.now
         self.pass_signal_on()
@@ -439,13 +376,9 @@ class _Run:
 
 
 def _build_table() -> Machine:
-    """The table, interpreted once per process: states, transitions, conditions and callbacks.
+    """The table, interpreted once per process (a zygote's forks find it built).
 
-    Building it costs about a millisecond (thirty transitions, each checked
-    and wrapped), the same for every run; a supervisor forked from a zygote
-    finds it built (the zygote imported this module). It drives no model of
-    its own (``model=[]``): each run's model is passed to the trigger, and
-    callbacks are looked up on that model by name.
+    No model of its own: each run's is passed to the trigger, its callbacks looked up by name.
     """
     return Machine(
         model=[],
@@ -461,13 +394,9 @@ _BUILT: Final = _build_table()
 
 
 def _interpreter() -> Machine:
-    """One run's interpreter of the table built once: its own queue, its own events.
+    """One run's copy of the built table, with its own queue and events (two runs, two threads).
 
-    ``queued=True`` keeps one queue per machine, so two runs (in two threads)
-    must not share one: each gets a shallow copy of the built machine with a
-    queue of its own, and its own events, which name the machine they queue
-    on. The states and transitions they share are never changed after the
-    build.
+    The states and transitions they share are never changed after the build.
     """
     machine: Machine = Machine.__new__(Machine)
     machine.__dict__.update(_BUILT.__dict__)
@@ -485,11 +414,8 @@ def _interpreter() -> Machine:
 class RunMachine:
     """One run's policy: :meth:`feed` it events, carry out the effects it returns.
 
-    ``deadline_at`` is the monotonic time the command must be stopped at
-    (``None`` for no deadline); ``grace_seconds`` is how long the stop signal
-    gets before SIGKILL (``math.inf``: never escalate, as GNU ``timeout``
-    without ``-k``); ``settle_seconds`` bounds the wait after SIGKILL;
-    ``stop_signal`` is the gentle signal (SIGTERM unless a door asks otherwise).
+    ``deadline_at`` is monotonic (``None``: none); ``grace_seconds`` may be
+    ``math.inf`` (never escalate); ``settle_seconds`` bounds the wait after SIGKILL.
     """
 
     def __init__(
@@ -526,13 +452,9 @@ class RunMachine:
 
     @property
     def next_deadline(self) -> float | None:
-        """The monotonic time at which the machine wants a :class:`Tick`, or ``None``.
-
-        While watching a run with an idle bound, the sooner of its deadline and
-        the end of its idle bound (counted from the last :class:`ActivitySeen`).
-        """
-        timer = self._run.timer_at
-        timer = None if timer is None or math.isinf(timer) else timer
+        """When the machine wants a :class:`Tick` (the sooner of :attr:`next_timer` and the
+        idle bound), or ``None``."""
+        timer = self.next_timer
         idle_at = self._run.idle_at()
         if idle_at is None:
             return timer
@@ -555,13 +477,9 @@ class RunMachine:
         return self._run.reason
 
     def first_signals(self, event: Event) -> tuple[SignalName, ...]:
-        """The signals :meth:`feed` would certainly send the tree first for ``event``; may be none.
+        """The signals :meth:`feed` would certainly send first for ``event`` (none unless watching).
 
-        Asked before feeding, by an adapter that sends them to the command's
-        group at once and feeds the core afterwards (see
-        :mod:`tether.core.first_signals`). Only a watching run promises
-        anything: once the tree is stopping, what comes next depends on what
-        was already sent. Changes nothing.
+        Changes nothing: asked before feeding (:mod:`tether.core.first_signals`).
         """
         run = self._run
         if run.state is not Phase.WATCHING or event.now < run.now:

@@ -1,45 +1,8 @@
-"""Keep the caller's secrets out of everything tether writes down.
+"""Keep the caller's secrets out of everything tether writes down (the record, the event log).
 
-tether writes two files an operator will read, copy into tickets and attach to
-bug reports: the record and the event log. Both describe a command that was
-started with the caller's environment and argv, which is exactly where people
-keep API tokens, database passwords and cloud keys. A secret that reaches one of
-those files has leaked, so this module decides what must never reach them.
-
-Three rules, applied to every value on its way out:
-
-1. **Secret-looking keys.** A mapping value whose key contains one of
-   :data:`SECRET_KEY_WORDS` (case-insensitive) is replaced whole by
-   :data:`REDACTED`, however deeply it is nested. The match is a plain
-   substring test, so ``keyboard``, ``monkey`` and ``author`` are redacted
-   too: a false positive costs an operator one unreadable field, a false
-   negative costs a credential, and substring matching is the only rule simple
-   enough to predict. Keys are scrubbed like values (rule 2), except a
-   document's *own keys*: the field names its writer chose (the record's, read
-   from its schema; the event log's, the keys of each line), so the files keep
-   their shape whatever they contain.
-2. **Literal values.** :func:`secret_values_from` collects the values of the
-   caller's secret-looking environment variables and the argv words that look
-   like credentials; :class:`Redactor` replaces each of them wherever it occurs
-   inside any string, longest first. Values shorter than
-   :data:`MIN_SECRET_LENGTH` are ignored: scrubbing ``"1"`` or ``"yes"``
-   everywhere would destroy the log without protecting anything.
-3. **Credential shapes.** Well-known token formats (``sk-...``, ``ghp_...``,
-   ``AKIA...``, ``xoxb-...``, ``Bearer ...``, JWTs, the password in
-   ``scheme://user:PASSWORD@host``) are scrubbed wherever they appear, even if
-   they never passed through the environment or argv, for example when a
-   command prints its token in an error message that tether logs.
-
-Literals and shapes are compiled into one regular expression, so a string with
-no secret in it costs one ``search``. Replacing text can make a secret appear
-across the seam between the marker and its neighbours (a secret ending in
-``ted]x`` next to a ``[redacted]``), so scrubbing repeats until the pattern no
-longer matches, and gives up to :data:`REDACTED` for the whole string in the
-pathological case. The one thing no redactor can hide is a "secret" that is
-itself part of the marker, such as ``redacted``.
-
-Pure: this module performs no I/O and reads no clock; the record writer, the
-event log and the tests all share it.
+Three rules for every value on its way out: secret-looking keys, the literal
+values of the caller's secrets, credential shapes. What they cover and what
+they do not promise: docs/operators.md, "What redaction does". Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -51,9 +14,7 @@ from enum import Enum
 
 from tether.core.values import DeclaredValue
 
-# Loaded by a supervisor once its command runs: no ``typing`` or ``dataclasses``
-# at run time (a dataclass instance is redacted with the ``dataclasses`` that
-# made its class, already loaded then).
+# A dataclass instance is redacted with the ``dataclasses`` that made its class.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, MutableMapping, Sequence
@@ -83,10 +44,8 @@ SECRET_KEY_WORDS: Final[tuple[str, ...]] = (
     "cookie",
 )
 
-#: Name endings that make a name secret-looking as a word of their own, after
-#: ``_``, ``-`` or ``.`` (``MYSQL_PWD``, ``SMTP_PASS``), or as the whole name
-#: (``pass``). Not as substrings: ``PWD`` is the working directory, whose every
-#: path would be scrubbed, and ``COMPASS`` or ``BYPASS`` hold no secret.
+#: Name endings secret-looking as a word of their own (``MYSQL_PWD``, ``SMTP_PASS``, ``pass``),
+#: never as substrings: ``PWD`` is the working directory, ``COMPASS`` holds no secret.
 SECRET_KEY_ENDINGS: Final[tuple[str, ...]] = ("pwd", "pass")
 
 _ENDING_RE: Final = re.compile(
@@ -96,7 +55,8 @@ _ENDING_RE: Final = re.compile(
 #: What a secret is replaced with.
 REDACTED: Final = "[redacted]"
 
-#: Literal values shorter than this are never scrubbed (see rule 2 above).
+#: Literal values shorter than this are never scrubbed (``1`` or ``yes`` everywhere would
+#: destroy the log without protecting anything).
 MIN_SECRET_LENGTH: Final = 4
 
 _MAX_DEPTH: Final = 64
@@ -136,25 +96,16 @@ _SHELL_PUNCTUATION: Final = "\"'`;&|()"
 
 
 def is_secret_key(name: str) -> bool:
-    """Whether a key, variable or flag name looks like it holds a secret.
-
-    Case-insensitive substring match on :data:`SECRET_KEY_WORDS`, or a name
-    ending in one of :data:`SECRET_KEY_ENDINGS` as a word of its own.
-    """
+    """Whether a key, variable or flag name looks like it holds a secret (any case): it holds
+    one of :data:`SECRET_KEY_WORDS`, or ends in one of :data:`SECRET_KEY_ENDINGS`."""
     lowered = name.lower()
     return any(word in lowered for word in SECRET_KEY_WORDS) or bool(_ENDING_RE.search(name))
 
 
 def secret_values_from(environ: Mapping[str, str], argv: Sequence[str]) -> frozenset[str]:
-    """The literal values to scrub for a run with this environment and argv.
+    """The literal values to scrub for a run with this environment and argv (docs/operators.md).
 
-    From the environment: the values of variables with secret-looking names,
-    and any credential shape inside any value. From argv: the value of
-    ``--token=VALUE`` and ``API_TOKEN=VALUE`` words, the word after a
-    secret-looking flag (``--password VALUE``), the value of header words
-    (``X-Api-Key: VALUE``), and credential shapes; words containing whitespace
-    (``sh -c "..."`` scripts) are also split and read the same way. Values
-    shorter than :data:`MIN_SECRET_LENGTH` are left out.
+    A word with whitespace in it (an ``sh -c`` script) is also read as words.
     """
     found = set(_environ_secrets(environ))
     for words in _word_sequences(argv):
@@ -188,15 +139,8 @@ def _argv_secrets(words: Sequence[str]) -> Iterator[str]:
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
-    """``argv`` with the values it names as secret replaced, whatever their length.
-
-    For a record that keeps the command line (``--record-argv``): the word
-    after a secret-looking flag (``--password VALUE``) and the value of a
-    secret-looking ``NAME=VALUE`` or ``Name: VALUE`` word become
-    :data:`REDACTED`, however short (``--password abc``). The literal values
-    and credential shapes the rest of the record loses are scrubbed by the
-    record's :class:`Redactor` as everywhere else.
-    """
+    """``argv`` for a record that keeps it (``--record-argv``): the values it names as secret
+    (``--password VALUE``, ``NAME=VALUE``, ``Name: VALUE``) replaced, however short."""
     words: list[str] = []
     after_secret_flag = False
     for word in argv:
@@ -258,26 +202,16 @@ def _describe(value: object) -> str:
 def _pattern_for(literals: tuple[str, ...]) -> re.Pattern[str]:
     """One pattern for ``literals`` (longest first) and the credential shapes, compiled once.
 
-    Compiling it costs about a millisecond, and a supervisor forked from a
-    zygote builds the redactor of the same environment as its siblings and the
-    zygote did: the zygote builds it first (:func:`tether.shared.secrets.prepare`),
-    and every fork finds the pattern here instead of compiling it again. A
-    handful of sets is enough: a caller's environment changes seldom.
+    The zygote compiles it first (:func:`tether.shared.secrets.prepare`), its forks find it here.
     """
     return re.compile("|".join([*(re.escape(value) for value in literals), _SHAPES]))
 
 
 class Redactor:
-    """Scrubs secrets out of values on their way to a file.
+    """Scrubs secrets out of values on their way to a file; also a structlog processor.
 
-    Built from the literal secret values of a run (usually
-    ``Redactor(secret_values_from(environ, argv))``); with no values it still
-    applies the key rule and the credential shapes. ``own_keys`` are the field
-    names of the documents it redacts (the record's): their text is never
-    scrubbed, wherever they appear, so a secret that happens to spell a field
-    name cannot break the document's shape. It is also a structlog processor,
-    to be placed before the renderer; there, the keys of each line are its own
-    (tether's code chose them), and the keys below them are not.
+    ``own_keys``: the field names of the documents it redacts (the record's), never
+    scrubbed, so the document keeps its shape; a log line's own keys are its top-level ones.
     """
 
     __slots__ = ("_own_keys", "_pattern")
@@ -296,13 +230,8 @@ class Redactor:
         return self._redact_mapping(event_dict, 0, own=frozenset(event_dict))
 
     def redact(self, value: object) -> object:
-        """``value`` with every secret replaced by :data:`REDACTED`, recursively.
-
-        Mappings become dicts, sets become lists, dataclass and
-        :class:`~tether.core.values.DeclaredValue` instances become dicts of their
-        fields, bytes and unknown objects become (scrubbed) strings; numbers,
-        booleans and ``None`` pass through unchanged.
-        """
+        """``value`` with every secret replaced by :data:`REDACTED`, recursively, as JSON types:
+        values and dataclasses become dicts, sets lists, bytes and unknown objects strings."""
         return self._redact(value, 0)
 
     def scrub(self, text: str) -> str:

@@ -1,20 +1,10 @@
 """The private JSON record a run leaves behind: the document, built once from what happened.
 
-:func:`build_document` turns the core's :class:`~tether.core.effects.Verdict`
-(why the run ended, its exit status, whether SIGKILL was needed) and the
-supervisor's :class:`RunFacts` (pids, signals, how the command was reaped,
-resource usage: what only the supervisor can know) into the document, keeping
-every field of the seed supervisor's record with the same name and meaning so
-that existing readers keep working. :func:`build_lost_document` is the record a
-caller writes itself when the supervisor vanished without a word. The JSON
-Schema in ``tether/schema/record.v1.json`` documents every field for operators,
-and :func:`record_keys` reads the field names from it, so that redaction keeps
-the record's shape without a hand-kept list.
-
-The file the document lives in (checked before the run, written atomically and
-privately, read back) is :mod:`tether.shared.record_file`'s. Neither module
-imports ``structlog`` or ``transitions``: the caller's side uses them and must
-stay cheap.
+:func:`build_document` joins the core's :class:`~tether.core.effects.Verdict` and
+the supervisor's :class:`RunFacts`; :func:`build_lost_document` is the record a
+caller writes when its supervisor vanished. Every field (the seed's keep their
+names and meanings): ``tether/schema/record.v1.json`` and docs/record.md. The file
+it lives in is :mod:`tether.shared.record_file`'s.
 """
 
 from __future__ import annotations
@@ -26,20 +16,18 @@ from datetime import UTC
 
 from tether._version import __version__
 from tether.core.durations import seconds_for_json
+from tether.core.effects import Verdict
 from tether.core.limits import LIMIT_NAMES
 from tether.core.reasons import TETHER_FAILED, Reason
 from tether.core.spec import command_name, script_name
 from tether.core.values import DeclaredValue
 from tether.shared.record_file import RECORD_SCHEMA_VERSION, record_schema
 
-# Built once the command runs, while its caller waits: no ``typing`` or
-# ``dataclasses`` at run time (see tether.core.events).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from datetime import datetime
     from typing import Final
 
-    from tether.core.effects import Verdict
     from tether.core.spec import RunSpec
 
 __all__ = [
@@ -55,9 +43,6 @@ __all__ = [
 #: How a supervisor can contain the command's tree (the record's ``containment``;
 #: a caller's fallback record says ``unknown``).
 CONTAINMENTS: Final = frozenset({"process_group", "sweep", "cgroup"})
-
-
-# -- building -----------------------------------------------------------------
 
 
 class SignalSent(DeclaredValue):
@@ -89,7 +74,7 @@ class RunFacts(DeclaredValue, kw_only=True):
     started_at: datetime
     started_monotonic: float
     finished_at: datetime
-    supervisor_pid: int
+    supervisor_pid: int | None
     command_pid: int | None
     command_pgid: int | None
     #: As the supervisor finally reaped it (``subprocess`` style; ``None``: never ran or reaped).
@@ -113,11 +98,7 @@ class RunFacts(DeclaredValue, kw_only=True):
 
 
 def _iso(moment: datetime) -> str:
-    """Return ``moment`` in ISO 8601, in UTC, as the seed wrote it (``...+00:00``).
-
-    A naive ``moment`` is taken to be UTC already: building the record must not
-    raise, because the record is due exactly when things have gone wrong.
-    """
+    """``moment`` in ISO 8601, in UTC, as the seed wrote it (a naive one is taken as UTC)."""
     if moment.utcoffset() is None:
         return moment.replace(tzinfo=UTC).isoformat()
     return moment.astimezone(UTC).isoformat()
@@ -129,12 +110,9 @@ def _seconds(value: float) -> float:
 
 
 def _launch_error(verdict: Verdict) -> dict[str, object] | None:
-    """Return the launch error's errno, its symbolic name and a message, or ``None``.
+    """The launch error's errno, its name and a message, or ``None``.
 
-    Where the errno is known, the message is the bare ``strerror``: the
-    supervisor's own message quotes the command's file name (``failed to run
-    command 'x'``), and the record must not hold argv. The event log keeps the
-    full message, redacted, for the operator.
+    With an errno, the bare ``strerror``: the supervisor's own message quotes the argv.
     """
     number, message = verdict.launch_errno, verdict.launch_error
     if number is None and message is None:
@@ -169,21 +147,14 @@ def _rusage(usage: ResourceUsage | None) -> dict[str, object] | None:
     }
 
 
-#: The most characters of the command line a record keeps (``--record-argv``).
-#: Even written as ``\\u`` escapes they stay far below the 1 MiB a reader of
-#: records accepts; an argv can be 2 MiB (``ARG_MAX``) and more.
+#: The most characters of the command line a record keeps (``--record-argv``): even as
+#: ``\\u`` escapes far below the 1 MiB a reader of records accepts (an argv can be 2 MiB).
 MAX_ARGV_CHARACTERS: Final = 32_768
 
 
 def _what_ran(spec: RunSpec) -> dict[str, object]:
-    """The command's name, its working directory and, when asked for, its argv (redacted).
-
-    The name is ``argv[0]``'s last component (``/usr/bin/python3`` ->
-    ``python3``): enough to tell runs apart in ``tether ls``, and no more of
-    the command line than a process list shows anyone. The argv is kept only
-    when the caller asked (``record_argv``); cut at
-    :data:`MAX_ARGV_CHARACTERS`, with a last word that says how much is missing.
-    """
+    """The command's name, its working directory and, when asked for, its argv (redacted, cut at
+    :data:`MAX_ARGV_CHARACTERS`); docs/record.md says why no more."""
     argv = None
     if spec.record_argv:
         # Only for a record, and only when asked: a run without one never loads the redactor.
@@ -226,11 +197,7 @@ def _deadline(spec: RunSpec) -> float:
 
 
 def build_document(verdict: Verdict, facts: RunFacts) -> dict[str, object]:
-    """Return the record of a run the supervisor saw to its end.
-
-    Every field of the seed's record keeps its name and meaning; see
-    ``tether/schema/record.v1.json`` for each one.
-    """
+    """The record of a run the supervisor saw to its end."""
     shutdown = verdict.shutdown_seconds
     return {
         # The seed's fields, in the seed's order.
@@ -270,11 +237,7 @@ def build_document(verdict: Verdict, facts: RunFacts) -> dict[str, object]:
 
 
 def _tree_fields(facts: RunFacts) -> dict[str, object]:
-    """The limits asked for, what the tree used, and whether the OOM killer acted.
-
-    ``null`` where they do not apply: no limits were asked for, the command
-    had no cgroup of its own, the kernel does not count OOM kills there.
-    """
+    """The limits asked for, what the tree used, whether the OOM killer acted (``null``: n/a)."""
     limits = facts.spec.limits
     usage = facts.tree_usage
     kills = None if usage is None else usage.get("oom_kills")
@@ -300,59 +263,43 @@ def build_lost_document(
     message: str,
     hostname: str | None = None,
 ) -> dict[str, object]:
-    """Return the record a caller writes when its supervisor vanished without a word.
+    """The record a caller writes when its supervisor vanished without a word: what it knows.
 
-    It says only what the caller knows: the reason is ``supervisor_lost``, the
-    exit status tether's own failure (125), the containment ``unknown``, and
-    the counts only a supervisor keeps are ``null`` rather than a reassuring
-    ``0``. ``message`` (one line, no argv) says what the caller saw, in
-    ``tether_error``. ``hostname`` defaults to this machine's node name.
+    The counts only a supervisor keeps are ``null``, not a reassuring ``0``;
+    ``message`` (one line, no argv) becomes ``tether_error``.
     """
-    return {
-        "schema_version": RECORD_SCHEMA_VERSION,
-        "variant": spec.label,
-        "reason": Reason.SUPERVISOR_LOST.value,
-        "started_at": _iso(started_at),
-        "finished_at": _iso(finished_at),
-        "elapsed_seconds": _seconds(elapsed_seconds),
-        "deadline_seconds": _deadline(spec),
-        "grace_seconds": seconds_for_json(spec.grace_seconds),
-        "supervisor_pid": supervisor_pid,
-        "eval_pid": command_pid,
-        "eval_process_group": command_pgid,
-        "eval_exit_code": None,
-        "supervisor_exit_code": TETHER_FAILED,
-        "escalated_to_sigkill": False,
-        "shutdown_seconds": None,
-        "tether_version": __version__,
-        "hostname": os.uname().nodename if hostname is None else hostname,
-        **_what_ran(spec),
-        "containment": "unknown",
-        "signals": [],
-        "descendants_stopped": None,
-        "stragglers": None,
-        "unkillable": False,
-        "rusage": None,
-        "launch_error": None,
-        "tether_error": " ".join(message.split()),
-        "signals_without_pidfd": None,
-        "event_log_lines_dropped": None,
-        **_idle(spec, None),
-        "limits": None,
-        "limits_enforced_by": None,
-        "tree_usage": None,
-        "oom_killed": None,
-    }
+    verdict = Verdict(
+        reason=Reason.SUPERVISOR_LOST,
+        exit_status=TETHER_FAILED,
+        returncode=None,
+        escalated_to_sigkill=False,
+        stop_started_at=None,
+        finished_at=elapsed_seconds,
+    )
+    facts = RunFacts(
+        spec=spec,
+        started_at=started_at,
+        started_monotonic=0.0,
+        finished_at=finished_at,
+        supervisor_pid=supervisor_pid,
+        command_pid=command_pid,
+        command_pgid=command_pgid,
+        returncode=None,
+        hostname=os.uname().nodename if hostname is None else hostname,
+        containment="unknown",
+    )
+    unknown = ("descendants_stopped", "stragglers", "signals_without_pidfd", "limits")
+    return (
+        build_document(verdict, facts)
+        | dict.fromkeys(unknown)
+        | {"tether_error": " ".join(message.split())}
+    )
 
 
 @functools.cache
 def record_keys() -> frozenset[str]:
-    """Every field name the record can hold, at any depth, as the shipped schema lists them.
-
-    The record's writers give these to the redactor as the document's own
-    keys: never mistaken for secret-looking keys, never scrubbed as text, so a
-    record keeps its shape whatever secret it had to hide.
-    """
+    """Every field name the record can hold, at any depth, from the shipped schema: the
+    redactor's own keys, never scrubbed, so a record keeps its shape."""
     keys: set[str] = set()
     todo: list[object] = [record_schema()]
     while todo:
