@@ -3,9 +3,9 @@
 A limit added to the table and forgotten in one of the places that list the
 limits fails here, rather than being dropped in silence: the record's schema
 (``limits`` and ``limits_enforced_by``), the controller each needs, the API's
-options, ``tether run``'s flags, ``tether show``'s line, and what
-``tether.ray`` hands back. ``docs/architecture.md`` ("Adding a limit") names
-every place.
+options, ``tether run``'s flags (both readings), ``tether show``'s line, what
+``tether.ray`` hands back, and the docs that list them. ``docs/architecture.md``
+("Adding a limit") names every place.
 """
 
 from __future__ import annotations
@@ -17,19 +17,16 @@ from pathlib import Path
 import pytest
 
 import tether.ray
-from conftest import BOUND, SCHEMA, tether_argv, validate_record
+from conftest import BOUND, ROOT, SCHEMA, tether_argv, validate_record
 from tether.api.options import LaunchOptions
 from tether.caller.request import limits_refusal
-from tether.core.limits import LIMIT_CONTROLLERS, LIMIT_NAMES, limit_controllers
+from tether.cli.run import _run_parser
+from tether.cli.run_options import RunOptions, read_options
+from tether.core.limits import LIMIT_CONTROLLERS, LIMIT_NAMES, LIMITS, limit_controllers
 from tether.ray.task import given_limits
 
 #: ``tether run``'s flag for each limit (the API's name, as the record keeps it).
-FLAGS = {
-    "memory_max": "--memory-max",
-    "memory_swap_max": "--memory-swap-max",
-    "cpu_max": "--cpus",
-    "pids_max": "--pids-max",
-}
+FLAGS = {limit.name: limit.flag for limit in LIMITS}
 
 #: A value of each limit, as a person types it, and as the run keeps it.
 TYPED = {"memory_max": "8G", "memory_swap_max": "0", "cpu_max": "1.5", "pids_max": "512"}
@@ -63,6 +60,22 @@ def test_tether_run_has_a_flag_for_every_limit() -> None:
     ).stdout.decode()
     for flag in FLAGS.values():
         assert flag in shown
+
+
+def test_both_readings_of_tether_runs_options_take_every_limit() -> None:
+    words = [f"{FLAGS[name]}={value}" for name, value in TYPED.items()]
+    assert read_options(words).limits() == TYPED  # type: ignore[union-attr]
+    assert _run_parser().parse_args(words, namespace=RunOptions()).limits() == TYPED
+
+
+@pytest.mark.parametrize(
+    ("doc", "spelt"),
+    [("cli.md", "flag"), ("api.md", "name"), ("record.md", "name")],
+)
+def test_the_docs_name_every_limit(doc: str, spelt: str) -> None:
+    text = (ROOT / "docs" / doc).read_text(encoding="utf-8")
+    for limit in LIMITS:
+        assert f"`{getattr(limit, spelt)}" in text, (doc, limit.name)
 
 
 def test_tether_ray_hands_back_every_limit_as_the_run_took_it() -> None:

@@ -22,7 +22,7 @@ import tether
 from conftest import BOUND, tether_argv
 from tether.core.durations import DurationError, parse_duration
 from tether.core.gnu_durations import parse_gnu_duration
-from tether.core.limits import LimitError, parse_limits
+from tether.core.limits import LIMITS, LimitError, parse_limits
 from tether.core.numbers import MAX_CHARACTERS, decimal_text, shown, whole_number
 from tether.shared.retention import retention_from
 
@@ -36,12 +36,7 @@ NUMBERISH = st.one_of(
     st.integers(min_value=1, max_value=6000).map(lambda n: "0." + "0" * n + "1"),
 )
 
-LIMIT_FLAGS = {
-    "memory_max": "--memory-max",
-    "memory_swap_max": "--memory-swap-max",
-    "cpu_max": "--cpus",
-    "pids_max": "--pids-max",
-}
+LIMIT_FLAGS = {limit.name: limit.flag for limit in LIMITS}
 DURATION_FLAGS = ("--deadline", "--grace", "--older-than", "--deadline-seconds", "--grace-seconds")
 
 

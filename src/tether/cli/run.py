@@ -1,20 +1,10 @@
 """``tether run``: run one command bound to this process, for people, shell scripts and CI jobs.
 
-``tether run`` is the *caller*: it holds the lifeline, so when it dies, however
-it dies, the command is stopped. It should feel like ``timeout(1)``: the
-command keeps the terminal's stdin, stdout and stderr; the exit status is the
-command's own or one of the documented tether statuses; errors are one line a
-person can act on, on stderr, with status 125.
-
-Ctrl-C, SIGTERM and SIGHUP to ``tether run`` ask for a graceful cancel (the
-command gets SIGTERM, then SIGKILL after the grace); a second Ctrl-C asks for
-SIGKILL now. Ctrl-Z stops the command's whole tree with ``tether run``, and
-``fg`` continues it (:mod:`tether.caller.relay`). At a shell prompt the
-command joins ``tether run``'s process group in the terminal's session, so it
-can use the terminal as any job does (:mod:`tether.caller.terminal`).
-
-Options end at the first word that is not one (``tether run sleep 1``), or at
-``--``; a usage error reads as GNU tools' (:func:`~tether.cli.messages.usage_error`).
+It is the *caller*: it holds the lifeline, so when it dies, however it dies, the command is
+stopped. It behaves like ``timeout(1)`` (the command keeps the terminal; its own exit status or a
+documented tether one; one-line errors, status 125); Ctrl-C cancels, a second kills, Ctrl-Z stops
+the tree (:mod:`tether.caller.relay`). Options: :mod:`tether.cli.run_options`. What it promises:
+docs/cli.md.
 """
 
 from __future__ import annotations
@@ -23,10 +13,10 @@ import os
 
 from tether.cli.messages import fail, usage_error, warn
 from tether.cli.run_options import PROGRAM, RunOptions, read_options, split_command_line
+from tether.core.limits import LIMITS
 from tether.core.reasons import Reason
 from tether.core.spec import DEFAULT_GRACE_SECONDS
 
-# On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
@@ -44,20 +34,13 @@ _FLAGS: Final = {
     "grace": "--grace",
     "idle": "--idle",
     "label": "--label",
-    "memory_max": "--memory-max",
-    "memory_swap_max": "--memory-swap-max",
-    "cpu_max": "--cpus",
-    "pids_max": "--pids-max",
+    **{limit.name: limit.flag for limit in LIMITS},
 }
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    """The parser that documents ``tether run`` (``--help``, the man page, the completions).
-
-    Not the one that reads a command line on its way to the launch:
-    :mod:`tether.cli.run_options` does, by hand, from a table of the same
-    options, and hands this parser only what it cannot read the same way.
-    """
+    """The parser that documents ``tether run`` (``--help``, the man page, the completions);
+    :mod:`tether.cli.run_options` reads a command line, and hands it only what it cannot."""
     from tether.cli.parsers import GnuStyleParser
     from tether.core.durations import format_duration
 
@@ -125,10 +108,8 @@ def _run_parser() -> argparse.ArgumentParser:
         "limits the kernel enforces on the whole tree (through cgroups v2 or, as root, v1; refused "
         "where nothing can enforce them)"
     )
-    limits.add_argument("--memory-max", metavar="SIZE", help="memory, e.g. 512M or 8G")
-    limits.add_argument("--memory-swap-max", metavar="SIZE", help="swap, e.g. 0 for none")
-    limits.add_argument("--cpus", metavar="N", help="CPU time, in CPUs, e.g. 1.5")
-    limits.add_argument("--pids-max", metavar="N", help="processes and threads, e.g. 512")
+    for limit in LIMITS:
+        limits.add_argument(limit.flag, dest=limit.name, metavar=limit.metavar, help=limit.help)
     return parser
 
 
@@ -137,12 +118,8 @@ def _usage(message: str) -> NoReturn:
 
 
 def _request(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
-    """Read ``tether run``'s command line into a request (and ``--verbose``), or refuse it.
-
-    A refusal is GNU's two lines and status 125 (:func:`usage_error`), or
-    one line for a record that cannot be kept, and leaves nothing behind: no
-    command, no record.
-    """
+    """``tether run``'s command line as a request (and ``--verbose``), or a refusal (status
+    125) that leaves nothing behind."""
     options, command = split_command_line(argv)
     args = read_options(options)
     if args is None:
@@ -166,12 +143,7 @@ def _request(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
             record_argv=args.record_argv,
             flags=_FLAGS,
             join_group=terminal_group(),
-            limits={
-                "memory_max": args.memory_max,
-                "memory_swap_max": args.memory_swap_max,
-                "cpu_max": args.cpus,
-                "pids_max": args.pids_max,
-            },
+            limits=args.limits(),
             own_caller=True,
         )
     except RequestError as error:

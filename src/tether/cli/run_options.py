@@ -1,27 +1,17 @@
-"""``tether run``'s options, read by hand: no ``argparse`` on the way to the command's launch.
+"""``tether run``'s options, read by hand from a table of the parser's options: no ``argparse``
+(nor the ``gettext``, ``shutil`` and ``locale`` it pulls in) on the way to the launch.
 
-``argparse`` (with ``gettext``, and the ``shutil``, ``locale`` and
-compression modules its help formatter pulls in) and building the parser
-cost ``tether run`` several milliseconds before it can fork its supervisor,
-every run, for a command line of a few flags. So the command line is read
-here, from a table of the options :func:`tether.cli.run._run_parser`
-declares, and ``argparse`` is loaded only for what only it can say the same
-way: ``--help`` (its text, and the man page and completions generated from
-the same parser), and a short option with something attached (``-vx``,
-``-v=1``, ``-vh``), whose handling is argparse's own and rare. For those,
-:func:`read_options` returns ``None`` and the caller hands the options to
-the parser.
-
-What is read must be exactly what the parser would read, message for message
-and value for value: ``tests/test_run_options.py`` checks the table against
-the parser and the two readings against each other on random command lines.
+``argparse`` reads only what only it can say the same way: ``--help`` (and the man page and
+completions made from the same parser), and a short option with something attached (``-vx``):
+:func:`read_options` then returns ``None``. Both readings must agree message for message:
+``tests/test_run_options.py``. Why: docs/architecture.md, "The import budget".
 """
 
 from __future__ import annotations
 
 from tether.cli.messages import usage_error
+from tether.core.limits import LIMITS
 
-# On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final, NoReturn
@@ -45,10 +35,7 @@ OPTIONS: Final = {
     "--name": ("label", True),
     "-v": ("verbose", False),
     "--verbose": ("verbose", False),
-    "--memory-max": ("memory_max", True),
-    "--memory-swap-max": ("memory_swap_max", True),
-    "--cpus": ("cpus", True),
-    "--pids-max": ("pids_max", True),
+    **{limit.flag: (limit.name, True) for limit in LIMITS},
 }
 
 #: ``--record`` and ``--no-record`` exclude each other (an argparse group in the parser).
@@ -57,12 +44,8 @@ _FLAG: Final = {"record": "--record", "no_record": "--no-record"}
 
 
 class RunOptions:
-    """What the options asked for; an option not given keeps the parser's default.
-
-    Also the namespace the parser fills when it reads the options instead
-    (``parse_args(..., namespace=RunOptions())``), so both readings give the
-    same object.
-    """
+    """What the options asked for (the parser's defaults for the rest); also the namespace the
+    parser fills when it reads them (``parse_args(..., namespace=RunOptions())``)."""
 
     def __init__(self) -> None:
         self.deadline: str | None = None
@@ -73,10 +56,13 @@ class RunOptions:
         self.record_argv = False
         self.label: str | None = None
         self.verbose = False
-        self.memory_max: str | None = None
-        self.memory_swap_max: str | None = None
-        self.cpus: str | None = None
-        self.pids_max: str | None = None
+        for limit in LIMITS:
+            setattr(self, limit.name, None)
+
+    def limits(self) -> dict[str, str | None]:
+        """The limits' values, by API name (:data:`~tether.core.limits.LIMITS`)."""
+        given: dict[str, str | None] = {limit.name: getattr(self, limit.name) for limit in LIMITS}
+        return given
 
 
 def _usage(message: str, *, suggestion: str | None = None) -> NoReturn:
@@ -84,16 +70,9 @@ def _usage(message: str, *, suggestion: str | None = None) -> NoReturn:
 
 
 def split_command_line(argv: list[str]) -> tuple[list[str], list[str]]:
-    """``tether run``'s options, and the command: options end at ``--`` or at the first word
-    that is not one, as with ``timeout``, ``env`` and ``nice`` (``tether run sleep 1``).
-
-    An option that takes a value takes the next word whatever it is
-    (``--label -x``), and is returned joined to it (``--label=-x``), so that
-    the parser too takes a value like ``-x`` as the value it is. A word that
-    looks like an option and is none is refused here, with the nearest option
-    as a suggestion, rather than taken for the command: ``--deadlin 5m make``
-    must not run ``--deadlin``.
-    """
+    """``tether run``'s options (each joined to its value: ``--label=-x``), and the command,
+    from the first word that is not one or after ``--``; a word that looks like an option and is
+    none is refused with the nearest as a suggestion (``--deadlin 5m make`` runs nothing)."""
     options: list[str] = []
     index = 0
     while index < len(argv):
@@ -120,12 +99,8 @@ def split_command_line(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _resolve(name: str) -> str:
-    """``name`` if it is an option, or a refusal with the nearest option as a suggestion.
-
-    Options are taken as spelt, never abbreviated (``--dead`` for
-    ``--deadline``): a script that abbreviates breaks the day an option is
-    added with the same beginning, and a typo must not pass for an option.
-    """
+    """``name`` if it is an option as spelt (never abbreviated: docs/cli.md), or a refusal with
+    the nearest option as a suggestion."""
     if name in OPTIONS:
         return name
     if name.startswith("--"):
@@ -137,14 +112,8 @@ def _resolve(name: str) -> str:
 
 
 def read_options(options: list[str]) -> RunOptions | None:
-    """The values of ``options`` (as :func:`split_command_line` returns them), or a refusal.
-
-    ``None`` when the parser must read them: ``--help``, or a short option
-    with something attached other than more ``v`` (``-vv`` is ``-v``).
-    Repeated options are allowed and the last one counts, as with the
-    parser; ``--record`` and ``--no-record`` together are refused with the
-    parser's words, at the second of the two.
-    """
+    """The values of ``options`` (from :func:`split_command_line`; the last of a repeated one
+    counts), a refusal, or ``None`` when the parser must read them (``--help``, ``-vx``)."""
     for word in options:
         if word in ("-h", "--help") or (
             not word.startswith("--") and len(word) > 2 and word.strip("v") != "-"

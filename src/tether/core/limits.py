@@ -1,26 +1,11 @@
-"""Resource limits the kernel enforces on a run's cgroup, as people write them.
+"""Resource limits the kernel enforces on a run's cgroup: their one table, their reading as
+people write them, and the cgroup files they become.
 
-``--memory-max 8G``, ``--cpus 1.5``, ``--pids-max 512``; in the API
-``memory_max="8G"`` (or a number of bytes), ``cpu_max=1.5``, ``pids_max=512``.
-They become cgroup v2 files (``memory.max``, ``memory.swap.max``,
-``cpu.max``, ``pids.max``) on the run's own cgroup, written before the
-command execs, so the command never runs a moment unlimited; on a host
-whose controllers are bound to cgroup v1, the v1 files of the run's own
-cgroups in those hierarchies instead (:func:`limit_files_v1`).
-
-Sizes take binary suffixes, as systemd's ``MemoryMax=`` and ``docker
---memory`` do: ``K``, ``M``, ``G``, ``T`` (also ``KiB`` ... and ``KB`` ...,
-all powers of 1024: nobody asking for "8G" of memory means 8·10⁹), and a
-plain number is bytes. Fractions are taken (``1.5G``) and rounded down to a
-byte. CPUs are a positive number of CPUs' worth of time per period, as
-``docker --cpus``: ``1.5`` becomes ``cpu.max`` ``150000 100000``.
-
-Like durations, anything that is not plainly a limit is refused with a
-message that names the option: zero memory (no command could even start),
-negative or NaN values, a CPU share so small the kernel would refuse it.
-``memory_swap_max`` may be ``0`` (no swap at all), which is its common use.
-
-Pure: no I/O.
+:data:`LIMITS` names each limit once (the API's name, ``tether run``'s flag, how it is read, its
+controller, how ``tether show`` words it); every other list of limits is derived from it.
+Sizes take binary suffixes (``8G`` is 8 GiB), CPUs are ``docker --cpus``'s, and anything that
+is not plainly a limit is refused naming the option. Why: docs/containment.md ("Limits: cgroup
+v2, cgroup v1, ...") and docs/cli.md (sizes); adding one: docs/architecture.md, "Adding a limit".
 """
 
 from __future__ import annotations
@@ -28,6 +13,7 @@ from __future__ import annotations
 import math
 
 from tether.core.numbers import decimal_text, too_long, whole_number
+from tether.core.values import DeclaredValue
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -36,8 +22,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CPU_PERIOD_MICROSECONDS",
+    "LIMITS",
     "LIMIT_CONTROLLERS",
     "LIMIT_NAMES",
+    "Limit",
     "LimitError",
     "format_size",
     "limit_controllers",
@@ -64,8 +52,43 @@ _UNITS: Final = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5, "e": 6}
 #: limits), and cached by ``re`` from then on.
 _SIZE: Final = r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([kmgtpe]?)(?:i?b)?"
 
+
+class Limit(DeclaredValue):
+    """One row of :data:`LIMITS`."""
+
+    #: The API's name (the record's key); how a value is read (``size``, ``size0``: zero too,
+    #: ``cpus``, ``count``); the cgroup controller that enforces it; how ``tether show`` words
+    #: a value (``{}``: the value, a size as one).
+    name: str
+    reads: str
+    controller: str
+    words: str
+    #: ``tether run``'s flag, its metavar and its help.
+    flag: str
+    metavar: str
+    help: str
+
+
+#: Every limit, once, in the order every list of them follows.
+# fmt: off
+LIMITS: Final = (
+    Limit("memory_max", "size", "memory", "memory {}",
+          "--memory-max", "SIZE", "memory, e.g. 512M or 8G"),
+    Limit("memory_swap_max", "size0", "memory", "swap {}",
+          "--memory-swap-max", "SIZE", "swap, e.g. 0 for none"),
+    Limit("cpu_max", "cpus", "cpu", "{} CPUs",
+          "--cpus", "N", "CPU time, in CPUs, e.g. 1.5"),
+    Limit("pids_max", "count", "pids", "{} processes",
+          "--pids-max", "N", "processes and threads, e.g. 512"),
+)
+# fmt: on
+
 #: The limits' names, as the API spells them (the record's ``limits`` keys).
-LIMIT_NAMES: Final = ("memory_max", "memory_swap_max", "cpu_max", "pids_max")
+LIMIT_NAMES: Final = tuple(limit.name for limit in LIMITS)
+#: Which controller enforces each limit (the record's ``limits_enforced_by`` is per limit).
+LIMIT_CONTROLLERS: Final = {limit.name: limit.controller for limit in LIMITS}
+#: The controllers in the kernel's order (``cgroup.controllers``).
+_KERNEL_ORDER: Final = ("cpuset", "cpu", "io", "memory", "hugetlb", "pids", "rdma", "misc")
 
 
 class LimitError(ValueError):
@@ -80,11 +103,8 @@ def _shown(value: object) -> str:
 
 
 def parse_size(value: object, *, flag: str, allow_zero: bool = False) -> int:
-    """A size in bytes from ``8G``, ``512MiB``, ``1.5g`` or a number of bytes.
-
-    Raise :class:`LimitError` naming ``flag`` for anything else, for zero
-    unless ``allow_zero``, and for more than 8 EiB.
-    """
+    """A size in bytes from ``8G``, ``512MiB``, ``1.5g`` or a number of bytes; no more than
+    8 EiB, zero only if ``allow_zero``, or a :class:`LimitError` naming ``flag``."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise LimitError(
             f"{flag}: a size must be a number of bytes or a string like '8G', not {_shown(value)}"
@@ -162,15 +182,8 @@ def format_size(size: int) -> str:
 
 
 def oom_summary(memory_max: object) -> str:
-    """What every summary of a run the OOM killer ended leads with.
-
-    ``killed by the OOM killer at its memory limit of 512 MiB`` when the run
-    had ``memory_max`` (bytes), ``killed by the OOM killer`` when it had none
-    (the machine's, or a parent cgroup's, OOM killer). ``tether show``'s
-    verdict, ``tether ls``'s REASON column, ``tether run -v``'s line and
-    ``str(outcome)`` all say it first; the record's ``reason`` stays what
-    tether saw (``completed``: the kernel, not tether, stopped the command).
-    """
+    """What every summary of a run the OOM killer ended leads with (``show``, ``ls``,
+    ``run -v``, ``str(outcome)``): ``... at its memory limit of 512 MiB`` with ``memory_max``."""
     if isinstance(memory_max, int) and not isinstance(memory_max, bool) and memory_max > 0:
         return f"killed by the OOM killer at its memory limit of {format_size(memory_max)}"
     return "killed by the OOM killer"
@@ -179,51 +192,36 @@ def oom_summary(memory_max: object) -> str:
 def parse_limits(
     values: Mapping[str, object], flags: Mapping[str, str] | None = None
 ) -> dict[str, int | float]:
-    """The limits in ``values`` (by API name, :data:`LIMIT_NAMES`), each checked; ``None`` skipped.
-
-    ``flags`` maps API names to the names a door's users know (``--cpus``),
-    for messages. Raise :class:`LimitError` for a value that is no limit and
-    for a name that is none.
-    """
+    """The limits in ``values`` (by API name), each checked, ``None`` skipped; ``flags``: the
+    names a door's users know (``--cpus``), for messages. :class:`LimitError` if not."""
     names = flags or {}
     unknown = sorted(set(values) - set(LIMIT_NAMES))
     if unknown:
         raise LimitError(f"not a resource limit: {_shown(unknown[0])}")
     checked: dict[str, int | float] = {}
-    for name in LIMIT_NAMES:
-        value = values.get(name)
+    for limit in LIMITS:
+        value = values.get(limit.name)
         if value is None:
             continue
-        flag = names.get(name, name)
-        if name == "cpu_max":
-            checked[name] = parse_cpus(value, flag=flag)
-        elif name == "pids_max":
-            checked[name] = parse_count(value, flag=flag)
+        flag = names.get(limit.name, limit.name)
+        if limit.reads == "cpus":
+            checked[limit.name] = parse_cpus(value, flag=flag)
+        elif limit.reads == "count":
+            checked[limit.name] = parse_count(value, flag=flag)
         else:
-            checked[name] = parse_size(value, flag=flag, allow_zero=name == "memory_swap_max")
+            checked[limit.name] = parse_size(value, flag=flag, allow_zero=limit.reads == "size0")
     return checked
 
 
 def limit_controllers(limits: Mapping[str, object]) -> tuple[str, ...]:
     """The cgroup v2 controllers ``limits`` need, in the kernel's order."""
-    needed: list[str] = []
-    if "cpu_max" in limits:
-        needed.append("cpu")
-    if "memory_max" in limits or "memory_swap_max" in limits:
-        needed.append("memory")
-    if "pids_max" in limits:
-        needed.append("pids")
-    return tuple(needed)
+    needed = {LIMIT_CONTROLLERS[name] for name in limits if name in LIMIT_CONTROLLERS}
+    return tuple(controller for controller in _KERNEL_ORDER if controller in needed)
 
 
 def limit_files(limits: Mapping[str, int | float]) -> dict[str, str]:
-    """What to write to which file of the run's cgroup for checked ``limits``, in order.
-
-    With a memory limit, ``memory.oom.group`` is ``1``: when the OOM killer
-    acts, it kills the whole tree at once, as Kubernetes does for a
-    container, rather than one process of it, leaving the rest to run on
-    with half a computation.
-    """
+    """What to write to which file of the run's cgroup for checked ``limits``, in order (with
+    a memory limit, ``memory.oom.group``: the OOM killer takes the whole tree at once)."""
     files: dict[str, str] = {}
     if "memory_max" in limits:
         files["memory.max"] = str(int(limits["memory_max"]))
@@ -238,28 +236,9 @@ def limit_files(limits: Mapping[str, int | float]) -> dict[str, str]:
     return files
 
 
-#: Which controller enforces each limit (the record's ``limits_enforced_by`` is per limit).
-LIMIT_CONTROLLERS: Final = {
-    "memory_max": "memory",
-    "memory_swap_max": "memory",
-    "cpu_max": "cpu",
-    "pids_max": "pids",
-}
-
-
 def limit_files_v1(limits: Mapping[str, int | float]) -> dict[str, list[tuple[str, str]]]:
-    """What to write to the run's cgroup in each cgroup v1 hierarchy, by controller, in order.
-
-    v1 counts memory and swap together: ``memory.memsw.limit_in_bytes`` is
-    memory *plus* swap, so ``memory_swap_max`` needs ``memory_max`` beside it
-    (a :class:`LimitError` otherwise), and it must never be below
-    ``memory.limit_in_bytes``, so it is written second (a fresh cgroup starts
-    with both unlimited). ``memory.oom_control`` ``0``: the OOM killer on,
-    whatever the parent chose (a child inherits ``oom_kill_disable``); v1
-    has no ``memory.oom.group``, so it kills one process, and the supervisor
-    stops the rest of the tree (the command's exit, or a straggler sweep).
-    The CPU period is written before the quota (the kernel checks the pair).
-    """
+    """What to write to the run's cgroup in each cgroup v1 hierarchy, by controller, in order
+    (docs/containment.md, "Limits": swap needs memory beside it, and is written after it)."""
     files: dict[str, list[tuple[str, str]]] = {}
     if "memory_swap_max" in limits and "memory_max" not in limits:
         raise LimitError(

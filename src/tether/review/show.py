@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
+from tether.core.limits import LIMITS
 from tether.core.reasons import Reason
 from tether.review._text import (
     _REASON_WORDS,
@@ -193,13 +194,11 @@ def _limits_text(record: Mapping[str, object]) -> str | None:
     limits = record.get("limits")
     if not isinstance(limits, Mapping) or not limits:
         return None
-    words = {
-        "memory_max": lambda value: f"memory {_size_text(value)}",
-        "memory_swap_max": lambda value: f"swap {_size_text(value)}",
-        "cpu_max": lambda value: f"{_safe(value)} CPUs",
-        "pids_max": lambda value: f"{_safe(value)} processes",
-    }
-    return ", ".join(words[name](limits[name]) for name in words if limits.get(name) is not None)
+    return ", ".join(
+        limit.words.format(_size_text(value) if limit.reads.startswith("size") else _safe(value))
+        for limit in LIMITS
+        if (value := limits.get(limit.name)) is not None
+    )
 
 
 def _tree_usage_text(record: Mapping[str, object]) -> str | None:
