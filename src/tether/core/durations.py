@@ -1,14 +1,8 @@
 """Durations as people write them for ``timeout(1)``: ``30``, ``30s``, ``5m``, ``1.5h``, ``2d``.
 
-A duration is a promise about when a command will be stopped, so anything that
-is not plainly a finite, non-negative number of seconds is refused rather than
-guessed at: NaN would make every comparison false (a deadline that never
-fires), a negative value would fire before the command started, and infinity
-is better said as ``0`` ("no deadline"), which is what GNU ``timeout`` means by
-it too. The error names the flag, because "invalid duration" alone does not
-tell a person which of three durations on a command line was wrong.
-
-Pure: no clock, no I/O.
+Anything not plainly a finite number of seconds >= 0 is refused, not guessed at
+(NaN would be a deadline that never fires), in a message naming the flag:
+docs/cli.md, "Durations". Pure: no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -17,7 +11,6 @@ import math
 
 from tether.core.numbers import decimal_text
 
-# On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
@@ -38,23 +31,31 @@ class DurationError(ValueError):
     """A duration that cannot be a duration; the message is ready for a person."""
 
 
-#: How much of a refused value a message repeats: enough to recognise it, and
-#: a message stays one readable line whatever was typed (or passed).
+#: How much of a refused value a message repeats: enough to recognise it, in one line.
 _SHOWN_CHARACTERS: Final = 40
 
 
 def _shown(value: object) -> str:
-    """``value`` as a message quotes it: its ``repr``, cut short if long.
-
-    A huge integer is described, not printed: Python refuses to turn one of
-    more than 4300 digits into text at all.
-    """
+    """``value`` as a message quotes it: its ``repr``, cut short (a huge integer described:
+    Python refuses to print one of more than 4300 digits)."""
     if isinstance(value, int) and value.bit_length() > 64:
         return f"(an integer of {value.bit_length()} bits)"
     text = repr(value)
     if len(text) > _SHOWN_CHARACTERS:
         return text[: _SHOWN_CHARACTERS - 3] + "..."
     return text
+
+
+def _refused(flag: str, value: object, problem: str) -> DurationError:
+    return DurationError(f"{flag}: invalid duration {_shown(value)} ({problem})")
+
+
+def _checked(seconds: float, value: object, flag: str) -> float:
+    if math.isnan(seconds) or math.isinf(seconds):
+        raise _refused(flag, value, "must be a finite number")
+    if seconds < 0:
+        raise _refused(flag, value, "must not be negative")
+    return seconds
 
 
 def parse_duration(text: str, *, flag: str) -> float:
@@ -68,17 +69,14 @@ def parse_duration(text: str, *, flag: str) -> float:
             raise ValueError(number)
         value = float(number)
     except ValueError:
-        raise DurationError(
-            f"{flag}: invalid duration {_shown(text)} (use a number of seconds, "
-            "optionally with a suffix s, m, h or d, e.g. 30s, 5m, 1.5h)"
+        raise _refused(
+            flag,
+            text,
+            "use a number of seconds, optionally with a suffix s, m, h or d, e.g. 30s, 5m, 1.5h",
         ) from None
-    if math.isnan(value) or math.isinf(value):
-        raise DurationError(f"{flag}: invalid duration {_shown(text)} (must be a finite number)")
-    if value < 0:
-        raise DurationError(f"{flag}: invalid duration {_shown(text)} (must not be negative)")
-    seconds = value * _UNIT_SECONDS[unit]
+    seconds = _checked(value, text, flag) * _UNIT_SECONDS[unit]
     if math.isinf(seconds):  # a finite number times a unit can still overflow: "1e308d"
-        raise DurationError(f"{flag}: invalid duration {_shown(text)} (too large)")
+        raise _refused(flag, text, "too large")
     return seconds
 
 
@@ -86,8 +84,7 @@ def duration_seconds(value: object, *, flag: str) -> float:
     """Any duration a door accepts, as seconds: a string as the CLI takes it, a number, a
     :class:`~datetime.timedelta`; :class:`DurationError` naming ``flag`` if it is no duration.
 
-    A value of the wrong type (``True``, a list) raises :class:`TypeError`: that is a
-    mistake in a program, not in what a person typed.
+    A value of the wrong type (``True``, a list) is a program's mistake: :class:`TypeError`.
     """
     if isinstance(value, str):
         return parse_duration(value, flag=flag)
@@ -105,21 +102,12 @@ def duration_seconds(value: object, *, flag: str) -> float:
     try:
         seconds = float(value)
     except OverflowError:  # an integer beyond any float
-        problem = "must not be negative" if value < 0 else "too large"
-        raise DurationError(f"{flag}: invalid duration {_shown(value)} ({problem})") from None
-    if math.isnan(seconds) or math.isinf(seconds):
-        raise DurationError(f"{flag}: invalid duration {_shown(value)} (must be a finite number)")
-    if seconds < 0:
-        raise DurationError(f"{flag}: invalid duration {_shown(value)} (must not be negative)")
-    return seconds
+        raise _refused(flag, value, "must not be negative" if value < 0 else "too large") from None
+    return _checked(seconds, value, flag)
 
 
 def seconds_for_json(seconds: float) -> float | None:
-    """A duration as JSON can hold it: ``None`` (``null``) for an endless one.
-
-    JSON has no infinity, and an endless grace ("never escalate") is a real
-    setting (``tether timeout`` without ``-k``); :func:`seconds_from_json` reads it back.
-    """
+    """A duration as JSON can hold it: ``null`` for an endless one (a grace never escalating)."""
     return None if math.isinf(seconds) else seconds
 
 

@@ -29,15 +29,16 @@ class Verdict(DeclaredValue, kw_only=True):
     """How the run ended, as far as the core can know it; times are the events' (monotonic).
 
     ``returncode`` is ``None`` when the command never started or never exited
-    (``unkillable`` then says it could not be killed within the settle bound).
-    ``idle_seconds``: how long the run had been idle when stopped for it, else ``None``.
+    (``unkillable`` then says it could not be killed within the settle bound);
+    ``stop_started_at`` ``None`` when it was never stopped. ``idle_seconds``: how
+    long the run had been idle when stopped for it, else ``None``.
     """
 
     reason: Reason
     exit_status: int
-    returncode: int | None
-    escalated_to_sigkill: bool
-    stop_started_at: float | None
+    returncode: int | None = None
+    escalated_to_sigkill: bool = False
+    stop_started_at: float | None = None
     finished_at: float
     unkillable: bool = False
     launch_errno: int | None = None

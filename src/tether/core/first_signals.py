@@ -1,23 +1,10 @@
 """What a watching run certainly sends its tree first: the one decision taken ahead of the core.
 
-A run that is watching its command answers a request to stop (the caller
-gone, a cancel, time out now) or an overdue deadline with the stop signal and
-then SIGCONT, and a request to kill now with SIGKILL; whatever else the same
-step decides (the reason, the grace, an escalation at once for a grace of
-zero) comes after those signals. That much is certain before the machine is
-fed, so an adapter that has the command's group at hand may send those
-signals to it first and feed the core afterwards: the sentry does, while the
-loop is still loading and no core exists, and the loop does, before it feeds
-the core and walks ``/proc``. The core then decides what was already done,
-and the adapter does not send the group the same signal twice.
-
-This module holds the rule once, for the machine (:meth:`RunMachine.first_signals
-<tether.core.machine.RunMachine.first_signals>`, which knows the phase) and for
-the sentry, which cannot load the machine (``transitions``) before it acts.
-``tests/test_machine_properties.py`` checks that what it promises is always
-the start of what the machine then sends.
-
-Pure and small: the sentry imports it before its thread starts.
+A stop asked for, or an overdue deadline, sends the stop signal then SIGCONT; a kill
+now sends SIGKILL; whatever else the step decides comes after. The sentry (before any
+core exists) and the loop (before it feeds the core) send these at once: one rule for
+both (docs/architecture.md, "The adapter is thin"), checked against the machine by
+``tests/test_machine_properties.py``. Small: the sentry imports it before its thread starts.
 """
 
 from __future__ import annotations

@@ -1,27 +1,8 @@
-"""Durations exactly as GNU ``timeout`` reads them, for ``tether timeout``.
+"""Durations exactly as GNU ``timeout`` reads them (``strtod``, then one unit letter), for
+``tether timeout``: every rule, from ``" 5"`` to ``1e-10000``, in docs/timeout.md, "Options".
 
-``tether run`` reads durations strictly (:mod:`tether.core.durations`): a
-promise about when a command stops should not be guessed at. ``tether
-timeout`` has another promise to keep: to read every duration a script
-already passes to GNU ``timeout`` the way GNU does, so that swapping one for
-the other changes nothing. GNU reads the number with C's ``strtod``, then one
-optional unit letter, and so does this module:
-
-* leading white space is skipped, trailing white space is not (``" 5"`` is
-  five seconds, ``"5 "`` is refused);
-* decimal (``1.5``, ``.5``, ``5.``, ``1e3``), hexadecimal (``0x10``,
-  ``0x1p-2``) and ``inf``/``infinity`` are numbers; ``nan`` is refused;
-* a value too large for any clock (``1e5000``, ``1.19e+4932``, ``inf``, or a
-  finite number that a unit makes overflow) is "practically forever":
-  :data:`FOREVER`, never an error;
-* a positive value too small for a ``double`` (``1e-10000``) underflows to
-  the smallest positive interval, so it times out at once, rather than
-  becoming ``0`` (which disables the timeout); a negative one, however small
-  (``-1e-10000``), is refused, and so is any negative number except ``-0``.
-
-Pure: no clock, no I/O. Plain decimals (``5``, ``0.5m``) are read without
-:mod:`re`, which ``timeout 5 true`` would otherwise import for one word
-(about a millisecond, every call); anything else goes through the pattern.
+Plain decimals (``5``, ``0.5m``) are read without :mod:`re`, which ``timeout 5 true``
+would otherwise import for one word (about a millisecond); anything else goes through it.
 """
 
 from __future__ import annotations
@@ -58,11 +39,8 @@ _DIGITS: Final = frozenset("0123456789")
 
 
 def parse_gnu_duration(text: str) -> float | None:
-    """Seconds for ``text`` as GNU ``timeout`` reads it; ``None`` if GNU refuses it.
-
-    ``0`` disables the timeout, :data:`FOREVER` means never, anything else is
-    a positive number of seconds (at least :data:`SMALLEST`).
-    """
+    """Seconds for ``text`` as GNU ``timeout`` reads it (``0``: no timeout; at least
+    :data:`SMALLEST` otherwise); ``None`` if GNU refuses it."""
     read = _plain(text) or _read(text)
     if read is None:
         return None

@@ -1,19 +1,13 @@
 """A command-line word quoted as GNU tools quote it in their messages (gnulib's ``quote``).
 
-``tether timeout`` says ``failed to run command '\\377'`` where a word holds a
-byte that is not UTF-8, as GNU ``timeout`` does, not Python's ``'\\udcff'``.
-In the C locale GNU writes every byte outside printable ASCII as three octal
-digits; in a UTF-8 locale it keeps printable characters as they are and
-writes only the bytes that are not UTF-8, and control characters, in octal.
-GNU quotes with curly quotes (U+2018, U+2019) in a UTF-8 locale; tether keeps ``'…'`` there, as in
-all its messages, and so escapes ``'`` (``\\'``) in both.
-
-Pure: the locale is read from the environment given.
+``failed to run command '\\377'`` for a byte that is not UTF-8, as GNU ``timeout``
+says it (octal for every non-printable byte in the C locale; in a UTF-8 locale for
+bytes that are not UTF-8 and control characters), with ``'...'`` quotes, never
+curly ones, so ``'`` is escaped. Pure: the locale is read from the environment given.
 """
 
 from __future__ import annotations
 
-# On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -328,9 +328,6 @@ class _Run:
         verdict = Verdict(
             reason=Reason.LAUNCH_FAILED,
             exit_status=status,
-            returncode=None,
-            escalated_to_sigkill=False,
-            stop_started_at=None,
             finished_at=self.now,
             launch_errno=event.errno,
             launch_error=event.message,

@@ -1,15 +1,8 @@
 """The one reading of a number that a person typed, for every door (options and variables).
 
-``int()`` and ``float()`` read more than people write on a command line:
-digits of any script (``٣`` is three, an Arabic-Indic one point five a number too), digit-grouping
-underscores (``1_0`` is ten), surrounding spaces, and ``int()`` refuses more
-than 4300 digits with an error of its own (a traceback, if nobody expected
-it). Every door reads numbers through here instead: ASCII only, no
-underscores, no hexadecimal, at most :data:`MAX_CHARACTERS` characters. What
-is refused is refused by the caller with a message that names the option
-(:func:`shown` keeps a hostile value short in it).
-
-Pure: no I/O, no clock, no ``re``.
+ASCII digits only, no underscores, no hexadecimal, at most :data:`MAX_CHARACTERS`
+characters, where ``int()`` and ``float()`` take other scripts' digits, ``1_0`` and
+spaces (docs/cli.md, "Numbers"); :func:`shown` keeps a hostile value short in a message.
 """
 
 from __future__ import annotations
@@ -41,13 +34,8 @@ def whole_number(text: str) -> int | None:
 
 
 def decimal_text(text: str) -> bool:
-    """Whether ``float()`` may read ``text`` as a person meant it.
-
-    ASCII digits, at most one point, an optional sign and exponent (``1.5``,
-    ``.5``, ``2e3``), or the words ``inf`` and ``nan`` (which the caller
-    refuses with its own words); no underscores, no hexadecimal, no other
-    script's digits, at most :data:`MAX_CHARACTERS` characters.
-    """
+    """Whether ``float()`` may read ``text`` as a person meant it: ASCII digits, a point, a sign
+    and an exponent (``1.5``, ``.5``, ``2e3``), or ``inf`` and ``nan`` (the caller refuses them)."""
     if not text or too_long(text):
         return False
     if text.lstrip("+-").lower() in ("inf", "infinity", "nan"):
@@ -56,12 +44,8 @@ def decimal_text(text: str) -> bool:
 
 
 def shown(text: str) -> str:
-    """``text`` for a message: quoted, and cut after :data:`MAX_CHARACTERS` characters.
-
-    Cut further where its escapes would make it long (a control character
-    or an unprintable one is shown as up to ten), so that a message stays
-    about two lines' worth whatever the input.
-    """
+    """``text`` for a message: quoted, cut after :data:`MAX_CHARACTERS` characters, and
+    further where its escapes would make it long (about two lines whatever the input)."""
     kept = text[:MAX_CHARACTERS]
     while len(repr(kept)) > 2 * MAX_CHARACTERS:
         kept = kept[:-1]

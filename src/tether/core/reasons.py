@@ -1,21 +1,14 @@
 """Why a run ended, and the exit status every door reports for it.
 
-The vocabulary is closed on purpose: five reasons from the seed supervisor,
-one added for the caller's side (``supervisor_lost``) and one for a run that
-stalled (``idle_exceeded``, its ``idle`` bound), so that an operator can
-group a thousand records by ``reason`` and a script can branch on it without
-parsing prose. The exit statuses follow GNU ``timeout`` where it has an answer
-(124, 125, 126, 127, 128+N) and the seed where it does not (130 for a run that
-was stopped rather than allowed to finish).
-
-Pure: nothing here touches the operating system.
+A closed vocabulary an operator can group records by; the statuses follow GNU
+``timeout`` where it has an answer (124 to 127, 128+N) and the seed where it
+does not (130). See docs/record.md, ``reason``, and docs/cli.md, "Exit status".
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-# On the path to the command's launch: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
@@ -29,17 +22,6 @@ __all__ = [
     "Reason",
     "status_of",
 ]
-
-#: The deadline passed and the command was stopped.
-DEADLINE_EXCEEDED: Final = 124
-#: tether itself failed: bad usage, an unwritable record, a lost supervisor.
-TETHER_FAILED: Final = 125
-#: The command was found but could not be executed.
-CANNOT_EXECUTE: Final = 126
-#: The command was not found.
-NOT_FOUND: Final = 127
-#: The command was stopped because somebody asked or its caller died.
-STOPPED: Final = 130
 
 
 class Reason(StrEnum):
@@ -57,6 +39,18 @@ class Reason(StrEnum):
     #: written by the caller that noticed, or said by a supervisor's last resort
     #: when even it does not know.
     SUPERVISOR_LOST = "supervisor_lost"
+
+
+#: The deadline passed and the command was stopped.
+DEADLINE_EXCEEDED: Final = 124
+#: tether itself failed: bad usage, an unwritable record, a lost supervisor.
+TETHER_FAILED: Final = 125
+#: The command was found but could not be executed.
+CANNOT_EXECUTE: Final = 126
+#: The command was not found.
+NOT_FOUND: Final = 127
+#: The command was stopped because somebody asked or its caller died.
+STOPPED: Final = 130
 
 
 def status_of(returncode: int) -> int:

@@ -269,12 +269,7 @@ def build_lost_document(
     ``message`` (one line, no argv) becomes ``tether_error``.
     """
     verdict = Verdict(
-        reason=Reason.SUPERVISOR_LOST,
-        exit_status=TETHER_FAILED,
-        returncode=None,
-        escalated_to_sigkill=False,
-        stop_started_at=None,
-        finished_at=elapsed_seconds,
+        reason=Reason.SUPERVISOR_LOST, exit_status=TETHER_FAILED, finished_at=elapsed_seconds
     )
     facts = RunFacts(
         spec=spec,
