@@ -33,6 +33,9 @@ __all__ = ["HERE", "HOLDER", "Doors", "Started"]
 
 HERE = Path(__file__).resolve().parent
 
+#: A shell that runs its arguments as its child and waits (it does not ``exec`` them).
+_IN_SHELL = '"$@"; exit $?'
+
 #: A caller that does nothing but hold the descriptors it was given until it dies.
 HOLDER = "import signal\nwhile True:\n    signal.pause()\n"
 
@@ -113,8 +116,10 @@ class Doors:
         record: bool = True,
         process_group: int | None = None,
         env: dict[str, str] | None = None,
+        shell: bool = False,
     ) -> Started:
-        """``tether run --deadline D --grace G --record R -- COMMAND``."""
+        """``tether run --deadline D --grace G --record R -- COMMAND``; with ``shell``, run by
+        a ``/bin/sh`` that waits for it (the process the benchmark started is that shell)."""
         path = self.record_path(token) if record else None
         where = ["--record", str(path)] if path else ["--no-record"]
         argv = [
@@ -128,6 +133,8 @@ class Doors:
             "--",
             *command,
         ]
+        if shell:
+            argv = ["/bin/sh", "-c", _IN_SHELL, "sh", *argv]
         extra: dict[str, object] = {"env": env}
         if process_group is not None:
             extra["process_group"] = process_group
@@ -193,10 +200,18 @@ class Doors:
 
     # -- callers that can die -----------------------------------------------------
 
-    def holder(self, write_ends: tuple[int, ...], process_group: int | None = None) -> int:
-        """Give ``write_ends`` to a new holder process (the caller); close our copies."""
+    def holder(
+        self, write_ends: tuple[int, ...], process_group: int | None = None, shell: bool = False
+    ) -> int:
+        """Give ``write_ends`` to a new holder process (the caller); close our copies.
+
+        With ``shell``, the holder is run by a ``/bin/sh`` that waits for it; its pid is returned.
+        """
         extra = {} if process_group is None else {"process_group": process_group}
-        popen = self.registry.start([self.python, "-S", "-c", HOLDER], pass_fds=write_ends, **extra)
+        argv = [self.python, "-S", "-c", HOLDER]
+        if shell:
+            argv = ["/bin/sh", "-c", _IN_SHELL, "sh", *argv]
+        popen = self.registry.start(argv, pass_fds=write_ends, **extra)
         for fd in write_ends:
             os.close(fd)
         return popen.pid

@@ -197,11 +197,20 @@ def _finish_trial(
 
 # -- 1. caller SIGKILLed -> command gets SIGTERM ----------------------------------
 
+#: When measure 1 kills the caller: as a user does, once the command runs (``at once``), or
+#: once the supervisor has gone idle (``idle``: its CPU time stopped moving for 0.1 s).
+MOMENTS = ("at once", "idle")
+
 
 def caller_death(
-    bench: Bench, trials: int, never_trials: int, never_after: float
+    bench: Bench, trials: int, never_trials: int, never_after: float, moment: str = "at once"
 ) -> dict[str, Series]:
-    """Kill the caller with SIGKILL while the supervisor idles; time the command's SIGTERM."""
+    """SIGKILL the caller's process group at ``moment``; time the command's SIGTERM.
+
+    The caller is a ``/bin/sh`` that runs what holds the lifeline as its child
+    (``tether run`` itself; the seed door's holder), in a process group of its
+    own, as a user's shell runs a job; the benchmark kills that group.
+    """
     contenders = (*bench.contenders(), FLOOR)
     series = {door: Series() for door in contenders}
     series["timeout"].never = {"trials": 0, "alive": 0, "after_s": never_after}
@@ -209,28 +218,30 @@ def caller_death(
         for door in _rotate(contenders, turn):
             if door == "timeout" and turn >= never_trials:
                 continue
-            _caller_death_trial(bench, door, series[door], never_after)
+            _caller_death_trial(bench, door, series[door], never_after, moment)
     return series
 
 
 def _start_with_caller(bench: Bench, door: str, token: str) -> tuple[Started | None, int]:
-    """Start ``door``'s command in ``exit`` mode; return it and the pid of its caller."""
+    """Start ``door``'s command in ``exit`` mode; return it and its caller's process group."""
     doors, env = bench.doors, bench.env(door)
     command = doors.command("exit", token)
     if _door(door) == "tether run":
-        started = doors.tether_run(command, token, env=env)
+        started = doors.tether_run(command, token, env=env, process_group=0, shell=True)
         return started, started.popen.pid
     if door == "timeout":
-        return None, doors.timeout_under_shell([command])
+        return None, doors.timeout_under_shell([command], process_group=0)
     read_end, write_end = os.pipe()
-    caller = doors.holder((write_end,))
+    caller = doors.holder((write_end,), process_group=0, shell=True)
     if door == FLOOR:
         doors.eof_reader(token, read_end)
         return None, caller
     return doors.seed(command, token, read_end=read_end, env=env), caller
 
 
-def _caller_death_trial(bench: Bench, door: str, series: Series, never_after: float) -> None:
+def _caller_death_trial(
+    bench: Bench, door: str, series: Series, never_after: float, moment: str
+) -> None:
     token = bench.doors.token()
     started: Started | None = None
     waiter = Waiter(bench.channel)
@@ -243,11 +254,12 @@ def _caller_death_trial(bench: Bench, door: str, series: Series, never_after: fl
         bench.registry.track(ready.pid)
         # The floor's reader is the benchmark's child: it has no supervisor but itself.
         watched = ready.pid if door == FLOOR else ready.ppid
-        settle([watched], quiet=0.1, bound=BOUND)
+        if moment == "idle":
+            settle([watched], quiet=0.1, bound=BOUND)
         waiter.watch("supervisor", bench.registry.track(watched))
         waiter.watch("caller", bench.registry.pidfd(caller))
         asked = time.monotonic()
-        os.kill(caller, signal.SIGKILL)
+        os.killpg(caller, signal.SIGKILL)
         if door == "timeout":
             waiter.until(lambda: bench.channel.find("term", token) is not None, never_after)
             _count_never(bench, series, bench.channel.find("term", token), ready.pid, asked)
@@ -265,14 +277,30 @@ def _caller_death_trial(bench: Bench, door: str, series: Series, never_after: fl
             series.failures.append(f"{token}: no SIGTERM reached the command")
             return
         series.samples.append(_ms(term.stamp - asked))
+        series.add_extra("killed_after_ready", _ms(asked - ready.stamp))
         if "supervisor" in waiter.gone:
             series.add_extra("supervisor_gone_after_kill", _ms(waiter.gone["supervisor"] - asked))
         if started is not None:
             started.popen.wait(BOUND)
-            _check_record(series, started, "parent_lost")
+            record = _check_record(series, started, "parent_lost")
+            heard = _lifeline_closed_at(started.record) if record is not None else None
+            if heard is not None:
+                series.add_extra("lifeline_end_heard_after_kill", _ms(heard - asked))
     finally:
         waiter.close()
         _finish_trial(bench, series, started, token, leftovers=door == "timeout")
+
+
+def _lifeline_closed_at(record: Path | None) -> float | None:
+    """The supervisor's monotonic stamp of the lifeline's end of file, from its event log."""
+    if record is None:
+        return None
+    with contextlib.suppress(OSError, ValueError):
+        for line in record.with_name(record.stem + ".events.jsonl").read_text().splitlines():
+            event = json.loads(line)
+            if event.get("event") == "lifeline_closed" and isinstance(event.get("mono"), float):
+                return float(event["mono"])
+    return None
 
 
 def _count_never(

@@ -42,7 +42,8 @@ class Target:
 
 
 LATENCY = (
-    Target("caller_death", "1. caller SIGKILLed → command gets SIGTERM", 1.0),
+    Target("caller_death", "1. caller SIGKILLed once the command runs → SIGTERM", 1.0),
+    Target("caller_death_idle", "1b. caller SIGKILLed once the supervisor idles → SIGTERM", 1.0),
     Target("overshoot", "2. deadline overshoot (SIGTERM - asked - deadline)", 3.0, 10.0),
     Target(
         "teardown", "3. teardown: command exits on SIGTERM → supervisor gone, record durable", 5.0

@@ -198,10 +198,13 @@ def measure(
     }
     try:
         if "caller_death" in only:
-            _say("1. caller SIGKILLed -> SIGTERM")
-            latency["caller_death"] = _series(
-                measures.caller_death(bench, plan.trials, plan.never_trials, plan.never_after)
-            )
+            for key, moment in (("caller_death", "at once"), ("caller_death_idle", "idle")):
+                _say(f"1. caller SIGKILLed ({moment}) -> SIGTERM")
+                latency[key] = _series(
+                    measures.caller_death(
+                        bench, plan.trials, plan.never_trials, plan.never_after, moment
+                    )
+                )
         if "deadline" in only:
             _say("2, 3. deadline overshoot and teardown")
             overshoot, teardown = measures.deadline_and_teardown(bench, plan.trials)

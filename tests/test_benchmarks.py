@@ -144,7 +144,7 @@ def _results() -> dict[str, object]:
 
 def test_markdown_says_what_met_its_target() -> None:
     text = markdown(_results())
-    assert "| 1. caller SIGKILLed → command gets SIGTERM | tether run | 3 | 0.700 |" in text
+    assert "| 1. caller SIGKILLed once the command runs → SIGTERM | tether run | 3 | 0.700 |" in text
     assert "never (∞): 2 of 2 commands still running 0.5 s after the caller's death" in text
     assert "| 5. `true`: whole-run wall time | tether run -- true | 2 | 55.0 (+53.9) |" in text
     assert "| seed door: supervisor | 2 s | 0.000 | 0 | 0 | 0 | **yes** | 20.0 |" in text
@@ -219,9 +219,13 @@ def test_one_trial_of_each_latency_measure(bench: Bench) -> None:
     assert len(death["tether run"].samples) == 1
     assert len(death["seed door"].samples) == 1
     assert death["timeout"].never == {"trials": 1, "alive": 1, "after_s": 0.3}
+    # Killed as a user kills it: the shell that runs the caller, by its process group.
+    assert "lifeline_end_heard_after_kill" in death["tether run"].extra
+    idle = measures.caller_death(bench, trials=1, never_trials=0, never_after=0.3, moment="idle")
+    assert len(idle["tether run"].samples) == len(idle["seed door"].samples) == 1
     overshoot, teardown = measures.deadline_and_teardown(bench, trials=1)
     escalation = measures.escalation(bench, trials=1, grace=0.1)
-    for result in (overshoot, teardown, escalation, death):
+    for result in (overshoot, teardown, escalation, death, idle):
         for door, series in result.items():
             assert not series.failures, (door, series.failures)
     for result in (overshoot, teardown, escalation):
