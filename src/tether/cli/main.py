@@ -28,7 +28,7 @@ __all__ = ["console_main", "main", "timeout_program"]
 def _main_parser() -> argparse.ArgumentParser:
     # Here: ``tether timeout`` never needs argparse.
     from tether.cli.parsers import UsageParser
-    from tether.cli.review import add_ls_parser, add_prune_parser, add_show_parser
+    from tether.cli.review import add_review_parsers
 
     parser = UsageParser(
         prog="tether",
@@ -41,9 +41,7 @@ def _main_parser() -> argparse.ArgumentParser:
         "timeout",
         help="a drop-in for GNU timeout, with tether's guarantees (tether timeout --help)",
     )
-    add_show_parser(sub)
-    add_ls_parser(sub)
-    add_prune_parser(sub)
+    add_review_parsers(sub)
     return parser
 
 
@@ -62,10 +60,7 @@ def console_main() -> int:
     from when this process started (docs/cli.md, "The deadline")."""
     if os.path.basename(sys.argv[0]) == "timeout":
         return timeout_program()
-    quiet_interrupts()
-    asked_at = process_started_at(tether._LOADED_AT)
-    _fork_supervisors()
-    status = main(asked_at=asked_at)
+    status = main(asked_at=_as_program())
     if sys.argv[1:2] in (["run"], ["timeout"]):
         return _exit_at_once(status)
     return status
@@ -73,13 +68,19 @@ def console_main() -> int:
 
 def timeout_program() -> int:
     """The ``timeout`` program (the launcher's and the ``timeout`` symlink's): GNU's arguments."""
-    quiet_interrupts()
-    asked_at = process_started_at(tether._LOADED_AT)
-    _fork_supervisors()
+    asked_at = _as_program()
     from tether.cli.timeout import main as timeout_main
 
     status = timeout_main(sys.argv[1:], asked_at=asked_at, program="timeout")
     return _exit_at_once(status)
+
+
+def _as_program() -> float:
+    """Set up this process as a program of tether's own; when it was asked for (monotonic)."""
+    quiet_interrupts()
+    asked_at = process_started_at(tether._LOADED_AT)
+    _fork_supervisors()
+    return asked_at
 
 
 def _exit_at_once(status: int) -> int:

@@ -32,10 +32,13 @@ __all__ = [
 ]
 
 
-def usage_error(program: str, message: str, *, suggestion: str | None = None) -> NoReturn:
+def usage_error(
+    program: str, message: str | None, *, suggestion: str | None = None, as_given: bool = False
+) -> NoReturn:
     """Refuse a command line as GNU tools do (what was wrong, then ``Try '... --help'``); 125."""
     hint = f" (did you mean '{suggestion}'?)" if suggestion else ""
-    say(f"{program}: {message}{hint}")
+    if message is not None:
+        say(f"{program}: {message}{hint}", as_given=as_given)
     say(f"Try '{program} --help' for more information.")
     raise SystemExit(TETHER_FAILED)
 

@@ -15,10 +15,13 @@ if TYPE_CHECKING:
 
     from _typeshed import SupportsWrite
 
-__all__ = ["GnuStyleParser", "Option", "UsageParser", "add_options"]
+    #: An option as a table row: its flags, its metavar (``None``: a switch), its help, and
+    #: any other keywords of ``add_argument``.
+    Option = (
+        tuple[tuple[str, ...], str | None, str] | tuple[tuple[str, ...], str, str, dict[str, Any]]
+    )
 
-#: An option as a table row: its flags, its metavar (``None``: a switch), its help.
-Option = tuple[tuple[str, ...], str | None, str]
+__all__ = ["GnuStyleParser", "UsageParser", "add_options"]
 
 
 class UsageParser(argparse.ArgumentParser):
@@ -51,11 +54,11 @@ class UsageParser(argparse.ArgumentParser):
 
 def add_options(parser: argparse.ArgumentParser, *options: Option) -> None:
     """Add each :data:`Option`; one whose flag is a bare name is an optional positional."""
-    for flags, metavar, text in options:
+    for flags, metavar, text, *more in options:
         if metavar is None:
             parser.add_argument(*flags, action="store_true", help=text)
         elif flags[0].startswith("-"):
-            parser.add_argument(*flags, metavar=metavar, help=text)
+            parser.add_argument(*flags, metavar=metavar, help=text, **(more[0] if more else {}))
         else:
             parser.add_argument(*flags, nargs="?", metavar=metavar, help=text)
 

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import argparse
 
-from tether.cli.parsers import Option, add_options
+from tether.cli.parsers import add_options
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tether.cli.parsers import Option
 
 __all__ = [
     "EXAMPLES",

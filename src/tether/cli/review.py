@@ -19,27 +19,83 @@ from tether.cli.parsers import UsageParser, add_options
 from tether.core.reasons import Reason
 from tether.shared.paths import default_records_dir
 
-__all__ = ["add_ls_parser", "add_prune_parser", "add_show_parser", "ls", "prune", "show"]
+__all__ = ["add_review_parsers", "ls", "prune", "show"]
 
 
-def add_show_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
-    show = sub.add_parser(
-        "show",
-        help="tell the story of one run (tether show --help)",
-        description="Show one run for a person: the verdict (why it ended, exit status, how it "
-        "was stopped, resources) and the timeline of its event log in seconds since tether was "
-        "asked to run it. RUN is a record (.json) or its event log (.events.jsonl), either finds "
-        "the other; or a record's name as tether ls prints it, or a label (the newest run with "
-        "it), both looked up in the default records directory from any directory.",
-        epilog="Colour only on a terminal, and never when NO_COLOR is set. --follow looks for "
-        "new lines four times a second while the run goes on. Exit status: 0 shown "
-        "(even if the record or the log is missing, or the log's last line is cut short: the "
-        "gaps are named on stderr; with --follow, followed to the run's end, or to its "
-        "supervisor's loss), 125 nothing to show (not a tether record or event log, "
-        "unreadable, missing), 130 --follow interrupted (Ctrl-C).",
-    )
+#: Each review subcommand's help, description and epilog (prose, see :func:`_prose`).
+_TEXTS = {
+    "show": (
+        "tell the story of one run (tether show --help)",
+        """
+        Show one run for a person: the verdict (why it ended, exit status, how it was stopped,
+        resources) and the timeline of its event log in seconds since tether was asked to run it.
+        RUN is a record (.json) or its event log (.events.jsonl), either finds the other; or a
+        record's name as tether ls prints it, or a label (the newest run with it), both looked up in
+        the default records directory from any directory.
+        """,
+        """
+        Colour only on a terminal, and never when NO_COLOR is set. --follow looks for new lines four
+        times a second while the run goes on. Exit status: 0 shown (even if the record or the log is
+        missing, or the log's last line is cut short: the gaps are named on stderr; with --follow,
+        followed to the run's end, or to its supervisor's loss), 125 nothing to show (not a tether
+        record or event log, unreadable, missing), 130 --follow interrupted (Ctrl-C).
+        """,
+    ),
+    "ls": (
+        "list the runs in a records directory (tether ls --help)",
+        """
+        List the runs recorded in DIR, newest first: when each started (local time), its label, what
+        ran (the script or module an interpreter ran: evaluate.py for python evaluate.py, pkg.mod
+        for python -m pkg.mod, python -c; else the command's name), why it ended, its exit status,
+        how long it took, whether SIGKILL was needed, and the record's name (tether show NAME shows
+        it, from any directory). Runs with no record yet come first, from their event logs: running
+        (since when, for how long, the deadline left, the supervisor's and the command's pids) or
+        lost (the supervisor is gone; a pid counts only if that process started before the launch).
+        """,
+        """
+        Files that are not tether records are skipped, each named on stderr. Exit status: 0 listed
+        (even nothing), 125 bad option or DIR unreadable.
+        """,
+    ),
+    "prune": (
+        "remove old runs from a records directory (tether prune --help)",
+        """
+        Remove the runs DIR does not keep: all but the newest --keep runs, and those older than
+        --older-than. Only finished tether runs go (a record and its event log); a run in progress,
+        a file that is not a tether record and a symbolic link are never touched. Empty cgroups a
+        lost (SIGKILLed) supervisor left below this process's own, named by tether, go too. The
+        default directory is also pruned as runs are written into it (at most TETHER_KEEP_RUNS runs,
+        default 10000, none older than TETHER_KEEP_DAYS days, default 30; 0 means no bound).
+        """,
+        """
+        The names of the runs removed (or, with --dry-run, that would be) go to stdout, one a line,
+        oldest first; a summary to stderr. Exit status: 0 done, 125 bad option or DIR unusable.
+        """,
+    ),
+}
+
+
+#: ``ls --reason``'s help: the reasons a run ends, and the states of one without a record.
+_REASON_HELP = (
+    "only runs that ended for this reason (repeat it, or R1,R2): "
+    + ", ".join(reason.value for reason in Reason)
+    + "; or running, lost (runs with no record yet)"
+)
+
+
+def _prose(text: str) -> str:
+    """``text`` with one space between its words, as argparse prints it."""
+    return " ".join(text.split())
+
+
+def add_review_parsers(sub: argparse._SubParsersAction[UsageParser]) -> None:
+    """Add ``show``, ``ls`` and ``prune`` to ``sub``: their words in :data:`_TEXTS`."""
+    made = {
+        name: sub.add_parser(name, help=summary, description=_prose(about), epilog=_prose(epilog))
+        for name, (summary, about, epilog) in _TEXTS.items()
+    }
     add_options(
-        show,
+        made["show"],
         (("path",), "RUN",
          "a record or event log path, a record's name from tether ls, or a label"),
         (("--last",), None, "show the newest run in the default records directory"),
@@ -50,39 +106,11 @@ def add_show_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
          "(one JSON object a line with --json), and end when the run ends; a finished run is "
          "printed whole"),
     )  # fmt: skip
-
-
-def add_ls_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
-    ls = sub.add_parser(
-        "ls",
-        help="list the runs in a records directory (tether ls --help)",
-        description="List the runs recorded in DIR, newest first: when each started (local "
-        "time), its label, what ran (the script or module an interpreter ran: evaluate.py for "
-        "python evaluate.py, pkg.mod for python -m pkg.mod, python -c; else the command's "
-        "name), why it ended, its exit status, how long it took, "
-        "whether SIGKILL was needed, and the record's name (tether show NAME shows it, from any "
-        "directory). Runs with no record yet come first, from their event logs: running (since "
-        "when, for how long, the deadline left, the supervisor's and the command's pids) or lost "
-        "(the supervisor is gone; a pid counts only if that process started before the launch).",
-        epilog="Files that are not tether records are skipped, each named on stderr. Exit "
-        "status: 0 listed (even nothing), 125 bad option or DIR unreadable.",
-    )
     add_options(
-        ls,
+        made["ls"],
         (("directory",), "DIR", "where the records are (default: $XDG_STATE_HOME/tether/runs, "
          "where tether run writes them)"),
-    )  # fmt: skip
-    ls.add_argument(
-        "--reason",
-        action="append",
-        default=[],
-        metavar="R",
-        help="only runs that ended for this reason (repeat it, or R1,R2): "
-        + ", ".join(reason.value for reason in Reason)
-        + "; or running, lost (runs with no record yet)",
-    )
-    add_options(
-        ls,
+        (("--reason",), "R", _REASON_HELP, {"action": "append", "default": []}),
         (("--since",), "WHEN", "only runs started within the last WHEN (30m, 12h, 7d) or since an "
          "ISO date/time (2024-05-01, 2024-05-01T12:00; local time unless it has an offset)"),
         (("--until",), "WHEN", "only runs started at or before WHEN: a duration ago (1h: started "
@@ -92,25 +120,8 @@ def add_ls_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
         (("--label",), "PATTERN", "only runs whose label matches (shell pattern: eval-*)"),
         (("--json",), None, "print a JSON array of the runs: those in progress, then the records"),
     )  # fmt: skip
-
-
-def add_prune_parser(sub: argparse._SubParsersAction[UsageParser]) -> None:
-    prune = sub.add_parser(
-        "prune",
-        help="remove old runs from a records directory (tether prune --help)",
-        description="Remove the runs DIR does not keep: all but the newest --keep runs, and "
-        "those older than --older-than. Only finished tether runs go (a record and its event "
-        "log); a run in progress, a file that is not a tether record and a symbolic link are "
-        "never touched. Empty cgroups a lost (SIGKILLed) supervisor left below this process's own, "
-        "named by tether, go too. The default directory is also pruned as runs are written into it "
-        "(at most TETHER_KEEP_RUNS runs, default 10000, none older than TETHER_KEEP_DAYS days, "
-        "default 30; 0 means no bound).",
-        epilog="The names of the runs removed (or, with --dry-run, that would be) go to stdout, "
-        "one a line, oldest first; a summary to stderr. Exit status: 0 done, 125 bad option or "
-        "DIR unusable.",
-    )
     add_options(
-        prune,
+        made["prune"],
         (("directory",), "DIR", "the records directory (default: $XDG_STATE_HOME/tether/runs)"),
         (("--older-than",), "DUR", "remove runs that started longer ago than DUR (7d, 12h; "
          "default: TETHER_KEEP_DAYS)"),

@@ -14,7 +14,7 @@ import sys
 import time
 
 from tether._version import __version__
-from tether.cli.messages import say, stderr_failed, write_out
+from tether.cli.messages import say, stderr_failed, usage_error, write_out
 from tether.cli.timeout_options import OptionError, read_command_line
 from tether.core.reasons import DEADLINE_EXCEEDED, TETHER_FAILED, Reason, status_of
 
@@ -85,10 +85,7 @@ class _Program:
 
 def _usage_error(message: str | None, *, as_given: bool = False) -> NoReturn:
     """Refuse the command line (125); ``as_given``: as getopt, with bytes as they were given."""
-    if message is not None:
-        say(f"{_Program.name}: {message}", as_given=as_given)
-    say(f"Try '{_Program.name} --help' for more information.")
-    raise SystemExit(TETHER_FAILED)
+    usage_error(_Program.name, message, as_given=as_given)
 
 
 def _print_and_exit(text: str) -> NoReturn:

@@ -229,13 +229,11 @@ def _reason_cell(record: Mapping[str, object]) -> str:
 def _row(
     path: Path, record: Mapping[str, object], directory: Path | None, *, host: bool = False
 ) -> list[str]:
-    label = record.get("variant")
     status = _int(record.get("supervisor_exit_code"))
     escalated = record.get("escalated_to_sigkill")
-    shown_path = path.name if directory is not None and path.parent == directory else str(path)
     cells = [
         _local(record.get("started_at")),
-        _safe(label) if isinstance(label, str) else "-",
+        _label_cell(record),
         _what_ran(record.get("command"), record.get("script")),
         _reason_cell(record),
         "?" if status is None else str(status),
@@ -245,9 +243,18 @@ def _row(
     if host:
         cells.append(_safe(record.get("hostname")))
     widths = [_REASON_WIDTH if column == _REASON else _CELL_WIDTH for column in range(len(cells))]
-    return [_cell(cell, width) for cell, width in zip(cells, widths, strict=True)] + [
-        _safe(shown_path)
-    ]
+    cut = [_cell(cell, width) for cell, width in zip(cells, widths, strict=True)]
+    return [*cut, _path_cell(path, directory)]
+
+
+def _label_cell(run: Mapping[str, object]) -> str:
+    label = run.get("variant")
+    return _safe(label) if isinstance(label, str) else "-"
+
+
+def _path_cell(path: Path, directory: Path | None) -> str:
+    """A file directly in ``directory`` by its name alone; any other by its path."""
+    return _safe(path.name if directory is not None and path.parent == directory else str(path))
 
 
 def render_table(
@@ -262,25 +269,24 @@ def render_table(
     columns = (*_COLUMNS[:-1], "HOST", _COLUMNS[-1]) if host else _COLUMNS
     cells = [list(columns)] + [_row(path, record, directory, host=host) for path, record in rows]
 
-    def tint(number: int, line: list[str], padded: list[str], widths: list[int]) -> None:
+    def colours(number: int, line: list[str]) -> dict[int, str]:
         record = rows[number - 1][1]
         meaning = paint.meaning(record.get("reason"), _int(record.get("supervisor_exit_code")))
-        for column in (_REASON, _EXIT):
-            padded[column] = paint(line[column], meaning) + " " * (
-                widths[column] - len(line[column])
-            )
+        chosen = {_REASON: meaning, _EXIT: meaning}
         if line[_ESCALATED] == "yes":
-            padded[_ESCALATED] = paint("yes", "33") + " " * (widths[_ESCALATED] - 3)
+            chosen[_ESCALATED] = "33"
+        return chosen
 
-    return _aligned(cells, paint, tint)
+    return _aligned(cells, paint, colours)
 
 
 def _aligned(
     cells: list[list[str]],
     paint: _Paint,
-    tint: Callable[[int, list[str], list[str], list[int]], None],
+    colours: Callable[[int, list[str]], dict[int, str]],
 ) -> str:
-    """``cells`` aligned, the header bold, each row coloured by ``tint``; the last not padded."""
+    """``cells`` aligned, the header bold, the cells of each row in ``colours`` (row number,
+    cells) coloured; the last column not padded."""
     widths = [max(len(line[i]) for line in cells) for i in range(len(cells[0]))]
     lines = []
     for number, line in enumerate(cells):
@@ -289,7 +295,8 @@ def _aligned(
         if number == 0:
             padded = [paint.bold(cell) for cell in padded]
         else:
-            tint(number, line, padded, widths)
+            for column, code in colours(number, line).items():
+                padded[column] = paint(line[column], code) + padded[column][len(line[column]) :]
         lines.append("  ".join(padded))
     return "\n".join(lines) + "\n"
 
@@ -315,20 +322,18 @@ def _left_cell(run: Mapping[str, object]) -> str:
 
 
 def _progress_row(path: Path, run: Mapping[str, object], directory: Path | None) -> list[str]:
-    label = run.get("variant")
-    shown_path = path.name if directory is not None and path.parent == directory else str(path)
     elapsed = run.get("elapsed_seconds")
     cells = [
         _safe(run.get("state")),
         _local(run.get("started_at")),
         "-" if elapsed is None else _seconds_text(elapsed),
         _left_cell(run),
-        _safe(label) if isinstance(label, str) else "-",
+        _label_cell(run),
         _what_ran(run.get("command"), run.get("script")),
         _pid_cell(run.get("supervisor_pid"), run.get("supervisor_alive")),
         _pid_cell(run.get("eval_pid"), run.get("command_alive")),
     ]
-    return [_cell(cell, _CELL_WIDTH) for cell in cells] + [_safe(shown_path)]
+    return [_cell(cell, _CELL_WIDTH) for cell in cells] + [_path_cell(path, directory)]
 
 
 def render_progress_table(
@@ -341,11 +346,10 @@ def render_progress_table(
     paint = _Paint(colour)
     cells = [list(_PROGRESS_HEADER)] + [_progress_row(p, run, directory) for p, run in rows]
 
-    def tint(_number: int, line: list[str], padded: list[str], widths: list[int]) -> None:
-        meaning = "32" if line[0] == RUNNING else "1;31"
-        padded[0] = paint(line[0], meaning) + " " * (widths[0] - len(line[0]))
+    def colours(_number: int, line: list[str]) -> dict[int, str]:
+        return {0: "32" if line[0] == RUNNING else "1;31"}
 
-    return _aligned(cells, paint, tint)
+    return _aligned(cells, paint, colours)
 
 
 def rows_as_json(
