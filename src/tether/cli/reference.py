@@ -12,10 +12,6 @@ import argparse
 
 from tether.cli.parsers import add_options
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from tether.cli.parsers import Option
-
 __all__ = [
     "EXAMPLES",
     "EXIT_STATUSES",
@@ -115,7 +111,7 @@ def _words(name: str, words: tuple[str, ...]) -> dict[str, object]:
 SINCE_EXAMPLES: tuple[str, ...] = ("30m", "12h", "7d", "2024-05-01")
 
 #: ``tether timeout``'s options: (flags, metavar or ``None`` for a switch, help).
-TIMEOUT_OPTIONS: tuple[Option, ...] = (
+TIMEOUT_OPTIONS: tuple[tuple[tuple[str, ...], str | None, str], ...] = (
     (("-p", "--preserve-status"), None,
      "exit with the same status as COMMAND, even when the command times out"),
     (("-f", "--foreground"), None, "let COMMAND read from the terminal and get its signals"),
