@@ -1,18 +1,9 @@
 """The Python API's four functions: ``launch``, ``run`` and their ``async`` twins.
 
-Programs that run many long commands (evaluation runners, job workers) want
-:mod:`subprocess`'s shape — start, wait, stop, a result object — with the
-CLI's guarantee: the command cannot outlive the program, however the program
-dies. So each function is a thin client of the same machinery as ``tether
-run``: the request is built by the builder every door shares, a detached
-supervisor is spawned (the caller is never forked, because it may have
-threads), the caller keeps the lifeline's write end, and the one status client
-reads how the run goes. Their options are declared once
-(:class:`~tether.api.options.LaunchOptions`).
-
-``os.pidfd_open`` is called here directly, deliberately, as trio does: it
-waits for the spawned intermediate, this process's unreaped child, in the
-event loop (readable once it exits), a use with nothing to check first.
+Each is a thin client of the machinery ``tether run`` uses (the shared request builder, a
+detached supervisor, the lifeline, the status client), with :mod:`subprocess`'s shape. What they
+take and do: docs/api.md. ``os.pidfd_open`` is called directly, as trio does, to wait for the
+spawned intermediate in the event loop.
 """
 
 from __future__ import annotations
@@ -59,19 +50,8 @@ def _spawn(function: str, argv: Argv, options: LaunchOptions) -> tuple[Tether, S
 
 
 def launch(argv: Argv, **options: Unpack[LaunchOptions]) -> Tether:
-    """Start ``argv`` under a tether; return once it is running.
-
-    The command is stopped, with its whole process tree, when ``deadline``
-    passes (``None`` or ``0``: never), when you :meth:`~Tether.cancel` or
-    :meth:`~Tether.kill` it, or when this process dies, however it dies.
-    Stopping means SIGTERM, then SIGKILL after ``grace``. Durations are
-    seconds, :class:`~datetime.timedelta` or CLI strings (``"5m"``). The
-    options are :class:`~tether.api.options.LaunchOptions`.
-
-    Raises :class:`ValueError` or :class:`TypeError` for a bad argument and
-    :class:`~tether.LaunchError` (with ``errno``) if the command cannot be
-    started; in both cases nothing is left running. See ``docs/api.md``.
-    """
+    """Start ``argv`` under a tether, stopped with its whole tree at ``deadline``, on
+    :meth:`~Tether.cancel`, or when this process dies; return once it runs (docs/api.md)."""
     tether, spawn = _spawn("launch", argv, options)
     try:
         try:
@@ -88,20 +68,8 @@ def launch(argv: Argv, **options: Unpack[LaunchOptions]) -> Tether:
 
 
 def run(argv: Argv, *, check: bool = False, **options: Unpack[RunOptions]) -> Outcome:
-    """Run ``argv`` to its end under a tether; return the :class:`Outcome` (``subprocess.run``).
-
-    Takes :func:`launch`'s options, and :func:`subprocess.run`'s
-    ``capture_output``, ``input``, ``timeout`` and ``max_output_bytes``
-    (:class:`~tether.api.options.RunOptions`): output sent to
-    :data:`~tether.PIPE` is read while the command runs and lands in
-    ``Outcome.stdout``/``.stderr``. With ``check=True``, raise
-    :class:`~tether.CommandFailed` (a :class:`subprocess.CalledProcessError`)
-    unless the outcome is :attr:`~Outcome.ok`. When ``timeout`` runs out, the
-    tree is stopped as at a deadline, the record written, and
-    :class:`~tether.TimeoutExpired` (a :class:`subprocess.TimeoutExpired`)
-    raised with the output so far. An exception while waiting (Ctrl-C)
-    cancels the command before it propagates.
-    """
+    """Run ``argv`` to its end under a tether; return the :class:`Outcome`, as
+    :func:`subprocess.run` (``check``, ``timeout``, ``capture_output``, ``input``: docs/api.md)."""
     launch_options, data, limit, timeout = _run_options("run", options)
     with launch(argv, **launch_options) as tether:
         exchange = _exchange(tether, data, limit)
@@ -128,12 +96,8 @@ _STREAMS = ("stdout", "stderr")
 def _run_options(
     function: str, options: RunOptions
 ) -> tuple[LaunchOptions, bytes | None, int | None, float | None]:
-    """Split ``run()``'s own options off: ``capture_output`` and ``input`` become pipes.
-
-    ``timeout`` becomes the deadline unless a shorter ``deadline`` was given;
-    it is returned (as given, when it is a number, for the message) only if it
-    is the limit that counts, so that reaching it raises.
-    """
+    """Split ``run()``'s own options off (``capture_output`` and ``input`` become pipes); the
+    ``timeout`` only if it is the deadline that counts, so that reaching it raises."""
     unknown = sorted(set(options) - set(RunOptions.__annotations__))
     if unknown:
         raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
@@ -157,8 +121,7 @@ def _run_options(
     return cast(LaunchOptions, rest), encoded, limit, timeout
 
 
-#: The deadline a ``timeout`` of zero or less becomes: already past when the
-#: command starts, as :mod:`subprocess`'s is (a deadline of 0 means none).
+#: A ``timeout`` of zero or less: already past at the start, as :mod:`subprocess`'s.
 _ALREADY_PAST = 1e-9
 
 
@@ -214,14 +177,8 @@ def _exchange(tether: Tether, data: bytes | None, limit: int | None) -> Exchange
 
 
 async def launch_async(argv: Argv, **options: Unpack[LaunchOptions]) -> Tether:
-    """:func:`launch`, for asyncio: the wait for the supervisor goes through the event loop.
-
-    Only the spawn itself (a ``vfork`` and ``exec``, well under a millisecond)
-    runs on the loop, as in :func:`asyncio.create_subprocess_exec`; the spec is
-    written and the status pipe read with ``add_writer``/``add_reader``. If the
-    task is cancelled meanwhile, the command is cancelled and waited for before
-    ``CancelledError`` propagates, as in :meth:`Tether.wait_async`.
-    """
+    """:func:`launch`, for asyncio: only the spawn runs on the loop, as in
+    :func:`asyncio.create_subprocess_exec`; cancelling the task cancels the command."""
     import asyncio
 
     tether, spawn = _spawn("launch_async", argv, options)
@@ -242,13 +199,8 @@ async def launch_async(argv: Argv, **options: Unpack[LaunchOptions]) -> Tether:
 
 
 async def run_async(argv: Argv, *, check: bool = False, **options: Unpack[RunOptions]) -> Outcome:
-    """:func:`run`, for asyncio; cancelling the task cancels the command (see ``wait_async``).
-
-    ``timeout`` and ``check`` as in :func:`run`.
-
-    Captured output and input go through the event loop too (``add_reader``,
-    ``add_writer``), never a thread.
-    """
+    """:func:`run`, for asyncio (output and input through the event loop, never a thread);
+    cancelling the task cancels the command."""
     launch_options, data, limit, timeout = _run_options("run_async", options)
     tether = await launch_async(argv, **launch_options)
     exchange = _exchange(tether, data, limit)

@@ -1,13 +1,6 @@
-"""What ``tether.launch`` takes, declared once, and checked before anything is started.
-
-:class:`LaunchOptions` lists every keyword the four functions (``launch``,
-``run``, ``launch_async``, ``run_async``) accept, with its type; the functions
-take them as ``**options: Unpack[LaunchOptions]``, so the list exists once and
-type checkers still see each keyword. :func:`request_of` turns them into the
-request (through :func:`tether.caller.request.build_request`, the builder
-every door shares, which holds the defaults) and the command's standard
-streams. Every argument is checked with an error that names it, and nothing
-is started until all of them pass, so a bad call leaves nothing behind.
+"""What ``tether.launch`` and its three siblings take, declared once (:class:`LaunchOptions`),
+and checked, each error naming its argument, before anything is started (:func:`request_of`):
+a bad call leaves nothing behind. What each option means: docs/api.md, "Reference".
 """
 
 from __future__ import annotations
@@ -46,53 +39,23 @@ __all__ = [
     "request_of",
 ]
 
-#: A duration: seconds (``int`` or ``float``), a :class:`~datetime.timedelta`,
-#: or a string as the CLI takes it (``"30"``, ``"30s"``, ``"5m"``, ``"1.5h"``).
+#: Seconds, a :class:`~datetime.timedelta`, or a string as the CLI takes it (``"5m"``).
 Duration = float | str | timedelta
-#: Where the record goes: ``None`` (or ``True``) for a new file in the default
-#: directory, a path for that file, ``False`` for no record at all.
+#: ``None``/``True``: a new file in the default directory; a path; ``False``: no record.
 RecordOption = str | os.PathLike[str] | bool | None
-#: A standard stream for the command: ``None`` (the caller's own), a file
-#: descriptor, a file object with a descriptor, a path, :data:`PIPE` or
-#: :data:`DEVNULL`; for ``stderr`` also :data:`STDOUT`.
+#: ``None`` (the caller's own), a descriptor, a file object, a path, :data:`PIPE`, :data:`DEVNULL`,
+#: and for ``stderr`` :data:`STDOUT`.
 Stdio = int | IO[Any] | str | os.PathLike[str] | None
 
-#: A pipe between the command and this process (``Tether.stdout``, ``Outcome.stdout``).
+#: subprocess's values, so its constants work here too.
 PIPE: Final = -1
-#: For ``stderr``: the same destination as ``stdout``.
 STDOUT: Final = -2
-#: ``/dev/null``.
 DEVNULL: Final = -3
-# (subprocess's values, so its constants work here too, without importing it.)
 
 
 class LaunchOptions(TypedDict, total=False):
-    """The keywords of :func:`tether.launch` and its three siblings (all optional).
-
-    ``deadline``: stop the command this long after the call (``None`` or ``0``:
-    never). ``grace``: how long SIGTERM gets before SIGKILL (default 10 s;
-    ``None``: never escalate). ``idle``: stop the command, as at the deadline,
-    once it has written no output and its whole tree has used no CPU time for
-    this long (reason ``idle_exceeded``; ``None`` or ``0``: never, the default).
-    ``record``: where the record goes.
-    ``record_argv``: keep the whole command line in the record, redacted
-    (default: only the command's name and working directory). ``label``:
-    a name for the run, kept in the record. ``cwd``, ``env``: the command's
-    working directory and environment (default: this process's).
-    ``stdin``, ``stdout``, ``stderr``: its standard streams (default: this
-    process's; see :data:`Stdio`). ``text``, ``encoding``, ``errors``: read
-    and write the pipes as text, as :mod:`subprocess` does.
-
-    Limits the kernel enforces on the whole tree, through the run's own cgroup
-    v2 (refused with :class:`~tether.LaunchError` where there is none):
-    ``memory_max`` and ``memory_swap_max`` (bytes, or ``"8G"``), ``cpu_max``
-    (CPUs, ``1.5``), ``pids_max`` (processes and threads).
-
-    ``pass_fds``: descriptors (above 2) the command gets at the same numbers,
-    inheritable, as :class:`subprocess.Popen`'s; it gets no other.
-    ``close_fds``: only ``True`` (the default) is taken: tether never hands
-    its caller's descriptors on wholesale.
-    """
+    """The keywords of :func:`tether.launch` and its three siblings, all optional: docs/api.md,
+    "Reference" (the limits: :data:`~tether.core.limits.LIMITS`)."""
 
     deadline: Duration | None
     grace: Duration | None
@@ -117,16 +80,8 @@ class LaunchOptions(TypedDict, total=False):
 
 
 class RunOptions(LaunchOptions, total=False):
-    """:class:`LaunchOptions`, and what only :func:`tether.run` takes, as :func:`subprocess.run`.
-
-    ``capture_output``: ``stdout=PIPE, stderr=PIPE``. ``input``: bytes (or
-    text with ``text=True``) written to the command's stdin, which is then
-    closed. ``timeout``: :mod:`subprocess`'s; the tree is stopped as at a
-    deadline, then :class:`~tether.TimeoutExpired` is raised (a shorter
-    ``deadline`` wins, and is an outcome). ``max_output_bytes``: how much of
-    each captured stream is kept (default 16 MiB; the first half and the last
-    half; ``None``: all).
-    """
+    """:class:`LaunchOptions`, and what only :func:`tether.run` takes, as :func:`subprocess.run`
+    (docs/api.md, "Capture output, give input")."""
 
     capture_output: bool
     input: bytes | str | None
@@ -144,21 +99,16 @@ _REQUEST: Final = _KNOWN - _STREAMS - _LIMITS - {"pass_fds", "close_fds"}
 
 @dataclass
 class StdioPlan:
-    """The command's three descriptors, and this process's ends of any pipes to it.
-
-    ``fds`` are what the command gets (``None``: this process's own stream);
-    ``opened`` were opened here and are closed once the supervisor has its
-    copies; ``pipes`` are this process's ends, by stream name (the write end
-    for ``stdin``). ``encoding`` is ``None`` for bytes.
-    """
+    """The command's three descriptors (``None``: this process's own), those opened here (closed
+    once the supervisor has its copies), and this process's ends of pipes, by stream name."""
 
     fds: list[int | None]
     opened: list[int] = field(default_factory=list)
     pipes: dict[str, int] = field(default_factory=dict)
+    #: ``None`` for bytes.
     encoding: str | None = None
     errors: str | None = None
-    #: Output files opened here, not truncated yet: by descriptor, the path, and
-    #: whether this plan created the file.
+    #: Output files opened here, not truncated yet: (descriptor, path, created here).
     outputs: list[tuple[int, str, bool]] = field(default_factory=list)
     passed: tuple[int, ...] = ()
 
@@ -192,11 +142,8 @@ def _remove_if_same(path: str, fd: int) -> None:
 def request_of(
     function: str, argv: Sequence[str | os.PathLike[str]], options: LaunchOptions
 ) -> tuple[RunSpec, StdioPlan]:
-    """Check ``options`` for a call of ``function``; return the request and the stdio.
-
-    Raises :class:`TypeError` or :class:`ValueError` for a bad argument and
-    :class:`LaunchError` (125) for a record that cannot be written.
-    """
+    """Check ``options`` for a call of ``function``; return the request and the stdio, or raise
+    :class:`TypeError`, :class:`ValueError`, or :class:`LaunchError` (125) for the record."""
     asked_at = time.monotonic()
     unknown = sorted(set(options) - _KNOWN)
     if unknown:
@@ -212,8 +159,7 @@ def request_of(
     request["limits"] = {key: arguments[key] for key in LIMIT_NAMES if key in arguments}
     command_words(argv)  # a string argv is named before anything is opened
     passed = passed_descriptors(arguments.get("pass_fds", ()), arguments.get("close_fds", True))
-    # The streams first: the request's record check makes the record's
-    # directory, which a call refused for its streams must not leave behind.
+    # The streams first: the record's check makes its directory, a refused call must not.
     plan = stdio_plan(
         arguments.get("stdin"),
         arguments.get("stdout"),
@@ -241,14 +187,8 @@ def request_of(
 
 
 def passed_descriptors(pass_fds: object, close_fds: object) -> tuple[int, ...]:
-    """``pass_fds`` checked as :mod:`subprocess` checks it, and against what tether holds.
-
-    Integers (not ``bool``), each at least 3 (0 to 2 are the ``stdin``,
-    ``stdout`` and ``stderr`` options'), open now, none of tether's own
-    (:func:`~tether.caller.lifeline.tethers_own`); sorted, without repeats.
-    A closed one is an :class:`OSError` (``EBADF``), as ``subprocess`` raises,
-    but before anything starts. ``close_fds`` may only be ``True``.
-    """
+    """``pass_fds`` checked as :mod:`subprocess` checks it, and against what tether holds
+    (docs/api.md, "Reference"); sorted, without repeats."""
     if close_fds is not True:
         raise ValueError(
             f"close_fds: only True is supported, not {close_fds!r} (tether never hands "
@@ -358,22 +298,9 @@ def _identity(fd: int) -> tuple[int, int]:
 
 
 def _open_path(path: str | os.PathLike[str], name: str) -> tuple[int, bool]:
-    """Open a path given as a stream: stdin for reading, stdout/stderr for writing, created.
-
-    Return the descriptor and whether the file was created here. An output
-    file is truncated only once the whole call has been checked
-    (:meth:`StdioPlan.commit`), and one created for a call that is then
-    refused is removed: a refused call leaves no file behind and empties none.
-
-    As a shell's ``<`` and ``>``, with three differences that keep a
-    mistake from doing harm: a new file is private (0600: output may hold
-    secrets; an existing file keeps its mode), a symbolic link as the last
-    component is refused (``O_NOFOLLOW``: a link planted where output goes
-    cannot redirect it), and only a regular file or a character device
-    (``/dev/null``, a terminal) is taken — a FIFO, which would block the
-    launch until someone opened its other end, is refused, as are
-    directories and sockets.
-    """
+    """Open a path given as a stream, as a shell's ``<`` and ``>`` with docs/api.md's three
+    precautions; the descriptor, and whether it was created here. An output is truncated only
+    once the whole call is checked (:meth:`StdioPlan.commit`)."""
     text = os.fspath(path)
     if not isinstance(text, str) or not text:
         raise TypeError(f"{name}: a path must be a non-empty string, not {path!r}")
@@ -409,11 +336,8 @@ def _open_path(path: str | os.PathLike[str], name: str) -> tuple[int, bool]:
 
 
 def _no_such_device(text: str) -> str:
-    """What ``ENXIO`` meant for ``text``: a FIFO nobody reads, a terminal not ours, or no device.
-
-    ``/dev/tty`` (device 5, 0) is this process's controlling terminal, and a
-    process without one (a daemon, a job under ``setsid``) gets ``ENXIO``.
-    """
+    """What ``ENXIO`` meant for ``text``: a FIFO nobody reads, a terminal not ours (``/dev/tty``,
+    5:0, without a controlling terminal), or no device."""
     try:
         mode, device = (found := os.stat(text)).st_mode, found.st_rdev
     except OSError:

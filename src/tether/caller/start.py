@@ -1,25 +1,10 @@
 """The API's side of a launch: start a detached supervisor through the zygote or an interpreter.
 
-This module runs inside *your* process, so it imports the standard library
-only, and cheaply: neither ``transitions`` nor ``structlog`` is loaded on
-this side. A Python program may have threads, so it is never forked: its
-supervisors are forked by its zygote (:mod:`tether.caller.zygote`), or, for
-the first launch or without a zygote, spawned as a fresh interpreter that
-forks the supervisor and exits (see :mod:`tether.supervisor.detach`). (tether's
-own command line forks itself instead: :mod:`tether.caller.fork`.)
-
-A lost zygote is never a lost launch, and a command never runs twice: when
-the zygote is lost holding a request, the run's status channel says whether
-it forked (its end of file before any message, with every writer gone, means
-no supervisor holds it), and only then is the fresh interpreter's path taken.
-
-The steps are cut apart so that an event loop can take them without
-blocking: :func:`spawn_supervisor` only starts the supervisor (a request to
-the zygote, or a ``vfork`` and an ``exec``), :func:`send_spec` hands the spec
-over where it still must, and the status channel is read by
-:class:`~tether.caller.status.StatusClient`. What the run holds is opened by
-:mod:`tether.caller.descriptors`, and each writing end is kept from forked
-children by :mod:`tether.caller.lifeline`.
+It runs inside *your* process, which may have threads, so it never forks it: the zygote forks
+(:mod:`tether.caller.zygote`), or a fresh interpreter is spawned that forks the supervisor and
+exits (:mod:`tether.supervisor.detach`). A zygote lost holding a request is never a lost launch
+nor a command run twice. The steps are cut apart so that an event loop can take them without
+blocking. Why: docs/architecture.md, "Processes".
 """
 
 from __future__ import annotations
@@ -31,11 +16,10 @@ import sys
 from tether.caller.descriptors import completed, open_run
 from tether.caller.launch_errors import cannot_start
 from tether.caller.lifeline import Lifeline, close_all, no_fork_meanwhile
+from tether.core.values import DeclaredValue
 from tether.shared.poll_wait import poll_ms
 from tether.shared.protocol import PASSED_ROLE
 
-# On the path to the command's launch (``tether run`` forks its supervisor
-# through here): no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final, Protocol
@@ -76,41 +60,20 @@ _BOOTSTRAP: Final = (
 )
 
 
-class Spawn:
+class Spawn(DeclaredValue, kw_only=True):
     """A supervisor spawned but not heard from yet: the caller's ends of its pipes.
 
-    ``spec_fd`` is the write end of the spec pipe, with ``spec_data`` still to
-    be written to it (:func:`send_spec`); ``intermediate`` is the short-lived
-    interpreter that forks the supervisor and exits, to be reaped by the caller.
-
-    When the run keeps a record, ``spec.fds["record_dir"]`` is the record's
-    directory, held open since the spawn, under the same number in the caller
-    and in the supervisor. The caller's copy is for the record it writes itself
-    if the supervisor is lost; ``status`` closes it once the run is over. That
-    is one more descriptor per running run.
-
-    A plain class, not a dataclass: ``tether run`` builds one before its
-    command is launched, and ``dataclasses`` would load ``inspect`` first.
+    ``spec_data`` is still to be written to ``spec_fd`` (:func:`send_spec`); ``intermediate``,
+    the interpreter that forks the supervisor, is the caller's to reap. ``spec.fds["record_dir"]``
+    (held for the record the caller writes if the supervisor is lost) is closed by ``status``.
     """
 
-    __slots__ = ("intermediate", "lifeline", "spec", "spec_data", "spec_fd", "status")
-
-    def __init__(
-        self,
-        *,
-        spec: RunSpec,
-        lifeline: Lifeline,
-        status: StatusClient,
-        spec_fd: int,
-        spec_data: bytes,
-        intermediate: Intermediate,
-    ) -> None:
-        self.spec = spec
-        self.lifeline = lifeline
-        self.status = status
-        self.spec_fd = spec_fd
-        self.spec_data = spec_data
-        self.intermediate = intermediate
+    spec: RunSpec
+    lifeline: Lifeline
+    status: StatusClient
+    spec_fd: int
+    spec_data: bytes
+    intermediate: Intermediate
 
 
 def spawn_supervisor(
@@ -122,20 +85,9 @@ def spawn_supervisor(
     zygote: bool = True,
     pass_fds: tuple[int, ...] = (),
 ) -> Spawn:
-    """Start ``spec``'s supervisor, through this caller's zygote or a fresh interpreter.
-
-    Through the zygote (:mod:`tether.caller.zygote`) where it can, and then
-    the supervisor is forked and has its spec when this returns; otherwise a
-    fresh interpreter is spawned, and the spec is still to be sent
-    (:func:`send_spec`). Blocks only for a fork in the zygote or for the spawn
-    itself (a ``vfork`` and an ``exec``), about a millisecond either way, as
-    :func:`asyncio.create_subprocess_exec` does. Raises :class:`LaunchError`
-    (and leaves no descriptor behind) if it cannot.
-
-    ``pass_fds`` (checked open, above 2) are the caller's descriptors the
-    command gets at the same numbers: they travel with the run's by role
-    (``pass:N``), and stay open here (they are the caller's own).
-    """
+    """Start ``spec``'s supervisor, through this caller's zygote (forked, with its spec) or a
+    fresh interpreter (the spec still to send: :func:`send_spec`); :class:`LaunchError`, and no
+    descriptor left behind, if it cannot. ``pass_fds``: docs/api.md; they stay open here."""
     cwd, record_dir, opened = open_run(spec, stdin, stdout, stderr, spec_pipe=True)
     *ours, lifeline_r, lifeline_w, status_r, status_w, spec_r, spec_w = opened
     complete, passed = completed(
@@ -221,9 +173,7 @@ PAST_THE_DEADLINE: Final = 5.0
 
 def launch_bound(spec: RunSpec) -> float:
     """How long a launch waits, from now, for its supervisor to say the command started (or
-    could not): until the deadline and :data:`PAST_THE_DEADLINE` after it, or
-    :data:`LAUNCH_LIMIT` without a deadline. A supervisor that has said nothing by then is
-    stopped or frozen (or its zygote is, holding the request): it is let go of."""
+    could not): :data:`PAST_THE_DEADLINE` past the deadline, or :data:`LAUNCH_LIMIT`."""
     left = _time_left(spec)
     return LAUNCH_LIMIT if left is None else max(0.0, left) + PAST_THE_DEADLINE
 
@@ -232,23 +182,16 @@ def _time_left(spec: RunSpec, limit: float | None = None) -> float | None:
     """Seconds left to ``spec``'s deadline, at most ``limit`` (``None``: neither bounds it)."""
     import time
 
-    left = None if spec.deadline_seconds is None else spec.asked_at + spec.deadline_seconds
-    if left is not None:
-        left -= time.monotonic()
+    at = spec.deadline_at
+    left = None if at is None else at - time.monotonic()
     if limit is None:
         return left
     return limit if left is None else min(limit, left)
 
 
 def _nobody_writes(status_r: int, within: float | None) -> bool:
-    """Whether the status channel ends before any message: no supervisor holds its other end.
-
-    Waits for the first message or the end (the caller's own copy of the
-    writing end must be closed first), at most ``within`` seconds: a channel
-    still open then may have a supervisor behind it, so the run is handed
-    over (and a supervisor that never speaks is a lost one, never a command
-    started twice). Reads nothing: the status client does.
-    """
+    """Whether the status channel ends before any message within ``within`` seconds (the
+    caller's own writing end closed first): no supervisor holds it. Reads nothing."""
     import select
 
     borrowed = _socket.socket(fileno=status_r)
@@ -275,13 +218,9 @@ def _handed_over(
     spec_w: int,
     intermediate: Intermediate,
 ) -> Spawn:
-    """Let go of what is the supervisor's now; the caller's ends of the run, as a :class:`Spawn`.
-
-    The caller keeps the record's directory, for the record it writes itself
-    should the supervisor be lost.
-    """
-    # Here, not with the module: tether's own CLI reaches this after its fork,
-    # in parallel with the supervisor's own start.
+    """Let go of what is the supervisor's now; the caller's ends of the run, as a :class:`Spawn`
+    (the record's directory kept, for the record the caller writes if the supervisor is lost)."""
+    # Here: tether's own CLI reaches this after its fork, in parallel with the supervisor.
     from tether.caller.status import HoldingStatusClient, StatusClient
 
     record_dir = complete.fds.get("record_dir")
@@ -305,10 +244,8 @@ def _handed_over(
 def handed_over_forked(
     complete: RunSpec, passed: tuple[int, ...], *, lifeline_w: int, status_r: int, pid: int
 ) -> Spawn:
-    """:func:`_handed_over` for a supervisor forked with its spec (by the zygote or the CLI).
-
-    ``pid`` is the intermediate, already reaped by whoever forked it.
-    """
+    """:func:`_handed_over` for a supervisor forked with its spec (by the zygote or the CLI);
+    ``pid``: the intermediate, already reaped."""
     return _handed_over(
         complete,
         passed,
@@ -320,11 +257,8 @@ def handed_over_forked(
 
 
 def send_spec(spawn: Spawn) -> None:
-    """Write the spec and close its pipe, blocking if the pipe is full.
-
-    A supervisor that died before reading is not an error here: the caller
-    sees it as a status pipe that ends without ``started``.
-    """
+    """Write the spec and close its pipe, blocking if it is full (a supervisor that died before
+    reading is the status channel's to report)."""
     if spawn.spec_fd < 0:
         return  # a forked supervisor has its spec already
     data = memoryview(spawn.spec_data)

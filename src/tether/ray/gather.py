@@ -1,18 +1,10 @@
 """Records from many nodes, in one directory on the driver, for ``tether ls`` and ``tether show``.
 
-A task that returned brought its record back in its :class:`~tether.ray.RayRun`.
-A task that did not (cancelled with ``force=True``, its worker OOM-killed, its
-node drained) left its record on its node, written by the supervisor that
-outlived it; :func:`collect_records` runs a small task pinned to each live node
-to read them there. :func:`write_records` then writes either kind into a
-directory, each under its own name (a new one where that name is taken by a
-different record), privately and atomically as tether writes every record,
-and re-redacted with the driver's own secrets on the way, the event logs as
-the records.
-
-Records are data from other machines: each is written only if it is a JSON
-object with tether's ``schema_version``, a file name that could climb out of
-the directory is replaced, and nothing gathered is ever executed or followed.
+A returned task brought its record in its :class:`~tether.ray.RayRun`; a lost one left it on its
+node, which :func:`collect_records` reads with a task pinned there. :func:`write_records` writes
+either kind as tether writes every record, re-redacted with the driver's secrets, taking
+nothing on trust. Why and how: docs/cluster.md, "A task that never returns", "One directory,
+many nodes".
 """
 
 from __future__ import annotations
@@ -72,15 +64,8 @@ class NodeRecord:
 
 
 def write_records(runs: Iterable[Gathered], directory: str | os.PathLike[str]) -> list[Path]:
-    """Write each run's record (and event log, when it has one) into ``directory``.
-
-    ``runs`` are :class:`~tether.ray.RayRun` or :class:`NodeRecord` values; one
-    without a record is passed over. Returns the paths of the records written,
-    in order. Writing the same record twice finds it already there and does
-    not copy it again. Raises :class:`~tether.shared.record_file.RecordError`
-    (an :class:`OSError`, one line for a person) if the directory cannot hold
-    them.
-    """
+    """Write each run's record (and event log) into ``directory``; the paths written, in order
+    (docs/cluster.md); :class:`~tether.shared.record_file.RecordError` if it cannot hold them."""
     target = Path(directory)
     redactor = Redactor(secret_values_from(os.environ, ()), own_keys=record_keys())
     written: list[Path] = []
@@ -99,13 +84,8 @@ def write_records(runs: Iterable[Gathered], directory: str | os.PathLike[str]) -
 
 
 def _redacted_events(data: bytes, redactor: Redactor) -> bytes:
-    """An event log from another node, redacted line by line with the driver's secrets.
-
-    Each line that is a JSON object is redacted as the supervisor's own
-    writer redacts it (its keys are tether's; values, and keys below them,
-    are scrubbed); any other line (cut short, not JSON) is scrubbed as text.
-    Either way every literal secret and credential shape is gone.
-    """
+    """An event log from another node, redacted line by line with the driver's secrets (as the
+    supervisor's writer does; a line that is not a JSON object, as text)."""
     lines = []
     for raw in data.decode("utf-8", "replace").splitlines():
         try:
@@ -143,17 +123,8 @@ def collect_records(
     events: bool = False,
     timeout: float = 60.0,
 ) -> list[NodeRecord]:
-    """Read the records in ``directory`` on every live node of the Ray cluster.
-
-    ``directory`` is the records directory as the nodes see it (default: each
-    node's own default, ``$XDG_STATE_HOME/tether/runs``, where tasks write
-    with ``record=None``). ``label`` is a shell pattern on the run's label,
-    ``since`` an aware datetime the run must have started at or after;
-    ``events=True`` brings each event log too. At most
-    :data:`MAX_RECORDS_PER_NODE` per node, newest first. ``timeout`` bounds
-    the wait for the nodes (``ray.exceptions.GetTimeoutError`` past it). Call
-    it on the driver, after :func:`ray.init`.
-    """
+    """Read the records in ``directory`` (as the nodes see it) on every live node of the Ray
+    cluster, on the driver; the arguments: docs/cluster.md. ``timeout``: ``GetTimeoutError``."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

@@ -1,31 +1,10 @@
 """One command under tether inside a Ray task or actor, and what comes back to the driver.
 
-Inside a Ray worker, the worker is the caller: when Ray kills it
-(``ray.cancel(force=True)``, the OOM killer, a node drained) the kernel closes
-the lifeline and the supervisor stops the command's whole tree and records
-``parent_lost``. Nothing here is needed for that; :func:`run` adds what a Ray
-user would otherwise write by hand: the task's resources as limits on the
-tree, output captured, and the record (and optionally the event log) read
-back on the node and returned *as data*, because the driver cannot read a
-file on another machine.
-
-**Resources as limits.** Ray's ``num_cpus`` and ``memory`` are scheduling
-promises, not limits: a task given one CPU can use eight. :func:`run` maps
-the task's assigned ``CPU`` to ``cpu_max`` and ``memory`` to ``memory_max``
-where the node can enforce them (a cgroup v2 with those controllers tether
-can write, or as root the v1 hierarchies of a hybrid node: ``limits="auto"``,
-the default). Where it cannot, the task runs without them and
-:attr:`RayRun.limits_skipped` says why: a limit the user never typed must
-not fail a task on a node that cannot enforce it, or one non-root worker on
-cgroup v1 would fail a whole sweep. ``limits="require"`` makes them a
-demand (the run is refused with :class:`~tether.LaunchError`, status 125,
-where they cannot be enforced); ``limits="off"`` leaves them out. Limits
-given explicitly (``cpu_max=``, ``memory_max=``) are always demands, as
-everywhere in tether, and win over the mapped ones.
-
-Ray is imported when a function here runs, never at import: ``import
-tether.ray`` works where Ray is not installed (a review machine writing
-gathered records), and ``import tether`` never loads it.
+The worker is the caller: when Ray kills it the lifeline closes and the tree is stopped, with no
+help from here. :func:`run` adds the task's resources as limits (``limits="auto"``, ``"require"``,
+``"off"``), captured output, and the record (and event log) returned *as data*, since the driver
+cannot read a node's files. Ray is imported only when a function here runs. Why: docs/cluster.md,
+"Ray".
 """
 
 from __future__ import annotations
@@ -62,17 +41,8 @@ _RESOURCE_LIMITS: Final = {"CPU": "cpu_max", "memory": "memory_max"}
 
 @dataclass(frozen=True, slots=True)
 class RayRun:
-    """What one tethered command in a Ray task left: its outcome and its evidence, as data.
-
-    It pickles (Ray returns it to the driver). ``record`` is the JSON record
-    as the supervisor wrote it on the node (``None`` with ``record=False``, or
-    when it could not be written or read: ``outcome.message`` or
-    ``record_problem`` says why); ``events`` is the event log's bytes when
-    asked for (``events=True``), at most :data:`MAX_EVENTS_BYTES`.
-    ``limits`` are the limits the run was given, checked (``"8G"`` in bytes,
-    as the record keeps them); ``limits_skipped`` says why the task's
-    resources were not applied (``None`` when they were, or when there were
-    none to apply).
+    """What one tethered command in a Ray task left, as data that pickles: docs/cluster.md
+    (``events``: at most :data:`MAX_EVENTS_BYTES`; ``limits``: checked, as the record keeps them).
     """
 
     outcome: Outcome
@@ -103,14 +73,8 @@ def run(
     check: bool = False,
     **options: Unpack[RunOptions],
 ) -> RayRun:
-    """Run ``argv`` under tether in this Ray task or actor; return its :class:`RayRun`.
-
-    Takes every option of :func:`tether.run`. Output is captured unless a
-    stream is named (``capture_output=True`` by default: the driver has no
-    other way to see it). ``limits`` maps the task's resources (see the
-    module); ``events=True`` brings the event log back too. Outside a Ray
-    worker there are no task resources, and nothing is mapped.
-    """
+    """Run ``argv`` under tether in this Ray task or actor (:func:`tether.run`'s options, output
+    captured unless a stream is named); return its :class:`RayRun`. docs/cluster.md, "Ray"."""
     given, skipped = _with_limits(options, limits)
     outcome = _run(argv, check=check, **given)
     return _returned(outcome, given, skipped, events)
@@ -124,26 +88,16 @@ async def run_async(
     check: bool = False,
     **options: Unpack[RunOptions],
 ) -> RayRun:
-    """:func:`run` for an async actor (``async def`` methods): through :func:`tether.run_async`.
-
-    Cancelling the awaiting coroutine (``ray.cancel`` of an async actor
-    task) cancels the command, as everywhere in tether's asyncio API.
-    """
+    """:func:`run` for an async actor, through :func:`tether.run_async` (cancelling the
+    coroutine cancels the command)."""
     given, skipped = _with_limits(options, limits)
     outcome = await _run_async(argv, check=check, **given)
     return _returned(outcome, given, skipped, events)
 
 
 def remote(**ray_options: Any) -> Any:
-    """A Ray remote function that calls :func:`run`: ``remote(num_cpus=2).remote(argv, ...)``.
-
-    ``ray_options`` are :func:`ray.remote`'s (``num_cpus``, ``memory``,
-    ``max_retries``, ``scheduling_strategy`` ...); the remote function takes
-    :func:`run`'s arguments and returns a :class:`RayRun`. Ray retries a
-    task whose worker died (``max_retries``, 3 by default for tasks): each
-    attempt is a run of its own, with its own record, and the lost attempt's
-    record says ``parent_lost``.
-    """
+    """A Ray remote function (:func:`ray.remote`'s ``ray_options``) that calls :func:`run`:
+    ``remote(num_cpus=2).remote(argv, ...)``; each retry is a run with its own record."""
     import ray
 
     wrap: Callable[[Any], Any] = ray.remote(**ray_options) if ray_options else ray.remote

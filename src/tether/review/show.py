@@ -234,12 +234,15 @@ def _launch_error_text(record: Mapping[str, object]) -> str | None:
     return f"{message} ({code})" if code else message
 
 
+def _title(label: object, unknown: str = "(no label)") -> str:
+    return "run " + (repr(_safe(label)) if isinstance(label, str) else unknown)
+
+
 def _verdict_lines(run: RunFiles, paint: _Paint) -> list[str]:
     """The record, told: what happened, how it was stopped, what else, who and when."""
     record = run.record
     assert record is not None
-    label = record.get("variant")
-    title = "run " + (repr(_safe(label)) if isinstance(label, str) else "(no label)")
+    title = _title(record.get("variant"))
     out = _Lines(paint)
     status = _int(record.get("supervisor_exit_code"))
     said = paint.reason(record.get("reason"), status)
@@ -345,8 +348,7 @@ def _optional(out: _Lines, name: str, value: str | None) -> None:
 
 def _no_record_lines(run: RunFiles, paint: _Paint) -> list[str]:
     launched = next((e for e in run.events if e.get("event") == "launched"), None)
-    label = launched.get("label") if launched else None
-    title = "run " + (repr(_safe(label)) if isinstance(label, str) else "(label unknown)")
+    title = _title(launched.get("label") if launched else None, "(label unknown)")
     out = _Lines(paint)
     out.lines.append(paint.bold(title) + ": " + paint("no record", "1;31"))
     out.add("record", paint(run.record_note or "missing", "31"))
@@ -374,8 +376,7 @@ def _no_record_lines(run: RunFiles, paint: _Paint) -> list[str]:
 
 def _running_lines(run: RunFiles, progress: Mapping[str, object], paint: _Paint) -> list[str]:
     """A run with no record yet whose supervisor is alive: what it is doing, so far."""
-    label = progress.get("variant")
-    title = "run " + (repr(_safe(label)) if isinstance(label, str) else "(no label)")
+    title = _title(progress.get("variant"))
     out = _Lines(paint)
     out.lines.append(paint.bold(title) + ": " + paint("running", "32"))
     elapsed = progress.get("elapsed_seconds")
@@ -427,17 +428,15 @@ class _Fields:
     def text(self, name: str) -> str:
         return _safe(self.take(name))
 
+    __getitem__ = text  # for str.format_map
+
     def leftover(self) -> str:
         return " ".join(f"{_safe(k)}={_safe(json.dumps(v))}" for k, v in self.rest.items())
 
 
 def _command_named(f: _Fields) -> str:
-    """``command NAME`` from a launch line's ``command`` (``command`` alone without one).
-
-    The line's ``supervisor_start_ticks`` is taken too: with the pid it names
-    the supervisor for ``tether ls``, and is no news in a timeline.
-    """
-    f.take("supervisor_start_ticks")
+    """``command NAME`` from a launch line's ``command`` (``command`` alone without one)."""
+    f.take("supervisor_start_ticks")  # for ``tether ls``, no news here
     name, script = f.take("command"), f.take("script")
     if isinstance(script, str) and script:
         return f"command {_safe(name)} ({_safe(script)})" if isinstance(name, str) else "command"
@@ -485,14 +484,6 @@ def _signal_sent(f: _Fields) -> str:
     return f"{f.text('signal')} to {_plural(f.take('processes'), 'process', 'processes')}"
 
 
-def _signal_received(f: _Fields) -> str:
-    return f"the supervisor received {f.text('signal')}: a request to cancel"
-
-
-def _lifeline_closed(_f: _Fields) -> str:
-    return "the lifeline reached end of file: the caller is gone"
-
-
 def _lifeline_request(f: _Fields) -> str:
     request = f.text("request")
     return f"the caller asked: {_REQUEST_WORDS.get(request, repr(request))}"
@@ -505,31 +496,11 @@ def _command_exited(f: _Fields) -> str:
     return f"command pid {f.text('pid')} {how}; {_safe(others)} other process(es) still alive"
 
 
-def _tree_emptied(_f: _Fields) -> str:
-    return "nothing of the command's tree is left"
-
-
-def _record_written(f: _Fields) -> str:
-    return f"record written: {f.text('path')}"
-
-
-def _signal_by_pid(f: _Fields) -> str:
-    return f"{f.text('signal')} to pid {f.text('pid')} by its pid: no pidfd could be had"
-
-
 def _signals_caught_up(f: _Fields) -> str:
     names = f.take("signals")
     sent = ", ".join(map(_safe, names)) if isinstance(names, list) else _safe(names)
     found = _plural(f.take("processes"), "process", "processes")
     return f"{sent} to {found} a walk had missed (found late, while the tree stopped)"
-
-
-def _walk_failed(f: _Fields) -> str:
-    return f"the tree could not be read from /proc ({f.text('error')})"
-
-
-def _internal_error(f: _Fields) -> str:
-    return f"tether failed ({f.text('error')}): the whole tree was SIGKILLed"
 
 
 def _lifeline_unknown_bytes(f: _Fields) -> str:
@@ -541,46 +512,50 @@ def _event_log_incomplete(f: _Fields) -> str:
     return f"the event log is incomplete: {dropped} could not be written ({f.text('error')})"
 
 
-def _record_failed(f: _Fields) -> str:
-    return f"record NOT written: {f.text('error')}"
-
-
 _DESCRIBE: Final[Mapping[str, Callable[[_Fields], str]]] = {
     "launched": _launched,
     "launch_failed": _launch_failed,
     "step": _step,
     "signal_sent": _signal_sent,
-    "signal_received": _signal_received,
-    "lifeline_closed": _lifeline_closed,
     "lifeline_request": _lifeline_request,
     "command_exited": _command_exited,
-    "tree_emptied": _tree_emptied,
-    "record_written": _record_written,
-    "record_failed": _record_failed,
     "event_log_incomplete": _event_log_incomplete,
-    "signal_by_pid": _signal_by_pid,
-    "walk_failed": _walk_failed,
     "signals_caught_up": _signals_caught_up,
-    "internal_error": _internal_error,
     "lifeline_unknown_bytes": _lifeline_unknown_bytes,
+}
+
+#: Events told in one sentence, each ``{field}`` taken from the line.
+_SENTENCES: Final = {
+    "signal_received": "the supervisor received {signal}: a request to cancel",
+    "lifeline_closed": "the lifeline reached end of file: the caller is gone",
+    "tree_emptied": "nothing of the command's tree is left",
+    "record_written": "record written: {path}",
+    "record_failed": "record NOT written: {error}",
+    "signal_by_pid": "{signal} to pid {pid} by its pid: no pidfd could be had",
+    "walk_failed": "the tree could not be read from /proc ({error})",
+    "internal_error": "tether failed ({error}): the whole tree was SIGKILLed",
 }
 
 
 def _describe(event: Mapping[str, object]) -> str:
     fields = _Fields(event)
-    describe = _DESCRIBE.get(str(event.get("event")))
-    text = describe(fields) if describe is not None else ""
+    name = str(event.get("event"))
+    describe = _DESCRIBE.get(name)
+    sentence = _SENTENCES.get(name)
+    text = (
+        describe(fields)
+        if describe is not None
+        else sentence.format_map(fields)
+        if sentence is not None
+        else ""
+    )
     leftover = fields.leftover()
     return " ".join(part for part in (text, leftover) if part)
 
 
 def _origin(events: Sequence[Mapping[str, object]]) -> tuple[float | None, str]:
-    """Time zero of the timeline on the monotonic clock, and what it is, in words.
-
-    The launch line's ``started_mono`` (when the caller asked, which is what the
-    record's times count from) if it has one; otherwise the launch itself;
-    otherwise the first line with a time.
-    """
+    """Time zero of the timeline on the monotonic clock, and what it is, in words: the request
+    (the record's own zero) if the launch line says it, else the launch, else the first line."""
     for event in events:
         if event.get("event") in ("launched", "launch_failed"):
             asked = _number(event.get("started_mono"))
@@ -646,11 +621,8 @@ def render_run(run: RunFiles, *, colour: bool = False, all_steps: bool = False) 
 
 
 def run_as_json(run: RunFiles) -> str:
-    """One run for scripts: ``{"record": ..., "events": [...]}`` plus where they came from.
-
-    ``record`` is ``null`` when there is none; ``warnings`` lists what could
-    not be read (also printed on stderr by the CLI).
-    """
+    """One run for scripts: ``{"record": ..., "events": [...]}``, where they came from, and what
+    could not be read (``warnings``)."""
     document = {
         "record": run.record,
         "events": run.events,
