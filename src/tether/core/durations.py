@@ -81,11 +81,9 @@ def parse_duration(text: str, *, flag: str) -> float:
 
 
 def duration_seconds(value: object, *, flag: str) -> float:
-    """Any duration a door accepts, as seconds: a string as the CLI takes it, a number, a
-    :class:`~datetime.timedelta`; :class:`DurationError` naming ``flag`` if it is no duration.
-
-    A value of the wrong type (``True``, a list) is a program's mistake: :class:`TypeError`.
-    """
+    """A string as the CLI takes it, a number or a :class:`~datetime.timedelta`, as seconds;
+    :class:`DurationError` naming ``flag`` if it is no duration, :class:`TypeError` for a
+    value of the wrong type (``True``, a list: a program's mistake)."""
     if isinstance(value, str):
         return parse_duration(value, flag=flag)
     if not isinstance(value, int | float):

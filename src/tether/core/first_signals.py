@@ -37,11 +37,7 @@ def first_signals(
     trigger: str, *, overdue: bool, stop_signal: SignalName
 ) -> tuple[SignalName, ...]:
     """The signals a *watching* run sends first when ``trigger`` comes; ``()`` if none is certain.
-
-    ``overdue``: the deadline has passed at the trigger's time, so the machine
-    stops the tree for it before it hears the trigger. A kill asked for then
-    still ends in SIGKILL at once, after the stop it already got.
-    """
+    ``overdue``: the deadline passed first, so the stop comes before even a kill's SIGKILL."""
     if trigger == KILL:
         return (*stop_signals(stop_signal), "SIGKILL") if overdue else ("SIGKILL",)
     if overdue or trigger in _STOPS:

@@ -285,10 +285,7 @@ class _Run:
             self._signal("SIGCONT")  # as GNU: a stopped command can act on it
 
     def pass_on_and_arm_kill(self) -> None:
-        """Pass the signal on, then the grace, then KILL (``timeout -k``); the reason stays open.
-
-        Ended by the signal, the command completed; if the KILL is needed, time ran out.
-        """
+        """Pass the signal on, then the grace, then KILL (``timeout -k``); the reason stays open."""
         self.stop_started_at = self.now
         self.pass_signal_on()
         self.timer_at = self.now + self.grace_seconds
@@ -373,10 +370,8 @@ class _Run:
 
 
 def _build_table() -> Machine:
-    """The table, interpreted once per process (a zygote's forks find it built).
-
-    No model of its own: each run's is passed to the trigger, its callbacks looked up by name.
-    """
+    """The table, interpreted once per process (a zygote's forks find it built); no model of
+    its own: each run's is passed to the trigger, its callbacks looked up by name."""
     return Machine(
         model=[],
         states=Phase,
@@ -391,10 +386,8 @@ _BUILT: Final = _build_table()
 
 
 def _interpreter() -> Machine:
-    """One run's copy of the built table, with its own queue and events (two runs, two threads).
-
-    The states and transitions they share are never changed after the build.
-    """
+    """One run's copy of the built table, with its own queue and events (two runs, two
+    threads); the states and transitions they share never change after the build."""
     machine: Machine = Machine.__new__(Machine)
     machine.__dict__.update(_BUILT.__dict__)
     machine._transition_queue = deque()
@@ -474,10 +467,8 @@ class RunMachine:
         return self._run.reason
 
     def first_signals(self, event: Event) -> tuple[SignalName, ...]:
-        """The signals :meth:`feed` would certainly send first for ``event`` (none unless watching).
-
-        Changes nothing: asked before feeding (:mod:`tether.core.first_signals`).
-        """
+        """The signals :meth:`feed` would certainly send first for ``event`` (none unless
+        watching); changes nothing (:mod:`tether.core.first_signals`)."""
         run = self._run
         if run.state is not Phase.WATCHING or event.now < run.now:
             return ()

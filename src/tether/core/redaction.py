@@ -103,10 +103,8 @@ def is_secret_key(name: str) -> bool:
 
 
 def secret_values_from(environ: Mapping[str, str], argv: Sequence[str]) -> frozenset[str]:
-    """The literal values to scrub for a run with this environment and argv (docs/operators.md).
-
-    A word with whitespace in it (an ``sh -c`` script) is also read as words.
-    """
+    """The literal values to scrub for a run with this environment and argv (docs/operators.md);
+    a word with whitespace in it (an ``sh -c`` script) is also read as words."""
     found = set(_environ_secrets(environ))
     for words in _word_sequences(argv):
         found.update(_argv_secrets(words))
@@ -200,10 +198,7 @@ def _describe(value: object) -> str:
 
 @functools.lru_cache(maxsize=16)
 def _pattern_for(literals: tuple[str, ...]) -> re.Pattern[str]:
-    """One pattern for ``literals`` (longest first) and the credential shapes, compiled once.
-
-    The zygote compiles it first (:func:`tether.shared.secrets.prepare`), its forks find it here.
-    """
+    """One pattern for ``literals`` and the credential shapes: a zygote's forks find it compiled."""
     return re.compile("|".join([*(re.escape(value) for value in literals), _SHAPES]))
 
 
@@ -230,8 +225,7 @@ class Redactor:
         return self._redact_mapping(event_dict, 0, own=frozenset(event_dict))
 
     def redact(self, value: object) -> object:
-        """``value`` with every secret replaced by :data:`REDACTED`, recursively, as JSON types:
-        values and dataclasses become dicts, sets lists, bytes and unknown objects strings."""
+        """``value`` with every secret replaced, recursively, as JSON types (a value: a dict)."""
         return self._redact(value, 0)
 
     def scrub(self, text: str) -> str:

@@ -110,10 +110,8 @@ def _seconds(value: float) -> float:
 
 
 def _launch_error(verdict: Verdict) -> dict[str, object] | None:
-    """The launch error's errno, its name and a message, or ``None``.
-
-    With an errno, the bare ``strerror``: the supervisor's own message quotes the argv.
-    """
+    """The launch error's errno, its name and a message (with an errno, the bare ``strerror``:
+    the supervisor's own message quotes the argv), or ``None``."""
     number, message = verdict.launch_errno, verdict.launch_error
     if number is None and message is None:
         return None
@@ -263,11 +261,8 @@ def build_lost_document(
     message: str,
     hostname: str | None = None,
 ) -> dict[str, object]:
-    """The record a caller writes when its supervisor vanished without a word: what it knows.
-
-    The counts only a supervisor keeps are ``null``, not a reassuring ``0``;
-    ``message`` (one line, no argv) becomes ``tether_error``.
-    """
+    """The record a caller writes when its supervisor vanished: what it knows, and ``null``
+    (not a reassuring ``0``) for what only a supervisor counts; ``message`` is ``tether_error``."""
     verdict = Verdict(
         reason=Reason.SUPERVISOR_LOST, exit_status=TETHER_FAILED, finished_at=elapsed_seconds
     )
