@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,20 +47,8 @@ class TimeoutExpired(subprocess.TimeoutExpired, TimeoutError):
 
     def __reduce__(self) -> tuple[object, ...]:
         """Pickle everything but the handle, whose descriptors mean nothing elsewhere."""
-        return (
-            _rebuild_timeout_expired,
-            (self.cmd, self.timeout, self.output, self.stderr, self.outcome),
-        )
-
-
-def _rebuild_timeout_expired(
-    cmd: list[str],
-    timeout: float,
-    output: bytes | None,
-    stderr: bytes | None,
-    outcome: Outcome | None,
-) -> TimeoutExpired:
-    return TimeoutExpired(cmd, timeout, output, stderr, outcome=outcome)
+        rebuild = functools.partial(TimeoutExpired, outcome=self.outcome)
+        return (rebuild, (self.cmd, self.timeout, self.output, self.stderr))
 
 
 class CommandFailed(subprocess.CalledProcessError):

@@ -43,9 +43,9 @@ def usage_error(
     raise SystemExit(TETHER_FAILED)
 
 
-def fail(message: str) -> NoReturn:
+def fail(message: str, *, program: str = "tether") -> NoReturn:
     """Refuse: one line on stderr, status 125."""
-    say(f"tether: {message}")
+    say(f"{program}: {message}")
     raise SystemExit(TETHER_FAILED)
 
 
@@ -110,14 +110,14 @@ def write_out(text: str) -> OSError | None:
     return None
 
 
-def print_out(text: str) -> int:
+def print_out(text: str, *, program: str = "tether") -> int:
     """Write ``text`` to stdout; return 0, or 141 for a reader gone away; else fail (125)."""
     error = write_out(text)
     if error is None:
         return 0
     if isinstance(error, BrokenPipeError):
         return 128 + signal.SIGPIPE
-    fail(f"write error: {error.strerror or error}")
+    fail(f"write error: {error.strerror or error}", program=program)
 
 
 def _discard(stream: IO[str] | None) -> None:

@@ -14,7 +14,7 @@ import sys
 import time
 
 from tether._version import __version__
-from tether.cli.messages import say, stderr_failed, usage_error, write_out
+from tether.cli.messages import print_out, say, stderr_failed, usage_error
 from tether.cli.timeout_options import OptionError, read_command_line
 from tether.core.reasons import DEADLINE_EXCEEDED, TETHER_FAILED, Reason, status_of
 
@@ -90,13 +90,7 @@ def _usage_error(message: str | None, *, as_given: bool = False) -> NoReturn:
 
 def _print_and_exit(text: str) -> NoReturn:
     """Print ``--help`` or ``--version`` and exit 0, or say why not (125)."""
-    error = write_out(text)
-    if error is None:
-        raise SystemExit(0)
-    if isinstance(error, BrokenPipeError):
-        raise SystemExit(128 + signal.SIGPIPE)
-    _say(f"write error: {error.strerror or error}")
-    raise SystemExit(TETHER_FAILED)
+    raise SystemExit(print_out(text, program=_Program.name))
 
 
 def _duration(text: str) -> float:
@@ -120,15 +114,14 @@ def _signal_name(text: str) -> str:
     return name
 
 
-class _Options:
-    def __init__(self) -> None:
-        self.kill_after = 0.0
-        self.stop_signal = "SIGTERM"
-        self.verbose = False
-        self.preserve_status = False
-        self.foreground = False
-        self.record: str | None = None
-        self.label: str | None = None
+class _Options:  # GNU's defaults; each option read sets its own
+    kill_after = 0.0
+    stop_signal = "SIGTERM"
+    verbose = False
+    preserve_status = False
+    foreground = False
+    record: str | None = None
+    label: str | None = None
 
 
 def _parse(argv: list[str]) -> tuple[_Options, float, list[str]]:
