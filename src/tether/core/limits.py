@@ -36,6 +36,7 @@ __all__ = [
     "parse_cpus",
     "parse_limits",
     "parse_size",
+    "shown_value",
 ]
 
 #: The ``cpu.max`` period tether writes (the kernel's default): 100 ms.
@@ -95,7 +96,8 @@ class LimitError(ValueError):
     """A value that cannot be a limit; the message names the option and is ready for a person."""
 
 
-def _shown(value: object) -> str:
+def shown_value(value: object) -> str:
+    """``value`` for a message: at most 40 characters, a huge integer by its size."""
     if isinstance(value, int) and value.bit_length() > 64:
         return f"(an integer of {value.bit_length()} bits)"
     text = repr(value)
@@ -107,7 +109,8 @@ def parse_size(value: object, *, flag: str, allow_zero: bool = False) -> int:
     8 EiB, zero only if ``allow_zero``, or a :class:`LimitError` naming ``flag``."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise LimitError(
-            f"{flag}: a size must be a number of bytes or a string like '8G', not {_shown(value)}"
+            f"{flag}: a size must be a number of bytes or a string like '8G', "
+            f"not {shown_value(value)}"
         )
     if isinstance(value, str):
         import re
@@ -116,60 +119,64 @@ def parse_size(value: object, *, flag: str, allow_zero: bool = False) -> int:
         match = None if too_long(text) else re.fullmatch(_SIZE, text, re.IGNORECASE)
         if match is None:
             raise LimitError(
-                f"{flag}: not a size: {_shown(value)} (write bytes, or a number with "
+                f"{flag}: not a size: {shown_value(value)} (write bytes, or a number with "
                 "K, M, G or T: '512M', '8G')"
             )
         number, unit = match.groups()
         scaled = float(number) * float(1024 ** _UNITS[unit.lower()])
         if not math.isfinite(scaled) or scaled > _SIZE_MOST:
-            raise LimitError(f"{flag}: {_shown(value)} is larger than any machine (8 EiB at most)")
+            raise LimitError(
+                f"{flag}: {shown_value(value)} is larger than any machine (8 EiB at most)"
+            )
         size = math.floor(scaled)
     elif isinstance(value, float):
         if not math.isfinite(value):
-            raise LimitError(f"{flag}: a size must be finite, not {_shown(value)}")
+            raise LimitError(f"{flag}: a size must be finite, not {shown_value(value)}")
         if value > _SIZE_MOST:
-            raise LimitError(f"{flag}: {_shown(value)} is larger than any machine (8 EiB at most)")
+            raise LimitError(
+                f"{flag}: {shown_value(value)} is larger than any machine (8 EiB at most)"
+            )
         size = math.floor(value)
     else:
         size = value
     if size < 0 or (size == 0 and not allow_zero):
         least = "0 or more" if allow_zero else "more than 0"
-        raise LimitError(f"{flag}: a size must be {least} bytes, not {_shown(value)}")
+        raise LimitError(f"{flag}: a size must be {least} bytes, not {shown_value(value)}")
     if size > _SIZE_MOST:
-        raise LimitError(f"{flag}: {_shown(value)} is larger than any machine (8 EiB at most)")
+        raise LimitError(f"{flag}: {shown_value(value)} is larger than any machine (8 EiB at most)")
     return size
 
 
 def parse_cpus(value: object, *, flag: str) -> float:
     """A number of CPUs (``1.5``, ``"0.5"``): positive, at least 1 % of one, finite."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise LimitError(f"{flag}: CPUs must be a number like 1.5, not {_shown(value)}")
+        raise LimitError(f"{flag}: CPUs must be a number like 1.5, not {shown_value(value)}")
     try:
         if isinstance(value, str) and not decimal_text(value.strip()):
             raise ValueError(value)
         cpus = float(value.strip()) if isinstance(value, str) else float(value)
     except (ValueError, OverflowError):
-        raise LimitError(f"{flag}: not a number of CPUs: {_shown(value)}") from None
+        raise LimitError(f"{flag}: not a number of CPUs: {shown_value(value)}") from None
     if not (math.isfinite(cpus) and cpus > 0):
-        raise LimitError(f"{flag}: CPUs must be a number above 0, not {_shown(value)}")
+        raise LimitError(f"{flag}: CPUs must be a number above 0, not {shown_value(value)}")
     # The largest first: a huge finite number would overflow the quota's rounding.
     if cpus > _CPU_MOST:
-        raise LimitError(f"{flag}: {_shown(value)} CPUs is more than any machine has")
+        raise LimitError(f"{flag}: {shown_value(value)} CPUs is more than any machine has")
     if round(cpus * CPU_PERIOD_MICROSECONDS) < _CPU_MIN_QUOTA:
-        raise LimitError(f"{flag}: {_shown(value)} CPUs is below the kernel's least (0.01)")
+        raise LimitError(f"{flag}: {shown_value(value)} CPUs is below the kernel's least (0.01)")
     return cpus
 
 
 def parse_count(value: object, *, flag: str) -> int:
     """A positive whole number of processes (``512``, ``"512"``)."""
     if isinstance(value, bool):
-        raise LimitError(f"{flag}: must be a whole number above 0, not {_shown(value)}")
+        raise LimitError(f"{flag}: must be a whole number above 0, not {shown_value(value)}")
     if isinstance(value, str):
         value = whole_number(value.strip()) or value
     if not isinstance(value, int) or value <= 0:
-        raise LimitError(f"{flag}: must be a whole number above 0, not {_shown(value)}")
+        raise LimitError(f"{flag}: must be a whole number above 0, not {shown_value(value)}")
     if value > _SIZE_MOST:
-        raise LimitError(f"{flag}: {_shown(value)} is too large")
+        raise LimitError(f"{flag}: {shown_value(value)} is too large")
     return value
 
 
@@ -197,7 +204,7 @@ def parse_limits(
     names = flags or {}
     unknown = sorted(set(values) - set(LIMIT_NAMES))
     if unknown:
-        raise LimitError(f"not a resource limit: {_shown(unknown[0])}")
+        raise LimitError(f"not a resource limit: {shown_value(unknown[0])}")
     checked: dict[str, int | float] = {}
     for limit in LIMITS:
         value = values.get(limit.name)

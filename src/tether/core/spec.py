@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from tether.core.durations import seconds_for_json, seconds_from_json
-from tether.core.limits import LimitError, parse_limits
+from tether.core.limits import LimitError, parse_limits, shown_value
 from tether.core.values import DeclaredValue
 
 TYPE_CHECKING = False
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_GRACE_SECONDS",
     "DEFAULT_STOP_SIGNAL",
+    "ROLES",
     "RunSpec",
     "SpecError",
     "command_name",
@@ -38,6 +39,10 @@ DEFAULT_GRACE_SECONDS: Final = 10.0
 
 #: The gentle signal that starts a stop, unless a door asks for another (``timeout -s``).
 DEFAULT_STOP_SIGNAL: Final = "SIGTERM"
+
+
+#: The roles of the descriptors every supervisor's spec holds.
+ROLES: Final = ("lifeline", "status", "stdin", "stdout", "stderr")
 
 
 class SpecError(ValueError):
@@ -149,7 +154,7 @@ class RunSpec(DeclaredValue, kw_only=True):
             if (value is not None or name in _NEEDED) and (
                 not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool)
             ):
-                raise SpecError(f"{name} must be {_KIND_WORDS[kind]}, not {_shown(value)}")
+                raise SpecError(f"{name} must be {_KIND_WORDS[kind]}, not {shown_value(value)}")
         for name, mapping, value_kind, words in (
             ("env", self.env, str, "names to strings"),
             ("fds", self.fds, int, "roles to descriptors"),
@@ -203,18 +208,8 @@ def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def command_name(argv: tuple[str, ...] | list[str]) -> str:
-    """The name a run goes by: ``argv[0]``'s last component (``/usr/bin/python3`` -> ``python3``).
-
-    Enough to tell runs apart in ``tether ls``, and no more of the command
-    line than a process list shows anyone: the record and the launch line
-    both say it, so a run whose record is missing still has a name.
-    """
+    """The name a run goes by: ``argv[0]``'s last component (``/usr/bin/python3``: ``python3``)."""
     name = argv[0].rstrip("/").rsplit("/", 1)[-1] if argv else ""
     return name[:MAX_NAME_CHARACTERS]
 
@@ -229,20 +224,11 @@ _MODULE_RE: Final = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 
 
 def script_name(argv: tuple[str, ...] | list[str]) -> str | None:
-    """What an interpreter ran, as ``tether ls`` names it; ``None`` for any other command.
-
-    ``python evaluate.py --key K`` is ``evaluate.py`` (the script's last path
-    component), ``python -m pkg.mod`` is ``pkg.mod``, ``python -c CODE`` is
-    ``python -c`` (never the code), ``bash run.sh`` is ``run.sh`` and
-    ``bash -c CMD`` is ``bash -c``. Only the program's name is ever taken:
-    no option's value and no argument after the program (those are where
-    credentials live). The interpreters known are Python's (``python``,
-    ``python3``, ``python3.12``, ``pypy3``) and the POSIX shells; for any other
-    command, or a command line this cannot read for sure, ``None``.
-    """
+    """What an interpreter ran (``evaluate.py``, ``pkg.mod``, ``python -c``), never an argument
+    after it; ``None`` for any other command: docs/record.md, ``script``."""
     if len(argv) < 2:
         return None
-    import re  # here, not at the top: the supervisor's launch path never needs it
+    import re  # not on the launch path
 
     interpreter = command_name(argv)
     if re.fullmatch(_PYTHON_RE, interpreter):
@@ -310,11 +296,8 @@ def _script(path: str) -> str | None:
 
 
 def _looks_like_a_signal(name: str) -> bool:
-    """``SIGTERM``, ``SIGRTMIN+2``, ``SIGRTMAX-1``, or ``0`` (``timeout -s 0``: send nothing).
-
-    Only the shape is checked here (the core knows no signal numbers): the
-    supervisor sends nothing it cannot name, and says so in the record.
-    """
+    """``SIGTERM``, ``SIGRTMIN+2``, ``SIGRTMAX-1``, or ``0`` (send nothing): the shape only,
+    the core knows no signal numbers."""
     if name == "0":
         return True
     base, _, offset = name.replace("-", "+").partition("+")

@@ -30,7 +30,6 @@ __all__ = [
     "loading",
     "main",
     "supervise_fields",
-    "supervise_raw",
 ]
 
 
@@ -58,22 +57,13 @@ def main(spec_fd: int) -> int:
     from tether.linux.double_fork import fork_again
 
     fork_again()
-    try:
-        raw = _read_all(spec_fd)
-    except OSError:
-        return TETHER_FAILED
-    return supervise_raw(raw)
-
-
-def supervise_raw(raw: bytes, containment: RunCgroups | None = None) -> int:
-    """:func:`supervise_fields` for the spec's JSON, not parsed yet."""
     import json
 
     try:
-        fields = json.loads(raw)
-    except ValueError:
+        fields = json.loads(_read_all(spec_fd))
+    except (OSError, ValueError):
         return TETHER_FAILED
-    return supervise_fields(fields, containment)
+    return supervise_fields(fields)
 
 
 def supervise_fields(fields: object, containment: RunCgroups | None = None) -> int:
@@ -83,8 +73,7 @@ def supervise_fields(fields: object, containment: RunCgroups | None = None) -> i
     having started nothing and told the caller why where it can. ``containment``: the run's
     cgroup, if the process that forked this one made it already.
     """
-    from tether.core.spec import RunSpec, SpecError
-    from tether.supervisor.launch import ROLES
+    from tether.core.spec import ROLES, RunSpec, SpecError
 
     try:
         spec = RunSpec.from_fields(fields)

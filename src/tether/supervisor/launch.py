@@ -146,12 +146,8 @@ class LaunchPlan(DeclaredValue, kw_only=True):
     stop_signal: str = "SIGTERM"
 
 
-#: The roles every supervisor's spec must hold a descriptor for.
-ROLES: Final = ("lifeline", "status", "stdin", "stdout", "stderr")
-
-
 def plan_from_spec(spec: RunSpec, inherited: tuple[int, ...] = ()) -> LaunchPlan:
-    """The plan of ``spec``'s run (checked, with every role of :data:`ROLES`).
+    """The plan of ``spec``'s run (checked, with every role of :data:`~tether.core.spec.ROLES`).
 
     ``inherited``: descriptors this process inherited for the command at the same numbers
     (forked from ``tether run``); the API's arrive by role (``pass:N``).
@@ -199,13 +195,16 @@ def launch(
             raise _no_signal_pipe(wakeup.failure)
         _check_descriptors(plan.close_after_launch)
         command = start_command(plan, announce=_announcer(status), containment=containment)
-    except CommandNotStarted as failure:
-        _discard(containment)
+    except (CommandNotStarted, OSError) as error:
+        if containment is not None:
+            containment.discard()  # no cgroup left behind, no warming child unreaped
+        # An OSError: no pidfd on the command (start_command killed and reaped it): not run.
+        failure = (
+            error
+            if isinstance(error, CommandNotStarted)
+            else _setup_failure("cannot watch the command", error)
+        )
         result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), failure=failure)
-    except OSError as error:
-        _discard(containment)
-        # No pidfd on the command (start_command killed and reaped it): not watched, not run.
-        result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), failure=_unwatchable(error))
     else:
         result = LaunchAttempt(wakeup=wakeup, at=time.monotonic(), command=command)
         if _LOOP not in sys.modules:
@@ -231,10 +230,8 @@ _LOOP: Final = "tether.supervisor.loop"
 
 
 def _post_sentry(plan: LaunchPlan, wakeup: SignalWakeup, command: Command) -> Sentry | None:
-    """A sentry on the run, or ``None`` if none can be had (no thread, no descriptor left).
-
-    Without one, everything waits, level-triggered, for the loop.
-    """
+    """A sentry on the run, or ``None`` if none can be had (then everything waits,
+    level-triggered, for the loop)."""
     try:
         from tether.supervisor.sentry import Sentry
 
@@ -250,12 +247,6 @@ def _post_sentry(plan: LaunchPlan, wakeup: SignalWakeup, command: Command) -> Se
         )
     except (OSError, RuntimeError, ImportError):
         return None
-
-
-def _discard(containment: RunCgroups | None) -> None:
-    """No command: no cgroup left behind, no warming child left unreaped (both idempotent)."""
-    if containment is not None:
-        containment.discard()
 
 
 def _signal_number(name: str) -> int:
@@ -284,26 +275,22 @@ def _check_descriptors(freed_after_launch: tuple[int, ...]) -> None:
     free = free_descriptors(NEEDED) + len(freed_after_launch)
     if free < NEEDED:
         raise CommandNotStarted(
-            errno.EMFILE,
-            f"too few file descriptors free under the open-file limit to supervise a command "
-            f"({free} free, {NEEDED} needed; raise ulimit -n)",
-            "setup",
+            errno.EMFILE, _TOO_FEW.format(f"{free} free, {NEEDED} needed"), "setup"
         )
+
+
+_TOO_FEW: Final = (
+    "too few file descriptors free under the open-file limit to supervise a command "
+    "({}; raise ulimit -n)"
+)
 
 
 def _no_signal_pipe(error: OSError) -> CommandNotStarted:
     """No pipe for the signals that stop the command: a command tether could not stop."""
     if error.errno == errno.EMFILE:
-        return CommandNotStarted(
-            errno.EMFILE,
-            "too few file descriptors free under the open-file limit to supervise a command "
-            "(none for its signal pipe; raise ulimit -n)",
-            "setup",
-        )
-    reason = error.strerror or str(error)
-    return CommandNotStarted(error.errno, f"cannot make the signal pipe: {reason}", "setup")
+        return CommandNotStarted(errno.EMFILE, _TOO_FEW.format("none for its signal pipe"), "setup")
+    return _setup_failure("cannot make the signal pipe", error)
 
 
-def _unwatchable(error: OSError) -> CommandNotStarted:
-    reason = error.strerror or str(error)
-    return CommandNotStarted(error.errno, f"cannot watch the command: {reason}", "setup")
+def _setup_failure(what: str, error: OSError) -> CommandNotStarted:
+    return CommandNotStarted(error.errno, f"{what}: {error.strerror or error}", "setup")
