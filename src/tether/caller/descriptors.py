@@ -1,23 +1,10 @@
 """The run's descriptors, opened on the caller's side before its supervisor starts.
 
-A supervisor is detached: it cannot open anything *as the caller*, with the
-caller's working directory, standard streams or view of the record's
-directory. So the caller opens what the run needs and hands it over as
-descriptors, by role (``spec.fds``): the command's stdin, stdout and stderr
-(copies; ``/dev/null`` for a stream the caller has closed), the working
-directory (``O_PATH``, for a directory that may since have been removed or
-renamed), the record's directory (held, so nothing done to its path during
-the run redirects the record), and the run's channels
-(:func:`tether.caller.lifeline.run_channels`). Each lands above the standard
-streams' numbers, which are the supervisor's own ``/dev/null``.
-
-Opening is all or nothing: :func:`open_run` either returns every descriptor
-or raises :class:`~tether.caller.launch_errors.LaunchError` and leaves none
-open. :func:`completed` then writes the spec as the supervisor gets it, with
-the descriptors by role and the caller's umask.
-
-On the path to ``tether run``'s launch: the standard library only, and no
-``typing`` at run time.
+A detached supervisor cannot open anything as the caller, so the caller hands it, by role
+(``spec.fds``): the command's stdio, the working directory (``O_PATH``), the record's
+directory (held) and the run's channels, each above the standard streams. :func:`open_run`
+is all or nothing (:class:`~tether.caller.launch_errors.LaunchError`, nothing left open);
+:func:`completed` writes the spec the supervisor gets. Why: ``docs/architecture.md``.
 """
 
 from __future__ import annotations
@@ -56,14 +43,8 @@ def caller_umask() -> int | None:
 
 
 def _command_stream(stream: Stream, default: int) -> int:
-    """A copy of the stream the command gets; ``/dev/null`` for one the caller has closed.
-
-    ``timeout(1)`` hands a closed stream on closed; a detached supervisor
-    cannot, because its own 0, 1 and 2 are ``/dev/null``. ``/dev/null`` is
-    the nearest: reads see end of file, writes vanish. Only the caller's own
-    streams (``None``) get this: a descriptor the API was given explicitly
-    must be open, or the launch is refused.
-    """
+    """A copy of the stream the command gets; ``/dev/null`` for one of the caller's own it has
+    closed (a detached supervisor cannot hand on a closed one); an explicit one must be open."""
     if stream is not None:
         fd = stream if isinstance(stream, int) else stream.fileno()
         return above_stdio(os.dup(fd))
@@ -76,28 +57,18 @@ def _command_stream(stream: Stream, default: int) -> int:
 
 
 def _working_directory() -> int:
-    """The caller's working directory, held open (``O_PATH``) for the command to start in.
-
-    By descriptor, not by name: the directory may have been removed (``timeout``
-    still runs a command there) or renamed since, and a name could by then lead
-    somewhere else.
-    """
+    """The caller's working directory, held open (``O_PATH``): it may since have been removed
+    or renamed."""
     return above_stdio(os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
 
 
 def open_run(
     spec: RunSpec, stdin: Stream, stdout: Stream, stderr: Stream, *, spec_pipe: bool
 ) -> tuple[str | None, int | None, list[int]]:
-    """Open what a run's supervisor will hold; raise :class:`LaunchError` (leaving none) if not.
+    """Open what a run's supervisor will hold, or raise :class:`LaunchError` leaving none.
 
-    Returns the absolute working directory (``None``: the caller's, held as a
-    descriptor), the held record directory's descriptor (``None``: no record),
-    and every descriptor opened, in this order: the command's stdin, stdout
-    and stderr; the working directory where held; the record directory where
-    held; the lifeline's reading then writing end, the status channel's; and,
-    with ``spec_pipe``, the spec pipe's (a fresh interpreter reads the spec
-    from it before the launch).
-    """
+    Returns the absolute working directory (``None``: held), the record directory's descriptor,
+    and every descriptor: stdio, cwd, record dir, lifeline, status (and the spec pipe's)."""
     try:
         require_linux()
     except UnsupportedPlatform as error:
@@ -148,24 +119,16 @@ def completed(
 
 
 def _record_directory(spec: RunSpec) -> int | None:
-    """The record's directory, checked and held open for the run; ``None`` without a record.
-
-    Held from here on by both sides: the supervisor writes the record and the
-    event log through its copy (so nothing done to the path during the run can
-    redirect them), and the caller through its own, for a lost supervisor's
-    record. Raises :class:`~tether.shared.record_file.RecordError`.
-    """
+    """The record's directory, checked and held by both sides for the run (nothing done to
+    the path redirects the record); ``None`` without one."""
     if spec.record_path is None:
         return None
     return above_stdio(hold_record_directory(spec.record_path))
 
 
 def _absolute(cwd: str | None) -> str | None:
-    """The command's working directory as an absolute path; the caller's own if ``None``.
-
-    The caller's own may have been removed: it is then ``None`` here, and the
-    command starts in it all the same, through its descriptor.
-    """
+    """The command's working directory as an absolute path; ``None`` for the caller's own if it
+    was removed (the command starts there through its descriptor)."""
     if cwd is not None:
         return os.path.abspath(cwd)
     try:

@@ -1,45 +1,12 @@
-"""What a caller does itself when its supervisor is lost.
+"""What a caller does itself when its supervisor is lost (status end of file, no ``finished``).
 
-A supervisor that is SIGKILLed (or OOM-killed) can neither stop the command's
-tree nor write its record. The caller notices, because the status pipe
-reaches end of file with no ``finished`` message, and it is then the only
-process left that knows anything about the run. Whatever the door (``tether
-run``, ``tether timeout``, the API: they all read the status pipe through
-:mod:`tether.caller.status`), it does what it still can, in this order:
-
-1. Stop what is left of the tree. The command's leader already got its
-   parent-death signal, but everything else was re-parented away from the dead
-   supervisor and would run on. Under cgroup containment the caller knows the
-   run's cgroups (the ``started`` message lists their directories, one per
-   hierarchy) and, for each that is one of tether's own (tether's name,
-   directly below the caller's own cgroup, whether the supervisor or the
-   zygote made it: a forged message cannot point it elsewhere), writes
-   ``cgroup.kill`` (v2) or SIGKILLs every process ``cgroup.procs`` lists
-   until none is left (v1, bounded): everything goes, escapees included.
-   Then it also SIGKILLs the command's
-   process group, but only after finding a live member of it in ``/proc``: a
-   group id cannot be reused while any member is alive, and an empty group's
-   id may already belong to someone else. Descendants that had left the group
-   are then out of the caller's reach; the docs say so. A supervisor lost
-   before it said ``started`` is no different once the command exists: the
-   command itself said where it is (``spawned``) between its fork and its
-   exec. Before that, there is no command (its parent-death signal is set
-   before it says so).
-2. Write what it knows, with ``reason: supervisor_lost``, at the path where
-   the record was expected, redacted like every record, so the evidence is
-   never simply missing and an operator finds it where they would look. It
-   goes through the record's directory as the caller has held it since the
-   spawn (``spec.fds["record_dir"]``), never through the path looked up again:
-   a directory swapped for a link meanwhile cannot redirect it.
-3. Report the run as ended, as a :class:`~tether.shared.protocol.Finished`
-   like the one the supervisor would have sent: every door then reports a
-   lost supervisor the same way (status 125).
-
-Caller side: standard library only.
-
-``os.killpg`` is called here directly, deliberately: a process group has no
-descriptor to pin it, and the guard (a live member, never the caller's own
-group) is this module's policy, not a mechanism.
+Stop what is left: each of the run's cgroups that is tether's own (``cgroup.kill``, or
+SIGKILL to what a v1 ``cgroup.procs`` lists), then the command's group, only once a live
+member shows the id is still its; write a ``supervisor_lost`` record, redacted, through the
+record directory held since the spawn; report the run as a
+:class:`~tether.shared.protocol.Finished` (status 125). ``os.killpg`` is called directly:
+a group has no descriptor, and the guard is this module's policy. Why:
+``docs/architecture.md`` (Channels) and ``docs/containment.md``.
 """
 
 from __future__ import annotations
@@ -65,10 +32,7 @@ LOST_MESSAGE = "the supervisor was lost before it reported how the run ended"
 def after_supervisor_lost(spec: RunSpec, started: Placement | None) -> Finished:
     """Stop what is left of the command's tree, write the fallback record, say how it ended.
 
-    ``started`` is where the command is, as ``started`` said, or as the command
-    itself said before its exec (``spawned``) if the supervisor was lost before
-    that; ``None`` if the supervisor was lost before the command existed.
-    """
+    ``started``: where the command is (``started``, or ``spawned``); ``None``: there was none."""
     if started is not None:
         _stop_what_is_left(started)
     elapsed = time.monotonic() - spec.asked_at
@@ -112,11 +76,8 @@ def _write_lost_record(
     finished_at: datetime,
     elapsed: float,
 ) -> str | None:
-    """Write the fallback record unless the supervisor's own exists; return its path.
-
-    Returns ``None`` when the run has no record path, when the supervisor's
-    record is there after all, or when the fallback cannot be written either.
-    """
+    """Write the fallback record unless the supervisor's own exists; its path, or ``None``
+    (no record path, the supervisor's is there, or it cannot be written)."""
     if spec.record_path is None:
         return None
     path = Path(spec.record_path)
@@ -148,11 +109,8 @@ def _write_lost_record(
 
 
 def _already_there(path: Path, directory_fd: int | None) -> bool:
-    """Whether something (the supervisor's own record, after all) is at the record's name.
-
-    Looked for in the held directory, without following a link; anything
-    that cannot be looked at counts as there, so it is never overwritten.
-    """
+    """Whether something is at the record's name in the held directory (not following a link);
+    what cannot be looked at counts as there."""
     if directory_fd is None:
         return os.path.lexists(path)
     try:

@@ -1,19 +1,9 @@
 """What a forked supervisor inherits that no request can carry: the caller's fingerprint.
 
-The zygote (:mod:`tether.caller.zygote`) forks supervisors for a caller it was
-started by, maybe long ago. Some of what a process inherits travels with each
-request (the environment, the umask, the ignored signals, the soft resource
-limits, the signal mask, the working directory and the stdio); the rest cannot
-be set again in a forked child, or only with a privilege the caller gave up,
-and a child that failed to take one on would be a command that can tell. So
-the rest is *compared*: :func:`fingerprint` reads it from the launching
-thread as one value, taken when the zygote starts and at every request, and
-a request whose fingerprint differs gets a fresh zygote, which inherits all
-of it by construction.
-
-A fingerprint is read whole, and ``None`` if any part cannot be read (no
-descriptor left): a part that cannot be compared is never taken for equal.
-It costs some 75 microseconds, once per request.
+Taken from the launching thread when the zygote starts and at every request (about
+75 µs); a request whose fingerprint differs gets a fresh zygote, which inherits all of it
+by construction. ``None`` if a part cannot be read now (never taken for equal); what it
+covers and why: ``docs/architecture.md`` (Processes, "The command cannot tell").
 """
 
 from __future__ import annotations
@@ -51,28 +41,10 @@ RLIMITS: Final = tuple(name for name in dir(resource) if name.startswith("RLIMIT
 
 
 def fingerprint() -> tuple[object, ...] | None:
-    """What a zygote must share with its caller to fork the caller's supervisors.
+    """What a zygote must share with its caller, read from the calling thread.
 
-    Whatever a forked process cannot be handed in a request, read from the
-    calling thread (several of these are a thread's own, and a spawned
-    supervisor would have had the launching thread's): every line of its
-    ``/proc`` status but those that are a process's own or travel with the
-    request (:data:`_NOT_IDENTITY`), which covers the credentials (real,
-    effective, saved and file system ids, the groups), every capability set,
-    ``NoNewPrivs``, seccomp, the CPUs and memory nodes it may use, the
-    speculation controls and any attribute a later kernel adds there; then
-    the namespaces, the root directory, the cgroup, the LSM label, the
-    personality, the nice value and scheduling policy, ``oom_score_adj``, the
-    timer slack, the I/O priority, memory-deny-write-execute and the hard
-    resource limits. Some could be
-    set again in the forked child, and some only with a privilege the caller
-    gave up; a fresh zygote inherits them all, by construction, and costs
-    once per change what a spawned supervisor costs every time. ``None`` if
-    they cannot be read now (no descriptor left); :class:`Unreadable` if they
-    cannot be read for any other reason (a process that gave up root is no
-    longer dumpable, and its own ``/proc/self`` refuses it): a zygote is then
-    let go of (fail closed).
-    """
+    ``None`` if it cannot be read now (no descriptor); :class:`Unreadable` for any other reason
+    (then the zygote is let go of: fail closed). What it covers: ``docs/architecture.md``."""
     namespaces = []
     for name in _NAMESPACES:
         try:
@@ -119,10 +91,8 @@ def fingerprint() -> tuple[object, ...] | None:
     )
 
 
-#: The lines of ``/proc/<tid>/status`` that are not a zygote's to match: each
-#: process's own (its ids, its counters, its memory in use) or what travels
-#: with every request (the umask, the signal mask and dispositions). Every
-#: other line is, a line a later kernel adds included.
+#: The lines of ``/proc/<tid>/status`` not to match: each process's own, or what travels with
+#: every request. Every other line is, one a later kernel adds included.
 _NOT_IDENTITY: Final = re.compile(
     rb"^(?:Name|Umask|State|Tgid|Ngid|Pid|PPid|TracerPid|FDSize|NStgid|NSpid|NSpgid|NSsid"
     rb"|Kthread|CoreDumping|Threads|SigQ|SigPnd|ShdPnd|SigBlk|SigIgn|SigCgt"
@@ -132,14 +102,8 @@ _NOT_IDENTITY: Final = re.compile(
 
 
 def _root() -> tuple[int, int, bytes]:
-    """The root directory as a mount sees it: its device, inode and *mount*.
-
-    A device and an inode alone are shared by a bind mount of the same
-    directory: a caller that ``chroot``s into a read-only bind mount of ``/``
-    has the same root by them, where a fresh process would be confined to the
-    read-only mount. The mount's id (``mnt_id`` in the descriptor's
-    ``fdinfo``) tells the two apart.
-    """
+    """The root directory as a mount sees it: device, inode and *mount* id (a bind mount of
+    ``/`` shares the first two)."""
     fd = os.open("/", os.O_PATH | os.O_CLOEXEC)
     try:
         status = os.fstat(fd)

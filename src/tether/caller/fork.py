@@ -1,24 +1,10 @@
-"""How tether's own command line starts a supervisor: by forking itself, not another interpreter.
+"""How ``tether run`` and ``tether timeout`` start a supervisor: by forking themselves.
 
-``tether run`` and ``tether timeout`` are tether's own single-threaded
-programs, so they may fork (a Python program using the API may have threads,
-and is never forked: its supervisors come from its zygote or a fresh
-interpreter, :mod:`tether.caller.start`). Fork, ``setsid``, fork (the last
-two :mod:`tether.linux.double_fork`'s, as the zygote's): the grandchild
-becomes the supervisor, with no second interpreter (which costs
-tens of milliseconds and a second copy of everything already loaded), and the
-caller reaps the middle child, which is gone within a millisecond. The
-supervisor is then not a session leader, is nobody's child to reap, and
-survives a kill of the caller's process group or session.
-
-The forked supervisor starts from the slate a spawned one would have had:
-buffered output flushed first (so nothing is written twice), the program's
-signal handlers reset, its standard streams on ``/dev/null``, no descriptor
-but the run's and those the program inherited (for the command), and every
-forked branch ends in ``os._exit``, never in the program's cleanup.
-
-On the path to ``tether run``'s launch: the standard library only, and no
-``typing`` at run time.
+They are single-threaded, so they fork, ``setsid`` and fork
+(:mod:`tether.linux.double_fork`), and the grandchild becomes the supervisor from the
+slate a spawned one would have: output flushed first, signal handlers reset, standard
+streams on ``/dev/null``, no descriptor but the run's and the inherited ones, every branch
+ending in ``os._exit``. Why: ``docs/architecture.md`` (Processes).
 """
 
 from __future__ import annotations
@@ -50,12 +36,8 @@ __all__ = ["fork_supervisors", "start"]
 def start(
     spec: RunSpec, *, stdin: Stream = None, stdout: Stream = None, stderr: Stream = None
 ) -> Spawn:
-    """Start a detached supervisor for ``spec`` and hand it the spec; for the command line.
-
-    Forks this process when it is tether's own program (:func:`fork_supervisors`),
-    and spawns a fresh interpreter otherwise. Returns once the intermediate
-    has gone; read how the run goes from ``spawn.status``.
-    """
+    """Start a detached supervisor for ``spec`` and hand it the spec, for the command line: a
+    fork where :func:`fork_supervisors` allows it, else a fresh interpreter."""
     if _become_supervisor is not None:
         return _fork(spec, _become_supervisor, stdin=stdin, stdout=stdout, stderr=stderr)
     spawn = spawn_supervisor(spec, stdin=stdin, stdout=stdout, stderr=stderr)
@@ -73,19 +55,8 @@ _handed_on: tuple[int, ...] = ()
 def fork_supervisors(
     become: Callable[[RunSpec], NoReturn], *, hand_on: tuple[int, ...] = ()
 ) -> None:
-    """Make :func:`start` fork this process into the supervisor instead of spawning one.
-
-    Only for tether's own command-line program: it is single-threaded, so a
-    forked child is safe, and its supervisor then needs no second interpreter
-    (which costs tens of milliseconds and a second copy of everything already
-    loaded). ``become`` runs in the forked supervisor, with the spec whose
-    descriptors it holds, and never returns. A Python program using the API
-    never calls this: it may have threads, and its supervisors are spawned.
-
-    ``hand_on`` are the descriptors the program inherited: the forked
-    supervisor keeps them (with their numbers) only to hand them to the
-    command, as a shell and GNU ``timeout`` do, and closes them once it has.
-    """
+    """Make :func:`start` fork this single-threaded program into the supervisor (``become``),
+    never an API caller; ``hand_on``: inherited descriptors the command gets, at their numbers."""
     global _become_supervisor, _handed_on  # noqa: PLW0603 - set once by the program's entry
     _become_supervisor = become
     _handed_on = hand_on
@@ -100,14 +71,7 @@ def _fork(
     stderr: Stream,
 ) -> Spawn:
     """Fork, ``setsid``, fork: the grandchild becomes ``spec``'s supervisor; reap the child.
-
-    The same double fork as :mod:`tether.supervisor.detach` does after a spawn,
-    without the interpreter in between: the supervisor is not a session
-    leader, is nobody's child to reap, and survives a kill of this process's
-    group or session. Buffered output is flushed first, so nothing is written
-    twice; every forked branch ends in ``os._exit``, never in this program's
-    cleanup.
-    """
+    Output is flushed first; every forked branch ends in ``os._exit``."""
     cwd, record_dir, opened = open_run(spec, stdin, stdout, stderr, spec_pipe=False)
     try:
         # Opened here, so that a caller out of descriptors hears it as a launch error.
@@ -147,13 +111,8 @@ _HEADROOM: Final = 5
 
 
 def _check_headroom(null: int) -> None:
-    """Raise ``EMFILE`` unless :data:`_HEADROOM` more descriptors can be opened now.
-
-    The forked supervisor shares this process's open-file limit: under a low
-    ``ulimit -n`` it would start, fail to start the command, and leave a
-    ``launch_failed`` record of a run that was never possible. Refused here,
-    it is one line before anything started, as when the caller itself runs out.
-    """
+    """Raise ``EMFILE`` unless :data:`_HEADROOM` more descriptors can be opened now: refused
+    here in one line, not as a ``launch_failed`` record of a run never possible."""
     probes: list[int] = []
     try:
         for _ in range(_HEADROOM):
@@ -165,17 +124,9 @@ def _check_headroom(null: int) -> None:
 def _become_detached(
     keep: tuple[int, ...], null: int, become: Callable[[], object], *, new_session: bool
 ) -> NoReturn:
-    """In the forked child: detached (:mod:`tether.linux.double_fork`), a clean slate, ``become``.
-
-    (Not a new session for a command that joins its caller's group to use its
-    terminal: that needs the caller's session, and the child only leaves the
-    caller's group.)
-
-    The clean slate is what a freshly spawned supervisor would have: no
-    handler of this program's (the supervisor installs its own), no wakeup
-    descriptor, ``/dev/null`` as its own standard streams, and no descriptor
-    but the run's and those the program inherited (for the command).
-    """
+    """In the forked child: detached (:mod:`tether.linux.double_fork`), then the slate a
+    spawned supervisor has (no handler or wakeup fd of this program's, ``/dev/null`` stdio, only
+    the run's and inherited descriptors), then ``become``."""
 
     def from_a_clean_slate() -> None:
         _reset_signals()
@@ -188,15 +139,8 @@ def _become_detached(
 
 
 def _reset_signals() -> None:
-    """The signal dispositions a freshly started interpreter would have had.
-
-    Every signal this program handles in Python goes back to its default
-    action (an ``exec`` would have done that), and SIGPIPE and SIGXFSZ are
-    ignored, as Python ignores them at start-up: this program may have set
-    them otherwise (``tether timeout`` passes SIGPIPE on), and a supervisor
-    that died of SIGPIPE writing to a caller that is gone would leave no
-    record.
-    """
+    """The dispositions a fresh interpreter has: handled signals back to default, SIGPIPE and
+    SIGXFSZ ignored (a supervisor killed by SIGPIPE would leave no record)."""
     import signal
 
     with contextlib.suppress(ValueError, OSError):

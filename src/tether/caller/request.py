@@ -1,34 +1,12 @@
 """Building a run's request: what every door was given, checked once, as one :class:`RunSpec`.
 
-``tether run``, ``tether timeout``, the seed door and the Python API all take
-the same things under different names (``--deadline``, ``DURATION``,
-``--deadline-seconds``, ``deadline=``): a command line, two durations, where
-the record goes, a label. :func:`build_request` is the one place they become a
-request: durations parsed and checked, each default defined once (in
-:mod:`tether.core.spec`), "no deadline" spelt one way, the record's path
-chosen, checked and made absolute. Nothing is started until all of it passed,
-so a request refused here leaves nothing behind, not even a record: a usage
-error is the caller's to see, at once, in one line.
-
-Errors are of two kinds. :class:`RequestError` (a :class:`ValueError`) is a
-value that cannot be a request: its message names the option as the door
-spells it (``flags``) and ``option`` says which one it was, so a door with its
-own words (``timeout: invalid time interval``) can use them. A
-:class:`TypeError` is a program's mistake (a string where a list of words was
-meant). A record path that cannot be written raises
-:class:`~tether.shared.record_file.RecordError`.
-
-The default record directory is different: nobody named it, so it must never
-cost a run. When it cannot be made or written (no home, ``HOME=/nonexistent``,
-a read-only home, the user ``nobody``), the run goes ahead without a record:
-the spec says why in ``no_record_reason``, and the process says it once on
-stderr (:func:`warn_no_record_once`), however many runs it starts. A path the
-caller named (``--record PATH``, ``record=PATH``, or ``record=True``, "a
-record, in the default place") is still refused before anything starts.
-The default directory is also the one tether keeps bounded
-(:mod:`tether.shared.retention`): a run that writes there may prune it first.
-
-Caller side: standard library only.
+:func:`build_request` turns each door's options (``--deadline``, ``DURATION``,
+``deadline=``...) into one spec: durations parsed, defaults defined once
+(:mod:`tether.core.spec`), the record's path chosen and checked; nothing starts until it
+all passed. :class:`RequestError` (a :class:`ValueError`) names the option as the door
+spells it; a :class:`TypeError` is a program's mistake. A default record directory that
+cannot be written costs no run: the run goes on without a record, warned once
+(:func:`warn_no_record_once`); a named one is refused. ``docs/record.md`` says more.
 """
 
 from __future__ import annotations
@@ -69,12 +47,8 @@ MAX_LABEL_CHARACTERS: Final = 4096
 
 
 class RequestError(ValueError):
-    """A request that cannot be run; the message is one line for a person.
-
-    ``option`` is which option was wrong, by its API name (``argv``,
-    ``deadline``, ``grace``, ``label``, ``record``, ``stop_signal``, or a
-    resource limit's name).
-    """
+    """A request that cannot be run: one line for a person; ``option`` names the option wrong
+    (its API name: ``argv``, ``deadline``, ``grace``, ``label``, ``record``, a limit's name)."""
 
     def __init__(self, message: str, *, option: str) -> None:
         super().__init__(message)
@@ -90,11 +64,8 @@ def _rebuild_request_error(kind: type[RequestError], message: str, option: str) 
 
 
 class LimitsUnavailable(RequestError):
-    """Resource limits were asked for where no cgroup v2 can enforce them (tether's failure, 125).
-
-    Not the caller's typing mistake but the machine's shape: the message says
-    what is missing, and nothing was started.
-    """
+    """Limits asked for where nothing can enforce them: the machine's shape, not a typing
+    mistake (status 125); nothing was started."""
 
 
 def build_request(
@@ -118,24 +89,10 @@ def build_request(
 ) -> RunSpec:
     """Check what a door was given and return the request, or raise (see the module).
 
-    ``deadline`` of ``None`` or ``0`` means no deadline; ``grace`` of ``None``
-    means never escalate to SIGKILL (``tether timeout`` without ``-k``).
-    ``record`` is ``None`` for a new file in the default directory if it can be
-    used (see the module), ``True`` for one there without fail, a path for that
-    file, ``False`` for no record; the default directory is created if needed.
-    ``flags`` maps ``deadline``, ``grace`` and ``label`` to the names the
-    door's users know them by, for messages. ``record_argv`` keeps the whole
-    command line (redacted) in the record; by default it holds only the
-    command's name. ``ignored_signals`` start ignored in the command; by
-    default, those this process ignores now (:func:`ignored_now`), as
-    ``subprocess`` would hand them on (``tether timeout`` passes its own);
-    ``join_group`` is the caller's process group for a command that is to use
-    the caller's terminal (:mod:`tether.caller.terminal`). ``own_caller``:
-    this process is tether's own (``tether run``), which may move itself into
-    a leaf of its cgroup for the limits (:class:`~tether.linux.run_cgroups.OwnLeaf`);
-    never a program that called the API.
-    ``idle`` of ``None`` or ``0`` means no idle bound.
-    """
+    ``deadline``/``idle`` ``None`` or ``0``: none; ``grace`` ``None``: never SIGKILL; ``record``
+    ``None``/``True``/path/``False`` (``docs/api.md``); ``flags``: the door's names for messages;
+    ``ignored_signals``: default :func:`ignored_now`; ``join_group``: the caller's group, for a
+    command on its terminal; ``own_caller``: ``tether run`` itself, which may move into a leaf."""
     words = command_words(argv)
     deadline_seconds = _seconds(deadline, "deadline", flags) if deadline is not None else 0.0
     idle_seconds = _seconds(idle, "idle", flags) if idle is not None else 0.0
@@ -173,16 +130,8 @@ def build_request(
 
 
 def ignored_now() -> tuple[int, ...]:
-    """The signals this process ignores now, as a child ``subprocess`` starts inherits them.
-
-    Ignored stays ignored across ``exec``, so a command started from a
-    program that ignores SIGHUP (``nohup``), SIGINT (a background job) or any
-    other signal ignores it too. SIGPIPE and SIGXFSZ aside: Python ignores
-    them itself at start-up, and ``subprocess`` gives them back at their
-    defaults (``restore_signals``), as every supervisor does. Read from the
-    kernel (``SigIgn`` in ``/proc/self/status``: what ``exec`` keeps, whoever
-    set it, and a tenth of the cost of asking :mod:`signal` about each).
-    """
+    """The signals this process ignores now, as ``subprocess`` hands them on (``SigIgn`` in
+    ``/proc/self/status``); SIGPIPE and SIGXFSZ aside, which every command gets back."""
     import signal
 
     python_ignores = (signal.SIGPIPE, signal.SIGXFSZ)
@@ -212,13 +161,8 @@ def ignored_now() -> tuple[int, ...]:
 
 
 def record_choice(record: object) -> tuple[str | None, str | None]:
-    """Where the record goes, or why there is none: ``(path, None)`` or ``(None, why)``.
-
-    ``record=None`` (the default) falls back to no record, with a reason and a
-    warning, when the default directory cannot be used; everything else is
-    :func:`record_path_for`'s to check. ``record=False`` is ``(None, None)``:
-    no record was wanted, there is nothing to explain.
-    """
+    """Where the record goes, or why there is none: ``(path, None)`` or ``(None, why)``;
+    ``record=False`` is ``(None, None)``."""
     if record is not None and record is not True:
         return record_path_for(record), None
     from tether.shared.record_file import RecordError
@@ -242,11 +186,8 @@ _warned_no_record = False
 
 
 def warn_no_record_once(why: str) -> None:
-    """Say on stderr, once per process, that runs go ahead without a record, and why.
-
-    Once: a job worker that starts a thousand runs under a user without a home
-    needs to hear it, not a thousand times. Never raises: stderr may be closed.
-    """
+    """Say on stderr, once per process, that runs go ahead without a record, and why (never
+    raises: stderr may be closed)."""
     global _warned_no_record  # noqa: PLW0603 - once per process is the point
     if _warned_no_record:
         return
@@ -263,14 +204,8 @@ def warn_no_record_once(why: str) -> None:
 def _limits(
     values: Mapping[str, object], flags: Mapping[str, str], *, mover: int | None = None
 ) -> dict[str, int | float]:
-    """The resource limits, checked, and cgroups ready to enforce them; or why not.
-
-    The cgroup is checked here, in the caller, so that a run whose limits
-    cannot be enforced is refused before anything starts (the supervisor,
-    in the same cgroup, checks again and is the authority). The check only
-    reads: it writes to no cgroup file and makes no cgroup
-    (:func:`~tether.linux.run_cgroups.plan_backends`).
-    """
+    """The resource limits, checked, and cgroups ready to enforce them, or why not: checked here
+    too (read only) so that a refused run starts nothing; the supervisor is the authority."""
     checked: dict[str, int | float] = {}
     for name, value in values.items():
         try:
@@ -302,13 +237,8 @@ def _limits(
 
 
 def limits_refusal(limits: Mapping[str, object]) -> str | None:
-    """Why ``limits`` cannot be enforced here, or ``None`` if they can (or none are asked for).
-
-    The check a launch makes before it starts anything, for a caller that
-    would rather run without limits it only inferred (a Ray task's resources:
-    :mod:`tether.ray`) than be refused. A value that is no limit at all still
-    raises :class:`RequestError`: that is a mistake, not the machine's shape.
-    """
+    """Why ``limits`` cannot be enforced here, ``None`` if they can, for a caller that would
+    rather run without inferred limits (:mod:`tether.ray`); a value that is no limit raises."""
     try:
         _limits(limits, _API_NAMES)
     except LimitsUnavailable as why:
@@ -324,12 +254,8 @@ def _seconds(value: object, option: str, flags: Mapping[str, str]) -> float:
 
 
 def _label(label: object, flags: Mapping[str, str]) -> str | None:
-    """``label``, checked: a string no longer than :data:`MAX_LABEL_CHARACTERS`, or ``None``.
-
-    Any characters are kept (the record's JSON escapes what is not printable
-    ASCII, lone surrogates from undecodable argv bytes included); only the
-    length is refused, in a message that does not repeat the label.
-    """
+    """``label``, checked: a string of at most :data:`MAX_LABEL_CHARACTERS`, or ``None`` (any
+    characters kept; the message does not repeat it)."""
     if label is None:
         return None
     if not isinstance(label, str):
@@ -383,11 +309,8 @@ def environment_copy(env: Mapping[str, str] | None) -> dict[str, str] | None:
 
 
 def record_path_for(record: object) -> str | None:
-    """The absolute record path for a ``record`` option, checked; ``None`` for no record.
-
-    Raises :class:`~tether.shared.record_file.RecordError` if a record cannot
-    be written there.
-    """
+    """The absolute record path for a ``record`` option, checked (``RecordError``); ``None``
+    for no record."""
     if record is False:
         return None
     from tether.shared.paths import normal_path

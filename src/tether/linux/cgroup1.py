@@ -10,6 +10,7 @@ The pure half (:func:`parse_v1_mounts`, :func:`parse_v1_paths`) reads text.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from tether.linux.cgroup import (
@@ -113,13 +114,39 @@ def find_hierarchies(pid: int | str = "self", *, check: bool = True) -> list[Hie
 class V1Cgroup(JoinableCgroup):
     """The run's cgroup in one v1 hierarchy: made with its limits, joined, read, removed."""
 
-    __slots__ = ("controllers", "path")
+    __slots__ = ("_tasks_fd", "controllers", "path")
 
     def __init__(self, controllers: frozenset[str], path: str, directory: str, fd: int) -> None:
         super().__init__(directory, fd)
         self.controllers = controllers
         #: Its path in the hierarchy, as ``/proc/<pid>/cgroup`` shows it.
         self.path = path
+        #: Its ``tasks``, for the join (:meth:`join`); ``None``: the join writes ``cgroup.procs``.
+        self._tasks_fd: int | None = None
+        with contextlib.suppress(OSError):
+            self._tasks_fd = os.open(os.path.join(directory, "tasks"), os.O_WRONLY | os.O_CLOEXEC)
+
+    def join(self) -> None:
+        """Move the calling thread, a child's only one between fork and exec, in through
+        ``tasks``: no machine-wide lock (``docs/containment.md``); a refusal is tried again,
+        and said, on ``cgroup.procs``."""
+        if self._tasks_fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._tasks_fd, b"0")
+                return
+        super().join()
+
+    @property
+    def tasks_descriptor(self) -> int | None:
+        """The descriptor of ``tasks`` the join writes to: one a fork must keep."""
+        return self._tasks_fd
+
+    def close_join(self) -> None:
+        if self._tasks_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._tasks_fd)
+            self._tasks_fd = None
+        super().close_join()
 
     @classmethod
     def create(cls, hierarchy: Hierarchy, name: str, files: Sequence[tuple[str, str]]) -> V1Cgroup:

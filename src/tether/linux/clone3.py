@@ -1,38 +1,12 @@
-"""A fork whose child is born in a cgroup (``clone3`` with ``CLONE_INTO_CGROUP``).
+"""A fork whose child is born in a cgroup v2 (``clone3`` with ``CLONE_INTO_CGROUP``, Linux 5.7).
 
-The command used to join its cgroup itself, between fork and exec, by
-writing ``0`` to the cgroup's ``cgroup.procs``. That write takes a lock the
-whole machine shares, and after a pause taking it first waits out an RCU
-grace period: 5 to 20 ms on the 2-core machine, on the path of every launch
-(:mod:`tether.linux.cgroup` says more). A process *born* in a cgroup v2
-never migrates, so it never takes that lock for writing: Linux 5.7's
-``clone3`` puts the child in the cgroup a descriptor names, as part of the
-fork. It is also the tighter containment: the child never runs a
-single instruction outside the cgroup.
-
-Python has no ``clone3``, so :func:`fork_into_cgroup` does what
-:func:`os.fork` does around its ``fork()``, with the system call in its
-place: ``PyOS_BeforeFork`` (the interpreter's own locks, the ``before``
-hooks of :func:`os.register_at_fork`), the call, then
-``PyOS_AfterFork_Child`` or ``PyOS_AfterFork_Parent``, all with the global
-interpreter lock held, as ``os.fork`` holds it. The functions are looked up
-through ``_ctypes``, as :mod:`tether.linux.prctl` looks up ``prctl`` (``import
-ctypes`` would cost about 3 ms on the path to every launch), once, when this
-module is imported: the first lookup in a freshly forked child took about
-5 ms here (0.1 ms in the process it was forked from, or a second one in the
-same child), so a fork server that imports this module before it forks spares
-every child that cost.
-
-What it skips is the C library's ``fork()`` wrapper: ``pthread_atfork``
-handlers, and the locks the wrapper takes so that a child of a
-multi-threaded process finds malloc consistent. Neither matters in a
-process with one thread, since no other thread can hold a lock at the
-moment of the fork, and no library a supervisor loads registers such a
-handler. So it is used only in a process with one thread (counted in
-``/proc/self/task``), and otherwise raises :class:`CloneUnavailable`, as it
-does where the kernel (older than 5.7) or a seccomp filter (some container
-runtimes answer ``ENOSYS`` for ``clone3``) refuses it. The caller then forks
-as before and the child joins by writing.
+A child born in its cgroup never runs outside it and never takes the machine-wide lock a
+join by writing waits for (``docs/containment.md``). :func:`fork_into_cgroup` does what
+:func:`os.fork` does around its ``fork()`` (``PyOS_BeforeFork``, the call,
+``PyOS_AfterFork_*``, the interpreter's lock held), looked up once through ``_ctypes`` at
+import (a fork server imports it before it forks, sparing every child that lookup). It
+skips the C library's fork wrapper, so it is used only in a process with one thread, and
+raises :class:`CloneUnavailable` where the kernel or a seccomp filter refuses it.
 """
 
 from __future__ import annotations
@@ -47,7 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Final
 
-__all__ = ["CloneUnavailable", "clone_into_cgroup_likely", "fork_into_cgroup"]
+__all__ = ["CloneUnavailable", "clone_into_cgroup_likely", "fork_into_cgroup", "kernel_at_least"]
 
 #: ``clone3``'s number, the same on every architecture (new system calls share one table).
 _SYS_CLONE3: Final = 435
@@ -105,31 +79,21 @@ _likely: bool | None = None
 
 
 def clone_into_cgroup_likely() -> bool:
-    """Whether :func:`fork_into_cgroup` is likely to work in this process.
-
-    Linux 5.7 or later, no seccomp filter (the ones container runtimes install
-    may answer ``ENOSYS`` for ``clone3``), and no refusal seen yet. Only a
-    guess, for what is worth preparing (the join's lock): the fork itself
-    always tries, and falls back.
-    """
+    """Whether :func:`fork_into_cgroup` is likely to work here (Linux 5.7+, no seccomp filter,
+    no refusal seen): a guess, for what is worth preparing; the fork always tries."""
     global _likely  # noqa: PLW0603 - facts about this process, read once
     if _refused:
         return False
     if _likely is None:
-        _likely = _kernel_at_least(5, 7) and not _filtered()
+        _likely = kernel_at_least(5, 7) and not _filtered()
     return _likely
 
 
 def fork_into_cgroup(cgroup_fd: int) -> int:
-    """Fork, the child born in the cgroup v2 whose directory ``cgroup_fd`` is; as :func:`os.fork`.
+    """Fork, the child born in the cgroup v2 ``cgroup_fd`` names; as :func:`os.fork`.
 
-    Returns the child's pid in the parent and 0 in the child. Raises
-    :class:`CloneUnavailable` where it cannot be used (more than one thread,
-    no ``clone3`` into a cgroup: then never again in this process) and
-    :class:`OSError` for any other refusal (``EAGAIN`` under ``ulimit -u``, a
-    cgroup the kernel will not take the child into), in which case the caller
-    may still fork and join by writing, and hear the reason from that.
-    """
+    :class:`CloneUnavailable` where it cannot be used (then never again here), :class:`OSError`
+    for any other refusal: the caller may fork and join by writing instead."""
     global _refused  # noqa: PLW0603 - one fact about this process, learnt once
     binding = _binding
     if _refused or binding is None:
@@ -156,7 +120,8 @@ def fork_into_cgroup(cgroup_fd: int) -> int:
     raise OSError(number, os.strerror(number))
 
 
-def _kernel_at_least(major: int, minor: int) -> bool:
+def kernel_at_least(major: int, minor: int) -> bool:
+    """Whether this kernel's release is ``major.minor`` or later."""
     release = os.uname().release.split(".")
     try:
         return (int(release[0]), int(release[1].split("-")[0])) >= (major, minor)

@@ -1,16 +1,9 @@
 """Which descriptors a process holds, and closing all of them but some, completely.
 
-Closing "every descriptor" up to ``sysconf(SC_OPEN_MAX)`` stops at the soft
-open-file limit: a descriptor opened while the limit was higher (or inherited
-from a process with a higher one) survives above it. With a soft limit of 1024
-and descriptor 3000 inherited, that one reached the command. The ceiling here
-is the highest descriptor this process really holds (``/proc/self/fd``), and
-without ``/proc`` a bound far above any limit; ``os.closerange`` then closes
-the range with ``close_range(2)`` where the kernel has it.
-
-Also the descriptors a program inherited (``tether run`` and ``tether
-timeout`` hand them on to their command, as a shell and GNU ``timeout`` do),
-and a descriptor moved above the standard streams' numbers.
+Closing up to ``sysconf(SC_OPEN_MAX)`` misses a descriptor opened under a higher limit, so
+the ceiling is the highest one ``/proc/self/fd`` shows (without ``/proc``, a bound far above
+any limit), closed with ``os.closerange``. Also the descriptors a program inherited, and a
+descriptor moved above the standard streams.
 """
 
 from __future__ import annotations
@@ -30,12 +23,7 @@ _FALLBACK_CEILING: Final = 1 << 20
 
 
 def above_stdio(fd: int) -> int:
-    """``fd`` moved to a number above 2 (close-on-exec), so no child's stdio setup clobbers it.
-
-    A descriptor passed to a child keeps its number there, and numbers 0 to 2
-    are the child's standard streams. They are free here only when this
-    process runs with a standard stream closed.
-    """
+    """``fd`` moved above 2 (close-on-exec), so no child's stdio setup clobbers it."""
     if fd > 2:
         return fd
     moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
@@ -60,12 +48,8 @@ def open_descriptors(low: int = 3) -> list[int]:
 
 
 def close_all_but(keep: Iterable[int], low: int = 3) -> None:
-    """Close every descriptor from ``low`` up except ``keep``, above any limit.
-
-    Safe in a forked child under a full descriptor table: nothing is
-    imported, and when ``/proc/self/fd`` cannot be opened for want of a
-    descriptor, those below the soft limit are closed first to make room.
-    """
+    """Close every descriptor from ``low`` up except ``keep``, above any limit; safe in a forked
+    child under a full table (imports nothing)."""
     kept = sorted(fd for fd in set(keep) if fd >= low)
     names = _listed()
     if names is None:

@@ -458,16 +458,21 @@ class RunCgroups:
         """Whether the command's join writes a ``cgroup.procs``, taking the lock
         :func:`~tether.linux.cgroup.warm_attach_lock` readies: not if born in its only cgroup."""
         # Here, not with the module: a caller checking its limits has no fork to prepare.
-        from tether.linux.clone3 import clone_into_cgroup_likely
+        from tether.linux.clone3 import clone_into_cgroup_likely, kernel_at_least
 
         if not self._all():
             return False
+        # A join through ``tasks`` (V1Cgroup.join) takes no lock on Linux 6.1 and later.
+        v1_locks = any(cgroup.tasks_descriptor is None for cgroup in self.v1)
+        if self.v1 and (v1_locks or not kernel_at_least(6, 1)):
+            return True
         born = self.v2 is not None and self.v2.clone_descriptor is not None
-        return bool(self.v1) or not born or not clone_into_cgroup_likely()
+        return not born or not clone_into_cgroup_likely()
 
     def join_descriptors(self) -> list[int]:
         """The descriptors the join writes to and the one a child is born in: a fork keeps them."""
         kept = [fd for cgroup in self._all() if (fd := cgroup.join_descriptor) is not None]
+        kept += [fd for cgroup in self.v1 if (fd := cgroup.tasks_descriptor) is not None]
         born_in = None if self.v2 is None else self.v2.clone_descriptor
         return kept if born_in is None else [*kept, born_in]
 

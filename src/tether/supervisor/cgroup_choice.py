@@ -31,6 +31,7 @@ __all__ = [
     "CONTAINMENT_VARIABLE",
     "containment_setting",
     "prepare_run_cgroups",
+    "start_warming",
 ]
 
 #: The environment variable (read by the supervisor) that chooses the containment.
@@ -72,11 +73,11 @@ def prepare_run_cgroups(
     elif setting == "cgroup":
         made.required_by = f"{CONTAINMENT_VARIABLE}=cgroup"
     if warm and made.join_takes_lock():
-        made.warming = _start_warming()
+        made.warming = start_warming()
     return made
 
 
-def _start_warming() -> int | None:
+def start_warming() -> int | None:
     """Fork a child that takes the cgroup-attach lock for nothing and exits (``os._exit``:
     no cleanup of its parent's); its pid, or ``None``."""
     try:

@@ -1,18 +1,11 @@
 """What makes a process a tether supervisor to others: its name, and the signals it lets go by.
 
-A command may itself use tether (``timeout -s ALRM 30 timeout 25 cmd``). The
-nested supervisor is then adopted by the outer one, and is in the outer run's
-tree. The outer run's gentle signals (its stop signal, a signal passed on)
-are for the nested *caller* to act on, not for the nested supervisor, which
-most of them would kill by their default action, nor for the nested command,
-which is the nested run's to stop. So a supervisor takes a name the outer one
-recognises (:data:`~tether.linux.prctl.SUPERVISOR_NAME`, which ``ps`` shows
-too) and ignores every signal it has no use for. It does both first thing,
-before its command exists: from the moment a command runs, whatever is sent
-to its tree finds its supervisor ready. The command gets those signals back
-at their default actions (:func:`restore_in_child`). And an outer supervisor
-that walks its tree leaves out every nested run it finds by that name
-(:func:`without_nested_runs`), but for the signals nothing may escape.
+A nested run's supervisor is in the outer run's tree; the outer run's gentle signals are
+for the nested caller, not for it. So a supervisor takes a name the outer one recognises
+(:data:`~tether.linux.prctl.SUPERVISOR_NAME`) and ignores every signal it has no use for,
+first thing; the command gets them back (:func:`restore_in_child`), and an outer walk
+leaves nested runs out (:func:`without_nested_runs`) but for the signals nothing may
+escape. Why: ``docs/containment.md``.
 """
 
 from __future__ import annotations
@@ -79,18 +72,9 @@ WHOLE_TREE_SIGNALS: Final = frozenset((signal.SIGKILL, signal.SIGSTOP, signal.SI
 def without_nested_runs(
     snapshot: list[tuple[int, proctree.ProcStat]],
 ) -> list[tuple[int, proctree.ProcStat]]:
-    """The walk less every nested run: a tether supervisor below this one, and its tree.
-
-    ``snapshot`` is a walk of the tree, parents before children. A nested
-    supervisor, adopted by this one, is in it, and so is its command; a
-    gentle signal (the stop signal, one passed on) is for the nested
-    *caller*, in this command's group, to act on as it chooses: pass it on,
-    time out, cancel. Sent past it, straight to the nested command (or to
-    its supervisor, which most signals would kill), it would decide for it.
-    :data:`WHOLE_TREE_SIGNALS` still reach everything. A command that names
-    itself like a supervisor only spares itself signals it could ignore
-    anyway.
-    """
+    """The walk (``snapshot``, parents first) less every nested run: a tether supervisor below
+    this one, and its tree. A gentle signal is for the nested caller to act on;
+    :data:`WHOLE_TREE_SIGNALS` still reach everything."""
     nested: set[int] = set()
     kept: list[tuple[int, proctree.ProcStat]] = []
     for pid, stat in snapshot:  # parents before children

@@ -1,46 +1,13 @@
 """The loop: readiness into events for the core, the core's effects into system calls.
 
-One ``poll()`` (:class:`~tether.supervisor.watch.Watch`) blocks on three file
-descriptors, with the core's next deadline as its timeout:
-
-* the **lifeline** (end of file: the caller is gone; a byte: a request);
-* a **pidfd** on the command's leader (readable once it exited; it is not
-  reaped, so its pid and group id stay reserved);
-* the **signal wakeup fd**: signal handlers do nothing but let Python write
-  the signal number there, so SIGTERM/SIGINT/SIGHUP (cancel) and SIGCHLD (a
-  descendant died, reap it and look at the tree again) are handled in the loop,
-  never in a handler.
-
-There is no polling: a supervisor watching a quiet command sleeps in the
-kernel until something happens or the deadline comes. Whatever wakes it is
-translated into events stamped with one ``time.monotonic()`` reading, fed to
-:class:`~tether.core.machine.RunMachine`, and the effects it returns are
-carried out in order.
-
-**Act first, then tell.** The core decides; this loop orders the work so
-that a signal the core asks for reaches the command's group before the event
-log hears a word of why: what the loop has to say in a turn (the lifeline's
-end, the step, the signal sent) is held, stamped with the time of what it
-reports, and written once the turn has acted, and before the record and the
-exit. Nor does the group wait on the core itself: when the core will
-certainly answer a turn with a stop (the caller gone, a cancel, a kill, the
-deadline), it says so before it is fed (:meth:`RunMachine.first_signals`),
-the group gets those signals at once, as from the sentry, and the core's
-step and the walk of the rest of the tree follow. A caller's death costs its
-command the lifeline's read and one ``kill()`` after the wake-up.
-
-The rest is done elsewhere, so that this module is the loop and no more: the
-lifeline's bytes become events in :mod:`tether.supervisor.lifeline`; the event
-log, the record and the caller's ``finished`` are the run's
-:class:`~tether.supervisor.evidence.Evidence`; the tree is finished off and
-reaped by :func:`~tether.supervisor.finish.finish_off`; a failure anywhere ends
-in :func:`tether.supervisor.last_resort.after_failure`, which reads only the
-loop's :class:`~tether.supervisor.last_resort.SoFar`.
-
-This module is imported only once the command runs (:mod:`tether.supervisor.launch`
-started it, before ``transitions`` and ``structlog`` were loaded): the command
-starts as early as the interpreter allows, and anything that happens in the
-meantime waits, level-triggered, in the file descriptors above.
+One ``poll()`` blocks on the lifeline, a pidfd on the command and the signal wakeup fd,
+with the core's next deadline as its timeout: no polling. What wakes it becomes events
+stamped with one ``time.monotonic()`` reading, fed to
+:class:`~tether.core.machine.RunMachine`, whose effects are carried out in order. It acts
+first, then tells: a stop the core will certainly ask for reaches the group before it is
+fed (:meth:`RunMachine.first_signals`), and what the loop says in a turn is written once
+the turn has acted. Imported only once the command runs. Why: ``docs/architecture.md``
+("The adapter is thin").
 """
 
 from __future__ import annotations
@@ -52,12 +19,8 @@ import time
 
 from tether.supervisor.deferred import deferred
 
-# transitions imports inspect (and ast, dis, tokenize...) for one check that
-# tether's model never makes it run (see tether.core.machine._Run), and logging,
-# which imports traceback (with linecache, tokenize, textwrap: about 5 ms) for
-# formatting exceptions no logger of this process formats. A run with an event
-# log loads traceback all the same, for structlog. Loaded here, before the
-# core, which imports nothing of the supervisor's.
+# inspect: for a check tether's model never runs (tether.core.machine._Run); traceback
+# (about 5 ms): for exceptions no logger here formats. Deferred before the core loads.
 with deferred("inspect", "traceback"):
     import transitions  # noqa: F401
 
@@ -84,9 +47,6 @@ from tether.supervisor.lifeline import LifelineReader
 from tether.supervisor.process_tree import ProcessTree
 from tether.supervisor.watch import Watch, wait_bound
 
-# Loaded once the command runs, while its caller waits for it to end: no
-# ``typing``, ``dataclasses``, ``selectors``, ``socket``, ``logging`` or, for a run
-# without a record, ``pathlib`` of its own (tests/test_loop_imports.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -119,8 +79,7 @@ class Supervision:
         self.on_message = on_message
         self.wakeup = attempt.wakeup
         self.sentry = attempt.sentry
-        #: Signals the command's group got ahead of the core's decision, and when: from
-        #: the sentry before the loop ran, or from the loop before it fed the core.
+        #: Signals the group got ahead of the core's decision (sentry, or :meth:`_send_ahead`).
         self.sent_ahead: dict[int, float] = {}
         self.watch = Watch()
         self.command = command = attempt.command
@@ -143,16 +102,14 @@ class Supervision:
             stop_signal=spec.stop_signal,
             idle_seconds=spec.idle_seconds,
         )
-        #: What tells the core whether the tree did anything, for a run with an idle
-        #: bound (:mod:`tether.supervisor.activity`); ``None`` without one: no looks.
+        #: What tells the core whether the tree did anything (idle bound only; else ``None``).
         self.probe: ActivityProbe | None = None
         if spec.idle_seconds is not None and self.tree is not None:
             from tether.supervisor.activity import ActivityProbe
 
             self.probe = ActivityProbe(self.tree)
         self.next_look = 0.0
-        #: The signals sent to the tree since it began to stop, in order: what a
-        #: process found late gets (:meth:`ProcessTree.catch_up`).
+        #: The signals sent since the tree began to stop: what one found late gets.
         self.stopping_with: list[int] = []
         self.stragglers = 0
         self.exited = False
@@ -167,8 +124,6 @@ class Supervision:
             return LaunchFailed(attempt.at, failure.errno, failure.message, failure.stage)
         assert attempt.command is not None
         return Launched(attempt.at, attempt.command.pid)
-
-    # -- the loop -------------------------------------------------------------
 
     def run(self, first: Event) -> int:
         """Feed events until the run is recorded; return the exit status."""
@@ -200,14 +155,8 @@ class Supervision:
         return self.exit_status
 
     def _wake_at(self) -> float | None:
-        """When to wake: the core's next timer; with an idle bound, no sooner than the next look.
-
-        The idle bound's end is when the tree must be looked at (a look then
-        covers all it did since the last one), but never sooner than
-        :data:`~tether.supervisor.activity.SAMPLE_SECONDS` after the last look:
-        a tree that keeps busy costs at most one wake-up a second, a run
-        without the bound none.
-        """
+        """When to wake: the core's next timer; with an idle bound, no sooner than
+        :data:`~tether.supervisor.activity.SAMPLE_SECONDS` after the last look."""
         idle_at = self.machine.next_deadline
         if self.probe is None or not self.machine.watches_idle or idle_at is None:
             return idle_at
@@ -229,17 +178,9 @@ class Supervision:
         return [ActivitySeen(now)] if probe.changed() else []
 
     def _take_over(self, first: Event) -> None:
-        """Take the watch over from the sentry, and replay what it saw and did.
-
-        Without a sentry's action, the launch happened before this module was
-        imported and nothing has happened since; the core must see the time it
-        is now, or a grace would be counted from a moment long past and
-        SIGKILL would come early in real time. When the sentry already sent the
-        stop signal (or SIGKILL), the core is told the launch and then what
-        the sentry saw, both at the times they happened: it then decides what
-        the sentry did, and its grace counts from the signal the group really
-        got (:meth:`_signal` does not send it to the group a second time).
-        """
+        """Take the watch over from the sentry and replay what it saw and did, at the times it
+        happened: the core decides what the sentry did, and the grace counts from the signal the
+        group really got."""
         handover = None if self.sentry is None else self.sentry.stand_down()
         if handover is None or handover.acted_at is None:
             self._feed(first.replace(now=time.monotonic()))
@@ -330,18 +271,9 @@ class Supervision:
         return []
 
     def _send_ahead(self, event: Event) -> None:
-        """Send the group what the core will certainly answer ``event`` with, before it is fed.
-
-        The core still decides: it is asked what it will send first
-        (:meth:`RunMachine.first_signals`, the sentry's rule too), and the
-        group gets exactly that, at once, as the sentry does before the loop
-        runs: the caller's death costs the command the lifeline's read and one
-        ``kill()``, not the core's step (through ``transitions``) and a walk of
-        ``/proc`` as well. Fed next, the core answers with those signals, and
-        :meth:`_signal` sends them to the rest of the tree only, counting what
-        the group's reached (:meth:`ProcessTree.signal`). Nothing between
-        here and that walk reaps a process (the turn's reaping came before).
-        """
+        """Send the group what the core will certainly answer ``event`` with
+        (:meth:`RunMachine.first_signals`), before it is fed; :meth:`_signal` then sends them to
+        the rest of the tree only."""
         tree = self.tree
         if tree is None:
             return
@@ -352,19 +284,12 @@ class Supervision:
             self.sent_ahead[number] = event.now
 
     def _feed(self, event: Event) -> None:
-        """Feed ``event`` to the core and carry out what it decides; act first, then tell.
-
-        The group's signal goes out before the event's lines are written (a
-        line through structlog and the redactor costs a tenth of a
-        millisecond, and the command's tree must not wait on the story); the
-        lines follow at the end of the turn, each stamped with the time of
-        what it reports (:meth:`_tell`).
-        """
+        """Feed ``event`` to the core and carry out what it decides; act first, then tell (the lines
+        follow at the end of the turn, stamped with the time of what they report)."""
         before = self.machine.phase
         effects = self.machine.feed(event)
         told = not self.lifeline.untold(event)
-        # The tree's activity is news only when it changes something: a busy run's
-        # looks (one a second at most) do not each write a line.
+        # Activity is news only when it changes something: not a line per look.
         quiet = isinstance(event, ActivitySeen) and not effects
         if told and not quiet:
             self._tell(
@@ -378,8 +303,6 @@ class Supervision:
         for effect in effects:
             self._carry_out(effect, event.now, told=told)
 
-    # -- the story ------------------------------------------------------------
-
     def _tell(self, event: str, mono: float | None = None, /, **fields: object) -> None:
         """Hold one line for the event log until the turn has acted (:meth:`Evidence.tell`)."""
         self.evidence.tell(event, mono, **fields)
@@ -387,8 +310,6 @@ class Supervision:
     def _told(self) -> None:
         """Write the held lines, in the order they were told (:meth:`Evidence.told`)."""
         self.evidence.told()
-
-    # -- effects --------------------------------------------------------------
 
     def _carry_out(self, effect: Effect, now: float, *, told: bool = True) -> None:
         if isinstance(effect, SignalTree):
@@ -413,10 +334,8 @@ class Supervision:
             self.stopping_with.append(number)
         if not told:
             return
-        # Stamped ``now``, the time the core decided at (microseconds before the
-        # group has it): the grace in the record is the grace the core kept. The
-        # log's line is stamped when the group had it, the sentry's time if the
-        # sentry sent it: the timeline stays in order with what followed.
+        # Stamped ``now`` (when the core decided): the record's grace is the core's. The log's
+        # line is stamped when the group had it, so the timeline stays in order.
         self.evidence.signal_sent(
             effect.signal, now, reached, at=now if sent_at is None else sent_at
         )
@@ -445,11 +364,8 @@ class Supervision:
         self.status.send(evidence.finished(self.exit_status, outside_group=outside_group))
 
     def give_up(self, error: BaseException) -> last_resort.SoFar:
-        """Tell what is held and the failure, let go of what the loop holds; what it knew.
-
-        What the loop held is free for the last resort's sweep: the failure
-        may be the lack of it. Each step is taken whatever the others did.
-        """
+        """Tell what is held and the failure, let go of what the loop holds (free for the last
+        resort's sweep); return what it knew."""
         with contextlib.suppress(Exception):
             self._told()
         log = self.evidence.log
@@ -499,23 +415,13 @@ def supervise(
     on_message: Callable[[str], None] = _print_to_stderr,
     vocabulary: Vocabulary = ALL,
 ) -> int:
-    """Watch the command :func:`tether.supervisor.launch.launch` started until it is recorded.
-
-    ``vocabulary`` is what the lifeline may ask (:mod:`tether.shared.lifeline`):
-    all of it for tether's own callers, only ``c`` and ``k`` at the seed door
-    unless its worker asked for more.
-
-    Returns the exit status for the run. Whatever goes wrong inside, the
-    tree is stopped: any exception ends in
-    :func:`~tether.supervisor.last_resort.after_failure`, never in a traceback
-    and a tree left running.
-    """
+    """Watch the command :func:`tether.supervisor.launch.launch` started until it is recorded;
+    return the run's exit status. ``vocabulary``: what the lifeline may ask. Any exception ends
+    in :func:`~tether.supervisor.last_resort.after_failure`, the tree stopped."""
     tap = last_resort.StatusTap(status)
     supervision: Supervision | None = None
     try:
-        # transitions logs every step through stdlib logging; this process is
-        # tether's own, and its story goes to the event log instead. (Loaded
-        # with transitions already: importing it here costs nothing.)
+        # transitions logs every step through stdlib logging; the story goes to the event log.
         import logging
 
         logging.getLogger("transitions").setLevel(logging.WARNING)

@@ -1,25 +1,11 @@
 """Fork and exec the command, as :class:`subprocess.Popen` would, without loading ``subprocess``.
 
-``subprocess`` brings ``threading``, ``locale``, ``selectors`` and
-``warnings`` with it: milliseconds of imports on the path to the command's
-launch, for one ``Popen`` call whose every option tether fixes (a new process
-group, all descriptors closed, a function run in the child). This module does
-the same in a few lines, in the order ``Popen`` does it: the standard streams,
-the working directory by name, the umask, SIGPIPE and SIGXFSZ back to their
-default (Python ignores them), a process group of the command's own, the
-caller's function (``prepare``), every other descriptor closed, then the
-``exec``, searched along the ``PATH`` of the command's environment.
-
-The search is ``os.execvpe``'s, with its candidates worked out in the parent,
-as ``Popen`` does: ``os.execvpe`` asks ``os.get_exec_path``, which imports
-``warnings`` (to hush a ``BytesWarning`` a mapping of strings cannot raise),
-and in the child that import stood between the fork and the ``exec`` of every
-command a supervisor started afresh: about a millisecond (1.3 ms under
-``-X importtime``) of the command's way to start.
-
-Running Python in the child is safe because the supervisor is single-threaded
-when it spawns (the sentry starts after). The child tells the parent why it
-failed on a close-on-exec pipe: end of file means the ``exec`` succeeded.
+In ``Popen``'s order: the standard streams, the working directory, the umask, SIGPIPE and
+SIGXFSZ back to their default, a process group of its own, ``prepare``, every other
+descriptor closed, then the ``exec`` along the candidates :func:`exec_candidates` worked
+out in the parent (``os.execvpe`` would import ``warnings`` in the child). Safe because the
+supervisor has one thread when it spawns; the child says why it failed on a close-on-exec
+pipe. Why: ``docs/architecture.md`` (Processes).
 """
 
 from __future__ import annotations
@@ -73,29 +59,10 @@ def spawn(
 ) -> int:
     """Start ``argv`` in a new process group; return its pid, or raise :class:`SpawnFailed`.
 
-    ``pass_fds`` are pairs (number in the command, descriptor here): each is
-    handed to the command at that number (inheritable); every other
-    descriptor above 2 is closed in it, whatever the limits. This
-    process lets go of its own copies of ``pass_fds`` on every path, and
-    before the command can run: the child waits for that before its exec,
-    so the command never finds its supervisor holding what it was handed
-    (a pipe's write end someone waits on for end of file).
-
-    ``stdio`` are the descriptors that become the command's 0, 1 and 2
-    (``None``: the supervisor's own); ``env`` ``None`` means the supervisor's.
-    ``process_group`` is the group to join, ``0`` for one of its own (``Popen``'s
-    ``process_group``). ``born_in``: a cgroup v2's directory for the child to
-    be born in (:func:`~tether.linux.clone3.fork_into_cgroup`) where the
-    kernel allows it; ``prepare`` is told whether it was. A fork that fails
-    raises :class:`OSError`.
-
-    The wait for the child's ``exec`` is bounded: by ``until`` (the run's
-    deadline, on ``time.monotonic()``) and by the end of ``hangup`` (the
-    lifeline's reading end: the caller gone). A child that has not reached its
-    ``exec`` by then (stopped, or born into a frozen cgroup, where it would
-    wait for as long as someone keeps it frozen) is SIGKILLed, and the spawn
-    fails (stage ``start``, ``ETIMEDOUT``): nothing of the command ever ran.
-    """
+    ``pass_fds``: (number in the command, descriptor here) pairs, let go of here before the
+    command can run; ``born_in``: a cgroup v2 to be born in, ``prepare`` told whether it was.
+    A child that has not reached its ``exec`` by ``until`` or the end of ``hangup`` is killed
+    (stage ``start``, ``ETIMEDOUT``)."""
     environment = os.environ if env is None else env
     held = tuple(source for _number, source in pass_fds)
     try:
@@ -228,12 +195,8 @@ def _check(argv: Sequence[str], environment: Mapping[str, str]) -> None:
 
 
 def exec_candidates(file: str, environment: Mapping[str, str]) -> tuple[str, ...]:
-    """The paths ``os.execvpe(file, ..., environment)`` tries, in its order.
-
-    A name with a slash is itself; any other is looked for in each directory
-    of the environment's ``PATH`` (``os.defpath`` without one), an empty entry
-    meaning the current directory, as ``os.get_exec_path`` reads it.
-    """
+    """The paths ``os.execvpe(file, ..., environment)`` tries, in its order (``PATH``, or
+    ``os.defpath``; an empty entry is the current directory)."""
     if os.path.dirname(file):
         return (file,)
     search = environment.get("PATH")
@@ -273,11 +236,8 @@ def _child(
     go: int,
     room: tuple[int, int, int] | None,
 ) -> None:
-    """In the child: never returns.
-
-    ``room``: the descriptor limit to take on while ``pass_fds`` are moved to
-    their numbers, and the limits to give back after (:func:`_room_for`).
-    """
+    """In the child: never returns. ``room``: the descriptor limits for the moves
+    (:func:`_room_for`)."""
     stage = "dup"
     try:
         # A source among 0-2 could be overwritten by an earlier dup2: move them all up first.
@@ -316,17 +276,8 @@ def _child(
 def _room_for(
     pass_fds: tuple[tuple[int, int], ...], errors: int, go: int
 ) -> tuple[int, int, int] | None:
-    """The soft descriptor limit ``pass_fds`` need to be moved to their numbers, if above today's.
-
-    A descriptor at its number is what ``subprocess`` hands on whatever the
-    limits (it never moves one): a caller whose soft ``RLIMIT_NOFILE`` is 1024
-    may pass its descriptor 3000. Here each arrives under another number and
-    is moved (``dup2``, which refuses a number at or above the soft limit), so
-    the child takes on a soft limit high enough for the moves (and the
-    copies :func:`_hand_on` makes above them all), up to the hard limit, and
-    gives the caller's back before the ``exec``. ``None``: no need. Returns
-    the soft limit to take on, and the soft and hard limits to give back.
-    """
+    """The soft descriptor limit the moves of ``pass_fds`` need (``dup2`` refuses a number at
+    or above it; ``subprocess`` hands on any), with the limits to give back; ``None``: no need."""
     if not pass_fds:
         return None
     highest = max(errors, go, *(max(pair) for pair in pass_fds))
@@ -343,13 +294,8 @@ def _room_for(
 
 
 def _hand_on(pass_fds: tuple[tuple[int, int], ...], errors: int, go: int) -> tuple[int, int]:
-    """In the child: each pair's descriptor at its number, inheritable; the pipes, moved.
-
-    Correct for any set of numbers, as ``_posixsubprocess`` is: a number may be
-    another pair's source, or the error or go pipe's. Every source and both
-    pipes are first copied above all of them (close-on-exec), then each copy
-    goes to its number; the pipes' new numbers are returned.
-    """
+    """In the child: each pair's descriptor at its number, inheritable, for any set of numbers
+    (all copied above them first, as ``_posixsubprocess`` does); the pipes' new numbers."""
     if all(number == source for number, source in pass_fds):
         for number, _source in pass_fds:
             os.set_inheritable(number, True)

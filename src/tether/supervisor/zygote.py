@@ -1,41 +1,14 @@
 """The zygote: one caller's fork server, which forks a detached supervisor per request.
 
-A Python program that launches hundreds of commands would otherwise start a
-fresh interpreter for every supervisor, and each would load ``transitions``,
-``structlog`` and the loop again: tens of milliseconds and megabytes of
-private memory per run. Its first launch starts this one interpreter
-instead (:mod:`tether.caller.zygote` on the caller's side), which
-
-1. forks the supervisor of the first request at once, before it has loaded
-   anything heavy (that supervisor takes today's path, watched by its sentry);
-2. then loads the supervisor's side whole and freezes it (``gc.freeze()``), so
-   every later supervisor is a fork that starts with everything loaded and
-   shares those pages with the zygote and its siblings;
-3. and then serves: each request is one message on a Unix ``SOCK_SEQPACKET``
-   socket, a JSON header (the spec, the roles of the descriptors, the
-   caller's environment, umask, resource limits, ignored signals and signal
-   mask *at the time of the request*) with the run's descriptors attached
-   (``SCM_RIGHTS``: the command's stdio, the caller's working directory, the
-   record's directory, the lifeline's and the status channel's ends). It
-   forks, the child calls ``setsid`` and forks again
-   (:mod:`tether.linux.double_fork`, as ``tether run`` does), and the grandchild,
-   detached, takes on the request's process state and becomes the
-   supervisor (:func:`tether.supervisor.detach.become`); the zygote answers
-   with the child's pid and its own, and reaps the child;
-4. and, once a request is answered, forks the next request's supervisor the
-   same way, ahead of time (:class:`_Spare`): the next request is passed on
-   to it as it came, and the forks are out of the launch's way.
-
-The zygote's socket is also its lifeline: the caller holds the other end
-(close-on-exec, and closed in any child the caller forks), so its end of
-file means the caller is gone, and the zygote exits. A zygote stopped
-(SIGSTOP) cannot read that end of file; its parent-death signal (SIGKILL,
-asked for at its start) still ends it with the caller. The supervisors it
-forked never depended on it: each has its own lifeline to the caller.
-
-The zygote never reads what the request carries beyond what it must pass on;
-the supervisor checks the spec (:meth:`~tether.core.spec.RunSpec.from_json`)
-as it would one read from a pipe.
+It forks the first request's supervisor at once, then loads the supervisor's side whole
+and freezes it (``gc.freeze()``), and serves: each request is one ``SOCK_SEQPACKET``
+message (a JSON header: the spec and the caller's process state as of the request) with the
+run's descriptors attached. Only the caller as it started the zygote is served
+(``SCM_CREDENTIALS`` and a proof, :func:`main`). Each supervisor is forked ahead as a
+*spare* (:class:`_Spare`), with the cgroup of a run like the last made while it waits. The
+socket is the zygote's lifeline; its parent-death signal ends it even while stopped. The
+zygote passes the spec on unread; the supervisor checks it. Why, and what it promises:
+``docs/architecture.md`` (Processes), ``docs/threat-model.md``.
 """
 
 from __future__ import annotations
@@ -59,7 +32,7 @@ from tether.linux.descriptors import close_all_but
 from tether.linux.double_fork import detach_and_become
 from tether.linux.prctl import ZYGOTE_NAME, set_parent_death_signal, set_process_name
 from tether.linux.run_cgroups import RunCgroups
-from tether.supervisor.cgroup_choice import containment_setting, prepare_run_cgroups
+from tether.supervisor.cgroup_choice import containment_setting, prepare_run_cgroups, start_warming
 from tether.supervisor.detach import loaded, loading
 
 TYPE_CHECKING = False
@@ -77,20 +50,8 @@ MAX_DESCRIPTORS: Final = 16
 def main(sock_fd: int, caller: int, proof_fd: int) -> int:
     """Serve the caller (pid ``caller``) on ``sock_fd`` until it is gone.
 
-    Only the caller, and only while it is as it was when it started this
-    zygote: every request must come from the caller's pid with the zygote's
-    own effective user and group, as the kernel vouches for them
-    (``SCM_CREDENTIALS``), and carry, as its last descriptor, the zygote's own
-    pipe ``proof_fd`` opened anew through ``/proc/<zygote>/fd`` (which the
-    kernel allows only to a thread that may look into the zygote: not one
-    with fewer capabilities, nor one in a Landlock domain). Any other request
-    is refused (answered ``-1``: the caller takes the plain path).
-
-    The zygote is the caller's child, in a session of its own, started by a
-    thread of the caller's that lives as long as the caller does and reaps
-    it: its parent-death signal (SIGKILL) then reaches it however the caller
-    ends, even while it is stopped and cannot read its socket's end of file.
-    """
+    Only requests the kernel vouches for as the caller's (pid, the zygote's user and group)
+    carrying ``proof_fd`` anew as their last descriptor; others are answered ``-1``."""
     loading()
     with contextlib.suppress(OSError, AttributeError):
         set_process_name(ZYGOTE_NAME)  # ``ps`` tells it from an orphaned ``python``
@@ -101,8 +62,7 @@ def main(sock_fd: int, caller: int, proof_fd: int) -> int:
     os.chdir("/")
     proof = _identity(proof_fd)
     server = socket.socket(fileno=sock_fd)
-    # Set by the caller before it started this process (every message since
-    # carries its sender's credentials); set again here, for a caller that did not.
+    # Set by the caller already; again here, for one that did not.
     server.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
     ignored = _ignored_here()
     warm = False
@@ -118,19 +78,17 @@ def main(sock_fd: int, caller: int, proof_fd: int) -> int:
             os._exit(0)  # the caller is gone (and the spare, which sees this one go)
         header, fds, sender = request
         if not _vouched_for(fds, sender, caller, proof):
-            # Not the caller as it started this zygote (it gave up its user,
-            # group or capabilities since, restricted itself, or it is another
-            # process holding the socket): refused, and it takes the plain path.
+            # Not the caller as it started this zygote: refused (the plain path).
             _close(fds)
             with contextlib.suppress(OSError):
                 server.send(f"-1 {os.getpid()}".encode())
             continue
-        _serve(server, header, fds, spare, ignored)
+        limits = _serve(server, header, fds, spare, ignored)
         spare = None
         if not warm:
             warm = True
             _warm_up()
-        spare = _Spare.start(server, ignored)
+        spare = _Spare.start(server, ignored, limits)
 
 
 def _serve(
@@ -139,8 +97,9 @@ def _serve(
     fds: list[int],
     spare: _Spare | None,
     ignored: frozenset[int],
-) -> None:
-    """Answer one request: through the spare if it takes it in time, else forked here."""
+) -> object:
+    """Answer one request, through the spare if it takes it in time, else forked here;
+    return its limits, for the next spare's cgroup made ahead."""
     answer_by, header = _answer_by(header)
     passed_over = None
     child = -1
@@ -148,8 +107,10 @@ def _serve(
         child = spare.take(header, fds, answer_by)
         passed_over = spare if spare.killed else None
     forked = child < 0
+    request = None
     if forked:
-        child = _fork_supervisor(server, header, fds, ignored)
+        request = _Request.read(header)
+        child = _fork_supervisor(server, request, fds, ignored)
     for fd in fds:
         with contextlib.suppress(OSError):
             os.close(fd)
@@ -160,22 +121,19 @@ def _serve(
             os.waitpid(child, 0)
     if passed_over is not None:
         passed_over.remove_its_cgroups()  # after the answer: out of the launch's way
+    if request is None:
+        request = _Request.read(header)  # after the answer, too
+    return None if request is None else request.spec.get("limits")
 
 
-#: The longest a spare is given to say it took a request (a wake-up and a ``send``: well
-#: under a millisecond when idle; a busy machine's wait for a CPU is the rest); never
-#: more than half of what is left of the caller's own bound (:func:`_answer_by`).
+#: The longest a spare is given to say it took a request (well under a millisecond when
+#: idle), and never more than half of what is left of the caller's bound.
 SPARE_LIMIT: Final = 1.0
 
 
 def _answer_by(message: bytes) -> tuple[float, bytes]:
-    """The request's header, and by when (``time.monotonic()``) the caller needs the answer.
-
-    The caller puts that time on the request's first line: the caller's own
-    bound on the exchange (its deadline, or the zygote's start limit), so that
-    the zygote's wait for its spare is bounded by the same clock. A request
-    without it is answered by :data:`SPARE_LIMIT` from now.
-    """
+    """The header, and by when (``time.monotonic()``) the caller needs the answer: the
+    request's first line, else :data:`SPARE_LIMIT` from now."""
     first, newline, rest = message.partition(b"\n")
     try:
         if newline and rest.startswith(b"{"):
@@ -209,15 +167,8 @@ _ANCILLARY: Final = socket.CMSG_SPACE(MAX_DESCRIPTORS * 4) + socket.CMSG_SPACE(1
 
 
 def _receive(server: socket.socket) -> tuple[bytes, list[int], tuple[int, int, int]] | None:
-    """One request, its descriptors, and who sent it; ``None`` at end of file.
-
-    Who sent it is what the kernel vouches for (``SCM_CREDENTIALS``, on every
-    message since ``SO_PASSCRED`` is set): the sender's pid, and the user and
-    group it claimed, which the kernel lets it claim only if they are its
-    own (real, effective or saved; any for a process with ``CAP_SETUID`` /
-    ``CAP_SETGID``), or its real ones if it claimed none. ``(0, -1, -1)``
-    without them: never a caller.
-    """
+    """One request, its descriptors, and its sender as the kernel vouches for it
+    (``SCM_CREDENTIALS``; ``(0, -1, -1)`` without them); ``None`` at end of file."""
     data, ancillary, _flags, _address = server.recvmsg(MAX_REQUEST, _ANCILLARY)
     fds: list[int] = []
     sender = (0, -1, -1)
@@ -247,15 +198,8 @@ def _identity(fd: int) -> tuple[int, int] | None:
 
 
 def _warm_up() -> None:
-    """Load everything a supervisor loads after its launch, then freeze it for the forks.
-
-    Everything, lazy imports included (``pathlib`` for a run's record, the
-    ``prctl`` binding): what a forked supervisor loads itself is private to
-    it, a few hundred kilobytes each that a hundred supervisors do not share.
-    And what each run's redactor would read and compile the same way (the
-    schema's keys, the caller's environment's secrets, the pattern): about
-    three milliseconds a run (:mod:`tether.shared.secrets`).
-    """
+    """Load everything a supervisor loads after its launch, lazy imports and each run's
+    redactor's reading included, then freeze it: shared by every fork, not private to each."""
     with contextlib.suppress(Exception):
         import encodings.ascii  # noqa: F401 - the codec the record's checks ask for
         import pathlib  # noqa: F401 - the loop's, for a run with a record
@@ -277,21 +221,12 @@ def _warm_up() -> None:
 
 
 def _fork_supervisor(
-    server: socket.socket, header: bytes, fds: list[int], ignored: frozenset[int]
+    server: socket.socket, request: _Request | None, fds: list[int], ignored: frozenset[int]
 ) -> int:
-    """Fork the request's supervisor (detached: ``setsid``, fork); return the child's pid, or -1.
+    """Fork the request's supervisor (``setsid``, fork); return the child's pid, or -1.
 
-    The request is read once, here, before the forks: the child, whose every
-    first touch of a page copies it, takes it parsed. The run's cgroup is made
-    here too, and the intermediate,
-    which has nothing else to do, takes the join's lock for nothing before it
-    exits: the kernel's wait for that lock then passes while the supervisor
-    takes on the request, not in the command's path
-    (:mod:`tether.supervisor.cgroup_choice`). The cgroup is named after the
-    zygote, which outlives the moment it stays empty (until the command joins).
-    ``ignored``: the signals the zygote ignores (:func:`_ignored_here`).
-    """
-    request = _Request.read(header)
+    The cgroup is made here (named after the zygote, which outlives it) and the intermediate
+    warms the join's lock before it exits (:mod:`tether.supervisor.cgroup_choice`)."""
     containment = None if request is None else _prepare(request)
     try:
         child = os.fork()
@@ -323,37 +258,9 @@ def _fork_supervisor(
 class _Spare:
     """The next request's supervisor, forked and detached before the request comes.
 
-    A launch through the zygote spent 4 to 7 ms in the zygote's fork, the
-    intermediate's ``setsid`` and fork, and the hops between the three
-    processes, before the supervisor ran a line of its own. The spare has
-    done all that while the zygote had nothing to do (after a request is
-    answered): it waits on a socket pair of its own, and the request, as it
-    came, is passed on to it with its descriptors. From there it is the
-    supervisor of a forked request (:func:`_serve_as_spare`): it takes on the
-    caller's state *as of the request*, never of its own fork, and makes the
-    run's cgroup itself.
-
-    A spare that is gone (killed, or never started) costs nothing but the
-    fork it saved: the zygote then forks as before. One spare per zygote, idle
-    until used: blocked in one ``recv``, and ending when the zygote does (its
-    end of the pair closes), so a caller's death takes it too.
-
-    A spare sits idle for as long as its caller launches nothing, where any
-    process of the same user may stop it (``SIGSTOP``), freeze it (a freezer
-    cgroup) or starve it, and a request passed to a spare that does not run
-    would hold its launch up for as long as it stays so. A look at its state
-    first would be a race (stopped right after the look), so there is none:
-    the spare's first act on a request, before anything else, is to say it
-    took it, and the zygote waits for that word no longer than the caller's
-    own bound allows (:meth:`take`, :data:`SPARE_LIMIT`). Without it in time,
-    the spare is SIGKILLed through a pidfd of it (never a reused pid), which
-    the intermediate, whose child it still is, sends the zygote before it
-    exits: a spare that never said it took the request never ran a line of it,
-    and a killed one never will (a frozen one dies as it thaws, before it runs
-    any more of its own code), so the zygote forks the request's supervisor
-    itself, and it starts once. Its cgroup made ahead is removed once it is
-    dead (:meth:`remove_its_cgroups`), after the request is answered.
-    """
+    Its first act on a request is to say it took it; without that word in time (:meth:`take`)
+    it is SIGKILLed through its pidfd and the zygote forks instead, so a request starts once
+    (``docs/architecture.md``, Processes)."""
 
     __slots__ = ("intermediate", "killed", "pid", "pidfd", "socket")
 
@@ -367,7 +274,7 @@ class _Spare:
         self.killed = False
 
     @classmethod
-    def start(cls, server: socket.socket, ignored: frozenset[int]) -> _Spare | None:
+    def start(cls, server: socket.socket, ignored: frozenset[int], limits: object) -> _Spare | None:
         """Fork a spare (``setsid``, fork: detached, as any supervisor); ``None`` if none can be."""
         try:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -391,7 +298,7 @@ class _Spare:
                 socket.send_fds(theirs, [str(spare).encode()], [pidfd])
 
             detach_and_become(
-                lambda: _serve_as_spare(theirs, ignored),
+                lambda: _serve_as_spare(theirs, ignored, limits),
                 failed=TETHER_FAILED,
                 in_intermediate=tell_its_pidfd,
             )
@@ -410,14 +317,9 @@ class _Spare:
         return cls(child, ours, int(said), pidfds[0])
 
     def take(self, header: bytes, fds: list[int], answer_by: float) -> int:
-        """Pass the request on to the spare; the pid to answer with, ``-1`` if it did not take
-        it (the zygote forks instead), or ``0`` (the caller's ``UNKNOWN``) if it said it took
-        it only after it was given up on.
-
-        Waits for its word at most :data:`SPARE_LIMIT`, and at most half of
-        what is left until ``answer_by`` (the other half is the zygote's own
-        fork's). The zygote's copies of the descriptors stay the zygote's to close.
-        """
+        """Pass the request on; the pid to answer with, ``-1`` if the spare did not take it,
+        ``0`` (``UNKNOWN``) if it said so only after it was given up on. Waits at most
+        :data:`SPARE_LIMIT`, and half of what is left until ``answer_by``."""
         wait = min(SPARE_LIMIT, max(0.0, answer_by - time.monotonic()) / 2)
         try:
             socket.send_fds(self.socket, [header], fds, socket.MSG_NOSIGNAL | socket.MSG_DONTWAIT)
@@ -447,10 +349,8 @@ class _Spare:
             self.killed = True
 
     def close(self) -> None:
-        """Close what the zygote holds of the spare: unused, it sees end of file and exits.
-
-        The pidfd of one the zygote killed is kept, for :meth:`remove_its_cgroups`.
-        """
+        """Close what the zygote holds of the spare (unused, it sees end of file and exits); a
+        killed one's pidfd is kept for :meth:`remove_its_cgroups`."""
         self.socket.close()
         if not self.killed:
             with contextlib.suppress(OSError):
@@ -467,12 +367,8 @@ class _Spare:
             self.remove_its_cgroups()
 
     def remove_its_cgroups(self, within: float = SPARE_LIMIT) -> None:
-        """Once the killed spare is dead (waited for at most ``within`` seconds), remove the
-        cgroups it made ahead, which it cannot remove itself; then let go of its pidfd.
-
-        A spare still frozen then keeps them (and its lock on them), until it dies as it
-        thaws; ``tether prune`` removes them after that.
-        """
+        """Once the killed spare is dead (at most ``within`` seconds), remove the cgroups it made
+        ahead, then its pidfd; one still frozen keeps them for ``tether prune``."""
         try:
             if select.select([self.pidfd], [], [], within)[0]:
                 from tether.linux.run_cgroups import remove_left_by
@@ -499,14 +395,10 @@ def _stopped(pid: int, pidfd: int) -> bool:
     return state in ("T", "t")
 
 
-def _serve_as_spare(requests: socket.socket, ignored: frozenset[int]) -> NoReturn:
-    """In the spare: make the usual run's cgroup, wait for the one request, become its supervisor.
-
-    End of file (the zygote is gone, and with it the caller, or it closed
-    this spare) means no request will come: remove the cgroup, and exit
-    quietly.
-    """
-    ahead = _made_ahead()
+def _serve_as_spare(requests: socket.socket, ignored: frozenset[int], limits: object) -> NoReturn:
+    """In the spare: make a cgroup like the last run's, wait for the one request, become its
+    supervisor; at end of file (no request will come), remove the cgroup and exit."""
+    ahead = _made_ahead(limits)
     try:
         header, fds, _flags, _address = socket.recv_fds(requests, MAX_REQUEST, MAX_DESCRIPTORS)
     except OSError:
@@ -518,6 +410,8 @@ def _serve_as_spare(requests: socket.socket, ignored: frozenset[int]) -> NoRetur
     requests.close()
     request = _Request.read(header) if header else None
     containment = None if ahead is None else ahead.for_request(request)
+    if containment is not None and containment.warming is None and containment.join_takes_lock():
+        containment.warming = start_warming()  # now: the lock is ready a grace period from here
     if not header:
         os._exit(0)
     if request is None:
@@ -526,51 +420,48 @@ def _serve_as_spare(requests: socket.socket, ignored: frozenset[int]) -> NoRetur
 
 
 class _MadeAhead:
-    """The containment of a run without limits under the zygote's setting, made before the request.
+    """The containment of a run like the last (same limits, same setting), made before the request.
 
-    Making a cgroup takes about 1.5 ms (most of it finding this process's own
-    cgroup, whose ``cgroup.procs`` is read whole); a spare has the time before
-    its request. Only worth it, and only done, for a command that will be born
-    in the cgroup: a join by writing needs its lock warmed just before it
-    (:mod:`tether.supervisor.cgroup_choice`).
-    """
+    Without limits only where the command will be born in it: a join by writing wants its lock
+    warmed just before it."""
 
-    __slots__ = ("containment", "setting")
+    __slots__ = ("containment", "limits", "setting")
 
-    def __init__(self, setting: str, containment: RunCgroups) -> None:
+    def __init__(self, setting: str, limits: object, containment: RunCgroups) -> None:
         self.setting = setting
+        self.limits = limits
         self.containment = containment
 
     def for_request(self, request: _Request | None) -> RunCgroups | None:
-        """This containment if ``request`` would make the same and it is intact; else ``None``
-        (the supervisor makes its own), and it is removed.
-
-        Intact: still there, still the cgroup made, and empty
-        (:meth:`~tether.linux.run_cgroups.RunCgroups.intact`). It waited
-        for as long as the caller launched nothing, where anyone with the
-        right to may have removed it (``tether prune`` of another namespace, an
-        administrator's cleanup): a fresh supervisor would make a new one, and
-        so does this one.
-        """
-        if request is not None and request.spec.get("limits") is None:
+        """This containment if ``request`` would make the same and it is intact (it may have been
+        removed while it waited); else ``None``, and it is removed."""
+        limits = self.limits
+        if request is not None and request.spec.get("limits") == limits:
             with contextlib.suppress(CgroupUnavailable):
                 same = containment_setting(request.environ) == self.setting
+                # Limits were read under the zygote's environment (a user bus, say): the same.
+                same = same and (limits is None or request.environ == os.environ)
                 if same and self.containment.intact():
                     return self.containment
         self.containment.discard()
         return None
 
 
-def _made_ahead() -> _MadeAhead | None:
-    if not clone_into_cgroup_likely():
+def _made_ahead(limits: object) -> _MadeAhead | None:
+    """The cgroup of a run like the last one (``limits``), made ahead; ``None``: not worth it."""
+    if not isinstance(limits, dict) and (limits is not None or not clone_into_cgroup_likely()):
         return None
     try:
         setting = containment_setting(os.environ)
     except CgroupUnavailable:
         return None
     if setting == "sweep":
-        return None  # nothing to make
-    return _MadeAhead(setting, prepare_run_cgroups(None, warm=False))
+        return None  # nothing to make, or limits refused: the supervisor says so
+    containment = prepare_run_cgroups(limits, warm=False, supervisor=False)
+    if limits is not None and containment.required_by != "resource limits":
+        containment.discard()  # refused, or left to a systemd scope: the supervisor's to say
+        return None
+    return _MadeAhead(setting, limits, containment)
 
 
 class _Request:
@@ -601,12 +492,8 @@ class _Request:
 
 
 def _prepare(request: _Request) -> RunCgroups | None:
-    """The request's containment, from its limits and its ``TETHER_CONTAINMENT``.
-
-    ``None`` for limits this cannot read: the supervisor reads them again, and
-    says what is wrong with them; ``None`` too where the limits need a scope of
-    the user's systemd, which the supervisor asks for itself.
-    """
+    """The request's containment, from its limits and ``TETHER_CONTAINMENT``; ``None`` where the
+    supervisor must make it (limits it cannot read, a systemd scope)."""
     limits = request.spec.get("limits")
     if not isinstance(limits, dict | None):
         return None
@@ -619,13 +506,8 @@ def _prepare(request: _Request) -> RunCgroups | None:
 def _become(
     request: _Request, fds: list[int], containment: RunCgroups | None, ignored: frozenset[int]
 ) -> NoReturn:
-    """Take on the caller's process state as the request says, then become its supervisor.
-
-    Only what differs from the zygote's own is set: the environment is
-    rewritten only if the caller's changed since the zygote started (most
-    requests: it did not), and only the signals whose disposition differs are
-    touched. ``ignored``: what the zygote ignores (:func:`_ignored_here`).
-    """
+    """Take on the caller's process state as the request says (only what differs from the
+    zygote's), then become its supervisor."""
     loading()
     roles = dict(zip(request.roles, fds, strict=True))
     # Every descriptor above the standard streams but the run's, above any limit.
@@ -644,17 +526,13 @@ def _become(
     os._exit(TETHER_FAILED)
 
 
-#: Signals whose disposition is not the caller's to pass on: Python ignores the
-#: first two itself (and every command gets them back), the last two cannot change.
+#: Dispositions not passed on: Python ignores the first two itself, the last two are fixed.
 _NOT_PASSED: Final = frozenset({signal.SIGPIPE, signal.SIGXFSZ, signal.SIGKILL, signal.SIGSTOP})
 
 
 def _ignored_here() -> frozenset[int]:
-    """The signals this process ignores, of those whose disposition a request passes on.
-
-    Read once, as the zygote starts: it never changes a disposition after
-    that, so every supervisor it forks starts with these.
-    """
+    """The signals this process ignores, of those a request passes on (read once: the zygote
+    never changes a disposition)."""
     return frozenset(
         number
         for number in signal.valid_signals()
@@ -663,10 +541,8 @@ def _ignored_here() -> frozenset[int]:
 
 
 def _ignore_as_the_caller(ignored: set[int], ignored_here: frozenset[int]) -> None:
-    """Ignore what the caller ignores now, and only that (the zygote's may be older).
-
-    ``ignored_here`` is what this process ignores already: only the difference changes.
-    """
+    """Ignore what the caller ignores now, and only that: only the difference from
+    ``ignored_here`` changes."""
     for number in ignored_here.symmetric_difference(ignored):
         if number in _NOT_PASSED:
             continue
