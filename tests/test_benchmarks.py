@@ -144,7 +144,9 @@ def _results() -> dict[str, object]:
 
 def test_markdown_says_what_met_its_target() -> None:
     text = markdown(_results())
-    assert "| 1. caller SIGKILLed once the command runs → SIGTERM | tether run | 3 | 0.700 |" in text
+    assert (
+        "| 1. caller SIGKILLed once the command runs → SIGTERM | tether run | 3 | 0.700 |" in text
+    )
     assert "never (∞): 2 of 2 commands still running 0.5 s after the caller's death" in text
     assert "| 5. `true`: whole-run wall time | tether run -- true | 2 | 55.0 (+53.9) |" in text
     assert "| seed door: supervisor | 2 s | 0.000 | 0 | 0 | 0 | **yes** | 20.0 |" in text

@@ -12,7 +12,7 @@ import pytest
 from conftest import BOUND, EVERY_SPEC_FIELD
 from tether.caller.request import build_request
 from tether.caller.start import send_spec, spawn_supervisor
-from tether.core.spec import RunSpec, SpecError
+from tether.core.spec import _KINDS, RunSpec, SpecError
 from tether.supervisor.launch import LaunchPlan, plan_from_spec
 
 #: The plan's fields that are no field of the spec: the door's descriptors, and the
@@ -90,3 +90,7 @@ def test_a_spec_that_is_not_one_starts_nothing_and_the_caller_hears_why(
     assert (finished.reason, finished.exit_status) == ("launch_failed", 125)
     assert finished.message == "nothing was started: env must be a mapping, not ['PATH']"
     assert not marker.exists()
+
+
+def test_every_field_of_the_spec_has_its_kind_checked() -> None:
+    assert {name for _kind, _words, names in _KINDS for name in names} == set(RunSpec._fields)

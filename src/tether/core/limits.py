@@ -123,27 +123,17 @@ def parse_size(value: object, *, flag: str, allow_zero: bool = False) -> int:
                 "K, M, G or T: '512M', '8G')"
             )
         number, unit = match.groups()
-        scaled = float(number) * float(1024 ** _UNITS[unit.lower()])
-        if not math.isfinite(scaled) or scaled > _SIZE_MOST:
-            raise LimitError(
-                f"{flag}: {shown_value(value)} is larger than any machine (8 EiB at most)"
-            )
-        size = math.floor(scaled)
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise LimitError(f"{flag}: a size must be finite, not {shown_value(value)}")
-        if value > _SIZE_MOST:
-            raise LimitError(
-                f"{flag}: {shown_value(value)} is larger than any machine (8 EiB at most)"
-            )
-        size = math.floor(value)
+        amount: int | float = float(number) * float(1024 ** _UNITS[unit.lower()])
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise LimitError(f"{flag}: a size must be finite, not {shown_value(value)}")
     else:
-        size = value
+        amount = value
+    if amount > _SIZE_MOST:  # an infinity read from text too
+        raise LimitError(f"{flag}: {shown_value(value)} is larger than any machine (8 EiB at most)")
+    size = math.floor(amount)
     if size < 0 or (size == 0 and not allow_zero):
         least = "0 or more" if allow_zero else "more than 0"
         raise LimitError(f"{flag}: a size must be {least} bytes, not {shown_value(value)}")
-    if size > _SIZE_MOST:
-        raise LimitError(f"{flag}: {shown_value(value)} is larger than any machine (8 EiB at most)")
     return size
 
 

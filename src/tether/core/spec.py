@@ -149,12 +149,13 @@ class RunSpec(DeclaredValue, kw_only=True):
                 raise SpecError(str(error)) from None
 
     def _check_kinds(self) -> None:
-        for name, kind in _KINDS.items():
-            value = getattr(self, name)
-            if (value is not None or name in _NEEDED) and (
-                not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool)
-            ):
-                raise SpecError(f"{name} must be {_KIND_WORDS[kind]}, not {shown_value(value)}")
+        for kind, words, names in _KINDS:
+            for name in names:
+                value = getattr(self, name)
+                if (value is not None or name in _NEEDED) and (
+                    not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool)
+                ):
+                    raise SpecError(f"{name} must be {words}, not {shown_value(value)}")
         for name, mapping, value_kind, words in (
             ("env", self.env, str, "names to strings"),
             ("fds", self.fds, int, "roles to descriptors"),
@@ -166,38 +167,18 @@ class RunSpec(DeclaredValue, kw_only=True):
                 raise SpecError(f"{name} must map {words}")
 
 
-_NUMBER: Final[tuple[type, ...]] = (int, float)
-#: The kind each field must be (``None`` where its default is ``None``, but in :data:`_NEEDED`).
-_KINDS: Final[dict[str, type | tuple[type, ...]]] = {
-    "argv": tuple,
-    "deadline_seconds": _NUMBER,
-    "grace_seconds": _NUMBER,
-    "asked_at": _NUMBER,
-    "record_path": str,
-    "label": str,
-    "cwd": str,
-    "env": dict,
-    "umask": int,
-    "stop_signal": str,
-    "no_record_reason": str,
-    "record_argv": bool,
-    "ignored_signals": tuple,
-    "join_group": int,
-    "limits": dict,
-    "idle_seconds": _NUMBER,
-    "fds": dict,
-}
+#: The kind of each field's value (``None`` too where that is its default, but in :data:`_NEEDED`).
+_KINDS: Final[tuple[tuple[type | tuple[type, ...], str, tuple[str, ...]], ...]] = (
+    ((int, float), "a number", ("deadline_seconds", "grace_seconds", "asked_at", "idle_seconds")),
+    (str, "a string", ("record_path", "label", "cwd", "stop_signal", "no_record_reason")),
+    (dict, "a mapping", ("env", "limits", "fds")),
+    (tuple, "a list", ("argv", "ignored_signals")),
+    (int, "a whole number", ("umask", "join_group")),
+    (bool, "true or false", ("record_argv",)),
+)
 _NEEDED: Final = frozenset(
     ("argv", "grace_seconds", "asked_at", "stop_signal", "record_argv", "ignored_signals", "fds")
 )
-_KIND_WORDS: Final[dict[type | tuple[type, ...], str]] = {
-    tuple: "a list",
-    _NUMBER: "a number",
-    str: "a string",
-    dict: "a mapping",
-    int: "a whole number",
-    bool: "true or false",
-}
 
 
 def _not_bool(value: object) -> bool:
