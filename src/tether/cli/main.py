@@ -18,6 +18,7 @@ from tether.shared.process_start import process_started_at
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Callable
     from typing import NoReturn
 
     from tether.core.spec import RunSpec
@@ -135,18 +136,11 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
         parsed = _subparser(parser, args[0]).parse_args(args[1:], namespace=parsed)
     else:
         parsed = parser.parse_args(args)
-    if parsed.command == "show":
-        from tether.cli.review import show
+    if parsed.command in ("show", "ls", "prune"):
+        from tether.cli import review
 
-        return show(parsed)
-    if parsed.command == "ls":
-        from tether.cli.review import ls
-
-        return ls(parsed)
-    if parsed.command == "prune":
-        from tether.cli.review import prune
-
-        return prune(parsed)
+        command: Callable[[argparse.Namespace], int] = getattr(review, parsed.command)
+        return command(parsed)
     say_help(_main_parser())
     return TETHER_FAILED
 

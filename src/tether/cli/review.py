@@ -26,51 +26,43 @@ __all__ = ["add_review_parsers", "ls", "prune", "show"]
 _TEXTS = {
     "show": (
         "tell the story of one run (tether show --help)",
-        """
-        Show one run for a person: the verdict (why it ended, exit status, how it was stopped,
-        resources) and the timeline of its event log in seconds since tether was asked to run it.
-        RUN is a record (.json) or its event log (.events.jsonl), either finds the other; or a
-        record's name as tether ls prints it, or a label (the newest run with it), both looked up in
-        the default records directory from any directory.
-        """,
-        """
-        Colour only on a terminal, and never when NO_COLOR is set. --follow looks for new lines four
-        times a second while the run goes on. Exit status: 0 shown (even if the record or the log is
-        missing, or the log's last line is cut short: the gaps are named on stderr; with --follow,
-        followed to the run's end, or to its supervisor's loss), 125 nothing to show (not a tether
-        record or event log, unreadable, missing), 130 --follow interrupted (Ctrl-C).
-        """,
+        """Show one run for a person: the verdict (why it ended, exit status, how it was
+        stopped, resources) and the timeline of its event log in seconds since tether was asked
+        to run it. RUN is a record (.json) or its event log (.events.jsonl), either finds the
+        other; or a record's name as tether ls prints it, or a label (the newest run with it),
+        both looked up in the default records directory from any directory.""",
+        """Colour only on a terminal, and never when NO_COLOR is set. --follow looks for new
+        lines four times a second while the run goes on. Exit status: 0 shown (even if the
+        record or the log is missing, or the log's last line is cut short: the gaps are named on
+        stderr; with --follow, followed to the run's end, or to its supervisor's loss), 125
+        nothing to show (not a tether record or event log, unreadable, missing), 130 --follow
+        interrupted (Ctrl-C).""",
     ),
     "ls": (
         "list the runs in a records directory (tether ls --help)",
-        """
-        List the runs recorded in DIR, newest first: when each started (local time), its label, what
-        ran (the script or module an interpreter ran: evaluate.py for python evaluate.py, pkg.mod
-        for python -m pkg.mod, python -c; else the command's name), why it ended, its exit status,
-        how long it took, whether SIGKILL was needed, and the record's name (tether show NAME shows
-        it, from any directory). Runs with no record yet come first, from their event logs: running
-        (since when, for how long, the deadline left, the supervisor's and the command's pids) or
-        lost (the supervisor is gone; a pid counts only if that process started before the launch).
-        """,
-        """
-        Files that are not tether records are skipped, each named on stderr. Exit status: 0 listed
-        (even nothing), 125 bad option or DIR unreadable.
-        """,
+        """List the runs recorded in DIR, newest first: when each started (local time), its
+        label, what ran (the script or module an interpreter ran: evaluate.py for python
+        evaluate.py, pkg.mod for python -m pkg.mod, python -c; else the command's name), why it
+        ended, its exit status, how long it took, whether SIGKILL was needed, and the record's
+        name (tether show NAME shows it, from any directory). Runs with no record yet come
+        first, from their event logs: running (since when, for how long, the deadline left, the
+        supervisor's and the command's pids) or lost (the supervisor is gone; a pid counts only
+        if that process started before the launch).""",
+        """Files that are not tether records are skipped, each named on stderr. Exit status: 0
+        listed (even nothing), 125 bad option or DIR unreadable.""",
     ),
     "prune": (
         "remove old runs from a records directory (tether prune --help)",
-        """
-        Remove the runs DIR does not keep: all but the newest --keep runs, and those older than
-        --older-than. Only finished tether runs go (a record and its event log); a run in progress,
-        a file that is not a tether record and a symbolic link are never touched. Empty cgroups a
-        lost (SIGKILLed) supervisor left below this process's own, named by tether, go too. The
-        default directory is also pruned as runs are written into it (at most TETHER_KEEP_RUNS runs,
-        default 10000, none older than TETHER_KEEP_DAYS days, default 30; 0 means no bound).
-        """,
-        """
-        The names of the runs removed (or, with --dry-run, that would be) go to stdout, one a line,
-        oldest first; a summary to stderr. Exit status: 0 done, 125 bad option or DIR unusable.
-        """,
+        """Remove the runs DIR does not keep: all but the newest --keep runs, and those older
+        than --older-than. Only finished tether runs go (a record and its event log); a run in
+        progress, a file that is not a tether record and a symbolic link are never touched.
+        Empty cgroups a lost (SIGKILLed) supervisor left below this process's own, named by
+        tether, go too. The default directory is also pruned as runs are written into it (at
+        most TETHER_KEEP_RUNS runs, default 10000, none older than TETHER_KEEP_DAYS days,
+        default 30; 0 means no bound).""",
+        """The names of the runs removed (or, with --dry-run, that would be) go to stdout, one a
+        line, oldest first; a summary to stderr. Exit status: 0 done, 125 bad option or DIR
+        unusable.""",
     ),
 }
 

@@ -13,9 +13,8 @@ import stat
 import sys
 import time
 
-from tether.cli.messages import say
+from tether.cli.messages import fail, warn
 from tether.cli.seed_options import PROG, UsageError, read_options
-from tether.core.reasons import TETHER_FAILED
 from tether.linux import UnsupportedPlatform, require_linux
 
 TYPE_CHECKING = False
@@ -32,8 +31,7 @@ _FLAGS = {"deadline": "--deadline-seconds", "grace": "--grace-seconds", "label":
 
 
 def _fail(message: str) -> NoReturn:
-    say(f"{PROG}: error: {message}")
-    raise SystemExit(TETHER_FAILED)
+    fail(f"error: {message}", program=PROG)
 
 
 def _parent_fd_problem(fd: int) -> str | None:
@@ -131,7 +129,7 @@ def main(argv: list[str] | None = None, *, asked_at: float | None = None) -> int
             spec, attempt, lifeline=parsed.parent_fd, status=status, vocabulary=vocabulary
         )
     except BaseException as error:
-        return last_resort.abandon(attempt, error, status=status, say=_say)
+        return last_resort.abandon(attempt, error, status=status, say=warn)
 
 
 def _launch(command: list[str], spec: RunSpec, lifeline: int) -> tuple[StatusWriter, LaunchAttempt]:
@@ -162,7 +160,3 @@ def _working_directory() -> str | None:
         return os.getcwd()
     except OSError:
         return None
-
-
-def _say(message: str) -> None:
-    say(f"tether: {message}")
