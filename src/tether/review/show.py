@@ -457,10 +457,9 @@ def _launched(f: _Fields) -> str:
 
 
 def _launch_failed(f: _Fields) -> str:
-    f.take("started_mono")
     # The policy a run that never started would have had: in the record, no news here.
-    f.take("deadline_seconds")
-    f.take("grace_seconds")
+    for name in ("started_mono", "deadline_seconds", "grace_seconds"):
+        f.take(name)
     label = f.take("label")
     named = _command_named(f)
     text = (
@@ -480,15 +479,6 @@ def _step(f: _Fields) -> str:
     return text
 
 
-def _signal_sent(f: _Fields) -> str:
-    return f"{f.text('signal')} to {_plural(f.take('processes'), 'process', 'processes')}"
-
-
-def _lifeline_request(f: _Fields) -> str:
-    request = f.text("request")
-    return f"the caller asked: {_REQUEST_WORDS.get(request, repr(request))}"
-
-
 def _command_exited(f: _Fields) -> str:
     code = _int(f.take("returncode"))
     others = f.take("others_alive")
@@ -503,25 +493,25 @@ def _signals_caught_up(f: _Fields) -> str:
     return f"{sent} to {found} a walk had missed (found late, while the tree stopped)"
 
 
-def _lifeline_unknown_bytes(f: _Fields) -> str:
-    return f"{_plural(f.take('count'), 'byte')} on the lifeline that are no request, so far"
-
-
-def _event_log_incomplete(f: _Fields) -> str:
-    dropped = _plural(f.take("lines_dropped"), "line")
-    return f"the event log is incomplete: {dropped} could not be written ({f.text('error')})"
-
-
 _DESCRIBE: Final[Mapping[str, Callable[[_Fields], str]]] = {
     "launched": _launched,
     "launch_failed": _launch_failed,
     "step": _step,
-    "signal_sent": _signal_sent,
-    "lifeline_request": _lifeline_request,
     "command_exited": _command_exited,
-    "event_log_incomplete": _event_log_incomplete,
     "signals_caught_up": _signals_caught_up,
-    "lifeline_unknown_bytes": _lifeline_unknown_bytes,
+    "signal_sent": lambda f: (
+        f"{f['signal']} to {_plural(f.take('processes'), 'process', 'processes')}"
+    ),
+    "lifeline_request": lambda f: (
+        f"the caller asked: {_REQUEST_WORDS.get(r := f['request'], repr(r))}"
+    ),
+    "lifeline_unknown_bytes": lambda f: (
+        f"{_plural(f.take('count'), 'byte')} on the lifeline that are no request, so far"
+    ),
+    "event_log_incomplete": lambda f: (
+        f"the event log is incomplete: {_plural(f.take('lines_dropped'), 'line')} could not be "
+        f"written ({f['error']})"
+    ),
 }
 
 #: Events told in one sentence, each ``{field}`` taken from the line.

@@ -107,9 +107,8 @@ def _refuse(fields: object, error: Exception) -> None:
 
 
 def become(spec: RunSpec, pass_fds: tuple[int, ...] = ()) -> NoReturn:
-    """Become the supervisor of ``spec`` (built and checked by tether's own CLI, which forked
-    this process: :func:`tether.caller.fork.fork_supervisors`); ``pass_fds``, those the
-    program inherited, go to the command."""
+    """Supervise ``spec``, checked by tether's CLI, which forked this process; ``pass_fds``
+    (those the program inherited) go to the command."""
     loading()
     _supervise(spec, inherited=pass_fds)
 
