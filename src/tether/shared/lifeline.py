@@ -1,43 +1,11 @@
 """The lifeline's bytes: what a caller writes on it, and how its supervisor reads them.
 
-**The lifeline** (caller to supervisor) is a Unix socket pair
-(:mod:`tether.shared.protocol` says why not a pipe). The caller holds its end
-and never shares it. Its end of file is the one message a dead caller can
-still send, whatever killed it, SIGKILL included: the kernel closes the
-caller's end when the last holder exits. One byte on it is a request:
-:data:`CANCEL` (stop gracefully), :data:`KILL_NOW`, :data:`TIME_OUT`,
-:data:`SUSPEND` and :data:`RESUME` (job control), or a signal to pass on
-(:func:`pass_on_request`). A request on the lifeline tells *cancelled* apart
-from *caller lost* without signalling a pid that may have been reused.
-
-The encoder (those bytes) and the decoder live together here, so that what
-one side writes and the other reads cannot drift apart. Whatever arrives on a
-lifeline — a caller's requests, a buggy worker's junk written to the wrong
-descriptor, a million job-control requests — the supervisor must stay able to
-act on end of file at once and keep its event log short. So:
-
-* a chunk is decoded in bulk, in C (``bytes.translate``, ``set``,
-  ``rfind``), never byte by byte in Python: the work per byte is bounded;
-* a chunk yields each request at most once, and of the job-control pair
-  (:data:`SUSPEND`, :data:`RESUME`) only the last, which is where the caller
-  left the tree: a turn of the loop costs a few dozen events however much came;
-* :data:`CANCEL`, :data:`KILL_NOW` and :data:`TIME_OUT` are heard once each
-  (a second one would change nothing);
-* what is not told one by one is counted, and the counts reported on a
-  doubling scale (when they first reach 1, 2, 4, 8...): a gigabyte costs the
-  log a few dozen lines, and the first line still says at once that
-  something odd is coming.
-
-Two vocabularies: :data:`BASIC` (end of file, ``c`` and ``k``: the seed
-interface's own, for a pipe nobody is meant to write to) and :data:`ALL`
-(also ``t``, ``z``, ``r`` and signals to pass on: for tether's own callers,
-whose lifeline is a socket pair tether made, and for a seed-door worker that
-asks with ``--all-lifeline-requests``). In the basic vocabulary every other
-byte is junk, counted and otherwise ignored.
-
-Pure and stdlib only: every caller writes with it, and both the sentry and the
-loop read with it. A caller loads it before its launch, so its tables are built
-in C, not byte by byte.
+One byte is a request (:data:`CANCEL`, :data:`KILL_NOW`, :data:`TIME_OUT`,
+:data:`SUSPEND`, :data:`RESUME`, or a signal to pass on); end of file is the
+caller's death. Encoder and decoder live together so they cannot drift apart;
+the decoder's work and words are bounded whatever arrives. Two vocabularies:
+:data:`BASIC` (the seed door's pipe) and :data:`ALL` (tether's own callers).
+Why, and the bounds: ``docs/architecture.md``, "Channels".
 """
 
 from __future__ import annotations
@@ -74,10 +42,7 @@ PASS_ON_BASE: Final = 0x80
 
 
 def pass_on_request(number: int) -> bytes:
-    """The lifeline byte that asks to pass signal ``number`` on to the tree.
-
-    One byte, so that a request can never be split between two reads.
-    """
+    """The one byte (never split between two reads) that asks to pass signal ``number`` on."""
     if not 0 < number < 0x80:
         raise ValueError(f"no request for signal {number}")
     return bytes((PASS_ON_BASE + number,))
@@ -137,8 +102,7 @@ class LifelineDecoder:
     def __init__(self, vocabulary: Vocabulary = ALL) -> None:
         self.vocabulary = vocabulary
         self.heard: set[int] = set()
-        #: How many bytes were no request (in this vocabulary).
-        self.unknown = 0
+        self.unknown = 0  # bytes that were no request in this vocabulary
         #: Repeatable requests told one by one so far, and those acted on but only counted.
         self.told = 0
         self.untold = 0
@@ -146,10 +110,7 @@ class LifelineDecoder:
         self._told_report_at = 1
 
     def decode(self, data: bytes) -> list[bytes]:
-        """The requests in ``data`` to act on, in the order they came; count the rest.
-
-        Each at most once per call; of ``z`` and ``r`` only the later one.
-        """
+        """The requests in ``data`` to act on, in order, each once; of ``z``/``r`` the later."""
         requests = data.translate(None, self.vocabulary.strip)
         self.unknown += len(data) - len(requests)
         if not requests:
@@ -177,15 +138,15 @@ class LifelineDecoder:
         return False
 
     def unknown_report_due(self) -> bool:
-        """Whether the count of unknown bytes reached the next report since the last one."""
-        if self.unknown < self._unknown_report_at:
-            return False
-        self._unknown_report_at = 2 * self.unknown
-        return True
+        """Whether the count of unknown bytes reached its next report (1, 2, 4, 8...)."""
+        due = self.unknown >= self._unknown_report_at
+        if due:
+            self._unknown_report_at = 2 * self.unknown
+        return due
 
     def untold_report_due(self) -> bool:
-        """Whether the count of untold requests reached the next report since the last one."""
-        if self.untold < self._told_report_at:
-            return False
-        self._told_report_at = 2 * self.untold
-        return True
+        """Whether the count of untold requests reached its next report (1, 2, 4, 8...)."""
+        due = self.untold >= self._told_report_at
+        if due:
+            self._told_report_at = 2 * self.untold
+        return due

@@ -1,15 +1,8 @@
 """The supervisor's end of the lifeline: what the caller wrote, as the core's events.
 
-The caller's end is :mod:`tether.caller.lifeline`; the bytes are spelt and
-decoded in :mod:`tether.shared.lifeline`, which the sentry uses too, before
-the core is loaded. What is left is the
-loop's: reading what is waiting without ever blocking (the seed door's
-caller chose whether the descriptor blocks), turning each request into the
-core's event, and saying what was heard, in few enough lines that a caller
-writing a mebibyte of anything costs the log a few lines and the loop one
-turn per MiB. Requests past the first few of a kind are acted on without a
-line each (:meth:`LifelineReader.untold`); the loop asks which when it
-feeds them, so that it neither logs nor reports them one by one.
+Reads what is waiting without ever blocking, turns each request into the
+core's event and says what was heard in few lines (the bytes are decoded in
+:mod:`tether.shared.lifeline`). Why: ``docs/architecture.md``, "Channels".
 """
 
 from __future__ import annotations
@@ -17,30 +10,15 @@ from __future__ import annotations
 import os
 import select
 
-from tether.core.events import (
-    CallerLost,
-    CancelRequested,
-    Event,
-    KillRequested,
-    ResumeRequested,
-    SignalRequested,
-    SuspendRequested,
-    TimeOutRequested,
-)
-from tether.shared.lifeline import (
-    CANCEL,
-    KILL_NOW,
-    PASS_ON_BASE,
-    RESUME,
-    SUSPEND,
-    TIME_OUT,
-    LifelineDecoder,
-)
+from tether.core import events
+from tether.core.events import CallerLost, Event, SignalRequested
+from tether.shared import lifeline as wire
+from tether.shared.lifeline import PASS_ON_BASE, LifelineDecoder
 from tether.shared.signals import signal_name
 
-# Loaded once the command runs, while its caller waits: no ``typing`` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Final, Protocol
 
     from tether.shared.lifeline import Vocabulary
@@ -54,8 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LifelineReader"]
 
-#: One read of the lifeline, and the most read in one turn of the loop: a
-#: caller that streams bytes gets one turn per MiB, and the loop its deadlines.
+#: One read, and the most read in one turn of the loop (the loop keeps its deadlines).
 _LIFELINE_READ: Final = 1 << 16
 _LIFELINE_TURN: Final = 1 << 20
 
@@ -66,30 +43,18 @@ class LifelineReader:
     def __init__(self, fd: int | None, vocabulary: Vocabulary) -> None:
         self.fd = fd
         self._decoder = LifelineDecoder(vocabulary)
-        #: The lifeline's bytes and end of file as the sentry read them, not yet translated.
-        self._pending: tuple[bytes, bool] | None = None
+        self._pending: tuple[bytes, bool] | None = None  # what the sentry read, untranslated
         #: Requests to act on without telling (past :data:`~tether.shared.lifeline.TOLD_REQUESTS`).
         self._untold: list[Event] = []
 
     def take_over(self, data: bytes, closed: bool) -> None:
-        """What the sentry read before the loop ran: heard at the next :meth:`read`.
-
-        A sentry that heard nothing hands over nothing: the next :meth:`read`
-        then reads the descriptor. (Held as an empty hand-over, it stood in for
-        the first read after it: the wake that the caller's death or request
-        caused read nothing and turned into a ``Tick`` for the core, with its
-        ``step`` line, and the command's signal waited for the turn after.)
-        """
+        """What the sentry read before the loop ran, heard at the next :meth:`read`; nothing
+        if it heard nothing (an empty hand-over would stand in for the descriptor's next read)."""
         self._pending = (data, closed) if data or closed else None
 
     def read(self, now: float, tell: Tell) -> tuple[list[Event], bool]:
-        """The requests the caller wrote since the last turn, then ``CallerLost`` at end of file.
-
-        Returns the events and whether the lifeline ended. A turn decodes
-        what it read in bulk (:class:`~tether.shared.lifeline.LifelineDecoder`):
-        each request once at most, junk and requests past the first few
-        counted, not logged one by one.
-        """
+        """The requests written since the last turn, then ``CallerLost`` at end of file; and
+        whether the lifeline ended."""
         assert self.fd is not None
         if self._pending is not None:
             (data, closed), self._pending = self._pending, None
@@ -124,19 +89,19 @@ class LifelineReader:
         return True
 
 
+_EVENTS: Final[dict[bytes, Callable[[float], Event]]] = {
+    wire.CANCEL: events.CancelRequested,
+    wire.KILL_NOW: events.KillRequested,
+    wire.TIME_OUT: events.TimeOutRequested,
+    wire.SUSPEND: events.SuspendRequested,
+    wire.RESUME: events.ResumeRequested,
+}
+
+
 def _request_event(request: bytes, now: float) -> Event:
     """The core's event for one lifeline request (see :mod:`tether.shared.lifeline`)."""
-    if request == CANCEL:
-        return CancelRequested(now)
-    if request == KILL_NOW:
-        return KillRequested(now)
-    if request == TIME_OUT:
-        return TimeOutRequested(now)
-    if request == SUSPEND:
-        return SuspendRequested(now)
-    if request == RESUME:
-        return ResumeRequested(now)
-    return SignalRequested(now, _pass_on_name(request))
+    made = _EVENTS.get(request)
+    return SignalRequested(now, _pass_on_name(request)) if made is None else made(now)
 
 
 def _pass_on_name(request: bytes) -> str:
@@ -154,10 +119,8 @@ def _describe_request(request: bytes) -> str:
 def _drain(fd: int, bound: int) -> tuple[bytes, bool]:
     """Read what is waiting on ``fd`` (up to about ``bound`` bytes); and whether it was closed.
 
-    Never blocks, whether or not ``fd`` is in non-blocking mode (the seed
-    door's caller chose): it was readable when the loop woke, and each further
-    read waits for ``poll`` to say there is more. A read error counts as end of
-    file, as the caller can no longer be heard.
+    Never blocks, even where the seed door's caller left ``fd`` blocking: each read after
+    the first waits for ``poll``. A read error is end of file (the caller cannot be heard).
     """
     chunks: list[bytes] = []
     size = 0
@@ -169,7 +132,7 @@ def _drain(fd: int, bound: int) -> tuple[bytes, bool]:
         except BlockingIOError:
             break
         except OSError:
-            return b"".join(chunks), True
+            chunk = b""
         if not chunk:
             return b"".join(chunks), True
         chunks.append(chunk)
