@@ -89,7 +89,8 @@ def evaluation(
     """Every way at every width, ``rounds`` times, the ways' order rotating round by round.
 
     ``job``: ``size`` (ordinary programs), ``big`` and ``out`` (MiB), optionally
-    ``hostile`` (names, default all) and ``timeout`` (default 3 s).
+    ``hostile`` (names, default all), ``timeout`` (default 3 s) and ``limits`` (default on;
+    a launch refused for want of a cgroup is an outcome of its own).
     """
     results: list[dict[str, object]] = []
     for turn in range(rounds):
@@ -203,20 +204,21 @@ def _classify_outcome(outcome: Any) -> str:
     return "passed" if outcome.returncode == 0 else f"failed ({outcome.returncode})"
 
 
-def _tether_options(env: dict[str, str], timeout: float) -> dict[str, Any]:
+def _tether_options(env: dict[str, str], timeout: float, limits: bool) -> dict[str, Any]:
     return {
         "deadline": timeout,
         "grace": 1,
         "capture_output": True,
         "record": False,
         "env": env,
-        **LIMITS,
+        **(LIMITS if limits else {}),
     }
 
 
 def _pool(job: dict[str, Any], env: dict[str, str], cgroup: Path | None) -> list[str]:
     work = programs(job)
     way, width, timeout = job["way"], job["workers"], job.get("timeout", TIMEOUT)
+    options = _tether_options(env, timeout, job.get("limits", True))
     python = sys.executable
 
     def argv(name: str, source: str) -> list[str]:
@@ -235,9 +237,10 @@ def _pool(job: dict[str, Any], env: dict[str, str], cgroup: Path | None) -> list
 
             async def one(name: str, source: str) -> str:
                 async with gate:
-                    outcome = await tether.run_async(
-                        argv(name, source), **_tether_options(env, timeout)
-                    )
+                    try:
+                        outcome = await tether.run_async(argv(name, source), **options)
+                    except tether.LaunchError as error:
+                        return f"launch refused: {error}"
                     return _classify_outcome(outcome)
 
             return list(await asyncio.gather(*(one(n, s) for n, s in work)))
@@ -250,7 +253,10 @@ def _pool(job: dict[str, Any], env: dict[str, str], cgroup: Path | None) -> list
             return _classify_subprocess(argv(*pair), env, timeout)
         import tether
 
-        return _classify_outcome(tether.run(argv(*pair), **_tether_options(env, timeout)))
+        try:
+            return _classify_outcome(tether.run(argv(*pair), **options))
+        except tether.LaunchError as error:
+            return f"launch refused: {error}"
 
     with ThreadPoolExecutor(width) as pool:
         return list(pool.map(one, work))
