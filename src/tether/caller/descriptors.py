@@ -57,8 +57,7 @@ def _command_stream(stream: Stream, default: int) -> int:
 
 
 def _working_directory() -> int:
-    """The caller's working directory, held open (``O_PATH``): it may since have been removed
-    or renamed."""
+    """The caller's working directory, held open (``O_PATH``) in case it is renamed."""
     return above_stdio(os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
 
 

@@ -132,8 +132,7 @@ def mapped_limits(resources: Mapping[str, float]) -> dict[str, int | float]:
 
 
 def given_limits(options: Mapping[str, object]) -> dict[str, int | float]:
-    """The limits in ``options`` as the run took them: every one of
-    :data:`~tether.core.limits.LIMIT_NAMES` given, checked (``"8G"`` in bytes, ``"1.5"`` CPUs)."""
+    """The limits given in ``options``, checked (``"8G"`` in bytes, ``"1.5"`` CPUs)."""
     return parse_limits({name: options.get(name) for name in LIMIT_NAMES})
 
 

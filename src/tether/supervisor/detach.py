@@ -152,8 +152,7 @@ def _supervise(
 
 
 def loading() -> None:
-    """No garbage collection until :func:`loaded`: while modules load it finds nothing to free
-    and costs milliseconds each time."""
+    """No garbage collection until :func:`loaded` (loading modules frees nothing)."""
     gc.disable()
 
 

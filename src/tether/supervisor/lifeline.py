@@ -48,8 +48,7 @@ class LifelineReader:
         self._untold: list[Event] = []
 
     def take_over(self, data: bytes, closed: bool) -> None:
-        """What the sentry read before the loop ran, heard at the next :meth:`read`; nothing
-        if it heard nothing (an empty hand-over would stand in for the descriptor's next read)."""
+        """What the sentry read before the loop ran, heard at the next :meth:`read`."""
         self._pending = (data, closed) if data or closed else None
 
     def read(self, now: float, tell: Tell) -> tuple[list[Event], bool]:
