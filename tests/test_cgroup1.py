@@ -33,6 +33,14 @@ HYBRID_MOUNTINFO = """\
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 42 31 0:39 / /mnt/with\\040space rw - cgroup cgroup ro,freezer
 """
+#: An SELinux host's v1 mounts carry ``seclabel``; agents and flags name no controller.
+SELINUX_MOUNTINFO = """\
+29 23 0:25 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,seclabel,memory
+30 23 0:26 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid - cgroup cgroup rw,seclabel,cpu,cpuacct
+31 23 0:27 / /cg/systemd rw - cgroup cgroup rw,seclabel,xattr,release_agent=/x,name=systemd
+32 23 0:28 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,seclabel,cpuset,clone_children
+"""
+
 
 HYBRID_CGROUP = """\
 9:name=systemd:/user.slice
@@ -50,6 +58,17 @@ def test_mounts_name_each_hierarchys_controllers_root_and_place() -> None:
     assert (frozenset({"freezer"}), "/", "/mnt/with space") in mounts
     assert all(place != "/sys/fs/cgroup/unified" for _c, _r, place in mounts)  # v2 is not v1
     assert all(place != "/sys/fs/cgroup" for _c, _r, place in mounts)  # nor is a tmpfs
+
+
+def test_mount_flags_are_not_taken_for_controllers() -> None:
+    controllers = {found for found, _root, _place in parse_v1_mounts(SELINUX_MOUNTINFO)}
+    assert controllers == {
+        frozenset({"memory"}),
+        frozenset({"cpu", "cpuacct"}),
+        frozenset({"name=systemd"}),
+        frozenset({"cpuset"}),
+    }
+    assert frozenset({"name=systemd"}) in {c for c, _r, _p in parse_v1_mounts(HYBRID_MOUNTINFO)}
 
 
 def test_paths_are_by_hierarchy_and_leave_out_v2() -> None:

@@ -56,9 +56,26 @@ class Hierarchy:
         return f"Hierarchy({sorted(self.controllers)}, {self.directory!r})"
 
 
+#: A v1 mount's super options that name no controller (``release_agent=`` and other
+#: ``key=value`` options are left out as well, but ``name=``).
+_MOUNT_FLAGS = frozenset(
+    {
+        "rw",
+        "ro",
+        "seclabel",
+        "xattr",
+        "noprefix",
+        "clone_children",
+        "cpuset_v2_mode",
+        "favordynmods",
+    }
+)
+
+
 def parse_v1_mounts(text: str) -> list[tuple[frozenset[str], str, str]]:
     """``(controllers, root, mount point)`` of every cgroup v1 mount in mountinfo ``text``
-    (controllers: the super options but ``rw``/``ro``; named hierarchies kept as they are).
+    (controllers: the super options but mount flags such as ``rw`` or SELinux's ``seclabel``;
+    named hierarchies kept as they are).
     """
     mounts: list[tuple[frozenset[str], str, str]] = []
     for line in text.splitlines():
@@ -66,7 +83,11 @@ def parse_v1_mounts(text: str) -> list[tuple[frozenset[str], str, str]]:
         fields, tail = before.split(), after.split()
         if not separator or len(fields) < 5 or len(tail) < 3 or tail[0] != "cgroup":
             continue
-        options = frozenset(tail[2].split(",")) - {"rw", "ro"}
+        options = frozenset(
+            option
+            for option in tail[2].split(",")
+            if option not in _MOUNT_FLAGS and ("=" not in option or option.startswith("name="))
+        )
         mounts.append((options, unescape(fields[3]), unescape(fields[4])))
     return mounts
 
