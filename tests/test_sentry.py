@@ -340,3 +340,56 @@ def test_on_a_terminal_the_sentry_stops_the_command_never_its_callers_group(
         assert gate.held() == [supervisor]
     finally:
         os.close(master)
+
+
+def test_the_sentry_signals_the_group_before_it_counts_the_tree(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The walk that counts the tree comes after the group's signal, as the loop's does."""
+    from tether.supervisor import sentry as sentry_module
+
+    command = subprocess.Popen(["sleep", "60"], process_group=0)
+    lifeline_read, lifeline_write = os.pipe()
+    wakeup_read, wakeup_write = os.pipe()
+    os.set_blocking(wakeup_write, False)
+    walks: list[bool] = []
+    walk = sentry_module._descendants
+
+    def counted_after_the_signal() -> set[int]:
+        # SIGTERM is pending on the command, or it already died of it (reaped, even).
+        try:
+            dead = (
+                os.waitid(os.P_PID, command.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+            )
+        except ChildProcessError:
+            dead = True
+        pending = 0
+        with contextlib.suppress(OSError):
+            status = Path(f"/proc/{command.pid}/status").read_text().splitlines()
+            pending = int(next(x for x in status if x.startswith("ShdPnd:")).split()[1], 16)
+        walks.append(dead or bool(pending & (1 << (signal.SIGTERM - 1))))
+        return walk()
+
+    monkeypatch.setattr(sentry_module, "_descendants", counted_after_the_signal)
+    try:
+        watcher = sentry_module.Sentry(
+            lifeline=lifeline_read,
+            wakeup=wakeup_read,
+            wakeup_write=wakeup_write,
+            leader=command.pid,
+            pgid=command.pid,
+            own_group=True,
+            deadline_at=None,
+            stop_signal=signal.SIGTERM,
+        )
+        os.close(lifeline_write)  # the caller is gone
+        assert command.wait(timeout=10) == -signal.SIGTERM
+        handover = watcher.stand_down()
+        assert [number for number, _at in handover.sent][:1] == [signal.SIGTERM]
+        assert walks == [True]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            command.kill()
+        command.wait(timeout=10)
+        for fd in (lifeline_read, wakeup_read, wakeup_write):
+            os.close(fd)
