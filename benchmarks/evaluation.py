@@ -63,7 +63,7 @@ HOSTILE = {
         "        break\ntime.sleep(60)"
     ),
     "large allocation": "b = b'x' * ({big} << 20); print(len(b))",
-    "closed stdout": "import os; os.close(1); print('lost')",
+    "closed stdout": "import os; os.close(1); os.write(1, b'lost')",
     "SIGTERM ignored": (
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
     ),
