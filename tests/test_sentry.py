@@ -95,22 +95,20 @@ def _signals(record: dict[str, object]) -> list[str]:
     return [sent["signal"] for sent in signals]
 
 
+def _held(processes: Processes, gate: Gate, *argv: str) -> subprocess.Popen[bytes]:
+    """``tether ARGV``, its supervisor's loop held at ``gate`` once the command runs."""
+    return processes.start(tether_argv(*argv), env=gate.env, stdout=subprocess.DEVNULL)
+
+
 def test_caller_killed_while_the_supervisor_loads(
     tmp_path: Path, processes: Processes, ready: ReadyPipe, gate: Gate
 ) -> None:
     record = tmp_path / "r.json"
-    caller = processes.start(
-        tether_argv(
-            "run",
-            "--record",
-            str(record),
-            "--grace",
-            "0.2",
-            "--",
-            *fixture("sleeper", str(ready.path), "--note-term"),
-        ),
-        env=gate.env,
-        stdout=subprocess.DEVNULL,
+    caller = _held(
+        processes,
+        gate,
+        *("run", "--record", str(record), "--grace", "0.2", "--"),
+        *fixture("sleeper", str(ready.path), "--note-term"),
     )
     pid, supervisor = _announced(ready, processes)
     caller.kill()
@@ -133,20 +131,12 @@ def test_deadline_passes_while_the_supervisor_loads(
     tmp_path: Path, processes: Processes, ready: ReadyPipe, gate: Gate
 ) -> None:
     record = tmp_path / "r.json"
-    caller = processes.start(
-        tether_argv(
-            "run",
-            "--record",
-            str(record),
-            "--deadline",
-            "2",  # long enough for the command to announce itself first, even under load
-            "--grace",
-            "5",
-            "--",
-            *fixture("sleeper", str(ready.path)),
-        ),
-        env=gate.env,
-        stdout=subprocess.DEVNULL,
+    # A deadline long enough for the command to announce itself first, even under load.
+    caller = _held(
+        processes,
+        gate,
+        *("run", "--record", str(record), "--deadline", "2", "--grace", "5", "--"),
+        *fixture("sleeper", str(ready.path)),
     )
     pid, supervisor = _announced(ready, processes)
     # The command dies of SIGTERM while the loop is still held at the gate.
@@ -175,18 +165,12 @@ def test_the_sentry_sends_the_stop_signal_asked_for_a_real_time_one_too(
     """``timeout -s RTMIN+2``: the deadline passes while the loop is held, and the command dies
     of that signal, not of a SIGTERM the sentry put in for a name it could not read."""
     record = tmp_path / "r.json"
-    caller = processes.start(
-        tether_argv(
-            "timeout",
-            "--record",
-            str(record),
-            "-s",
-            "RTMIN+2",
-            "2",  # long enough for the command to announce itself first, even under load
-            *fixture("sleeper", str(ready.path)),
-        ),
-        env=gate.env,
-        stdout=subprocess.DEVNULL,
+    # A deadline long enough for the command to announce itself first, even under load.
+    caller = _held(
+        processes,
+        gate,
+        *("timeout", "--record", str(record), "-s", "RTMIN+2", "2"),
+        *fixture("sleeper", str(ready.path)),
     )
     pid, supervisor = _announced(ready, processes)
     assert wait_gone(pid)  # the deadline's signal, while the loop is still held
@@ -265,11 +249,7 @@ def test_escapees_are_stopped_and_counted_once_the_loop_takes_over(
     # The sentry stops the group at once; those who left it are the loop's.
     record = tmp_path / "r.json"
     command = fixture("tree", str(ready.path), "--group", "1", "--setsid", "1", "--daemon", "1")
-    caller = processes.start(
-        tether_argv("run", "--record", str(record), "--", *command),
-        env=gate.env,
-        stdout=subprocess.DEVNULL,
-    )
+    caller = _held(processes, gate, "run", "--record", str(record), "--", *command)
     leader, *others = ready.ready_pids()
     supervisor = parent_of(leader)
     assert supervisor is not None

@@ -114,15 +114,8 @@ def _freezer_cgroup() -> Iterator[Path]:
             freezer.rmdir()
 
 
-_FROZEN_SPARE = (
-    _FIND_THE_SPARE
-    + _MADE_BY
-    + """
-freezer = sys.argv[1]
-os.mkdir(freezer)
-ran = tether.run(["true"], record=False)
-frozen = spare({ran.supervisor_pid})
-ahead = made_by(frozen)
+#: Freezes process ``frozen`` in cgroup v1 ``freezer``, then launches with a deadline of 3 s.
+_FREEZE_AND_RUN = """
 with open(f"{freezer}/cgroup.procs", "w") as procs:
     procs.write(str(frozen))
 with open(f"{freezer}/freezer.state", "w") as state:
@@ -132,7 +125,20 @@ while open(f"{freezer}/freezer.state").read().strip() != "FROZEN":
 begun = time.monotonic()
 try:
     outcome = tether.run(["true"], deadline=3, record=False)
-    said = {"reason": outcome.reason.value, "supervisor": outcome.supervisor_pid}
+"""
+
+_FROZEN_SPARE = (
+    _FIND_THE_SPARE
+    + _MADE_BY
+    + """
+freezer = sys.argv[1]
+os.mkdir(freezer)
+ran = tether.run(["true"], record=False)
+frozen = spare({ran.supervisor_pid})
+ahead = made_by(frozen)
+"""
+    + _FREEZE_AND_RUN
+    + """    said = {"reason": outcome.reason.value, "supervisor": outcome.supervisor_pid}
 except tether.LaunchError as error:
     said = {"error": str(error)}
 took = time.monotonic() - begun
@@ -157,7 +163,8 @@ def test_a_frozen_spare_never_holds_the_launch_past_its_bound(tmp_path: Path) ->
         assert wait_gone(said["frozen"])  # killed while frozen: dead as it thawed
 
 
-_FROZEN_RUN_CGROUP = (
+#: Freezes the cgroup the spare made ahead for the next run.
+_FREEZE_THE_NEXT_RUN_CGROUP = (
     _FIND_THE_SPARE
     + _MADE_BY
     + """
@@ -166,6 +173,12 @@ waiting = spare({ran.supervisor_pid})
 ahead = made_by(waiting)
 with open(os.path.join(parent, ahead[0], "cgroup.freeze"), "w") as freeze:
     freeze.write("1")
+"""
+)
+
+_FROZEN_RUN_CGROUP = (
+    _FREEZE_THE_NEXT_RUN_CGROUP
+    + """
 begun = time.monotonic()
 try:
     outcome = tether.run(["true"], deadline=4, record=False)
@@ -193,7 +206,8 @@ def test_a_frozen_run_cgroup_never_holds_the_launch_past_its_deadline(tmp_path: 
     assert not alive(said["spare"])
 
 
-_FROZEN_ZYGOTE = """
+_FROZEN_ZYGOTE = (
+    """
 import json, os, sys, time
 import tether
 from tether.caller import zygote
@@ -201,16 +215,9 @@ freezer = sys.argv[1]
 os.mkdir(freezer)
 tether.run(["true"], record=False)
 frozen = zygote.zygote_pid()
-with open(f"{freezer}/cgroup.procs", "w") as procs:
-    procs.write(str(frozen))
-with open(f"{freezer}/freezer.state", "w") as state:
-    state.write("FROZEN")
-while open(f"{freezer}/freezer.state").read().strip() != "FROZEN":
-    time.sleep(0.001)
-begun = time.monotonic()
-try:
-    outcome = tether.run(["true"], deadline=3, record=False)
-    said = {"reason": outcome.reason.value}
+"""
+    + _FREEZE_AND_RUN
+    + """    said = {"reason": outcome.reason.value}
 except tether.LaunchError as error:
     said = {"error": str(error), "errno": error.errno}
 took = time.monotonic() - begun
@@ -219,6 +226,7 @@ with open(f"{freezer}/freezer.state", "w") as state:
     state.write("THAWED")
 print(json.dumps({**said, "took": took, "frozen": frozen, "after": after.reason.value}))
 """
+)
 
 
 @pytest.mark.skipif(
@@ -239,14 +247,8 @@ def test_a_frozen_zygote_never_holds_the_launch_past_its_bound(tmp_path: Path) -
 
 
 _HELD_BY_A_FROZEN_RUN_CGROUP = (
-    _FIND_THE_SPARE
-    + _MADE_BY
+    _FREEZE_THE_NEXT_RUN_CGROUP
     + """
-ran = tether.run(["true"], record=False)
-waiting = spare({ran.supervisor_pid})
-ahead = made_by(waiting)
-with open(os.path.join(parent, ahead[0], "cgroup.freeze"), "w") as freeze:
-    freeze.write("1")
 print(json.dumps({"spare": waiting, "cgroup": os.path.join(parent, ahead[0])}), flush=True)
 tether.run(["true"], record=False)  # no deadline: held until this caller is gone
 """
