@@ -189,16 +189,15 @@ class Sentry:
             deadline = self._deadline_at
             overdue = deadline is not None and now >= deadline
             names = first_signals(trigger, overdue=overdue, stop_signal=_STOP)
-        first = self._seen.acted_at is None
         for name in names:
             self._send(self._numbers[name], now)
-        if first and self._seen.acted_at is not None:
-            # Counted once the group has its signals, as the loop walks after its send-ahead:
-            # a walk first cost the command about 1 ms (docs/performance.md, "Caller death").
-            self._seen.walked = _descendants()
         self._killed = self._killed or "SIGKILL" in names
 
     def _send(self, number: int, now: float) -> None:
+        if self._seen.acted_at is None:
+            # Walked before the first signal: counted after it, a member its own parent reaps
+            # meanwhile would be missed (docs/performance.md, "Caller death").
+            self._seen.walked = _descendants()
         try:
             if self._own_group:
                 os.killpg(self._pgid, number)
