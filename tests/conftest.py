@@ -219,6 +219,17 @@ def state_of(pid: int) -> str | None:
     return raw[raw.rindex(")") + 2 :].split()[0]
 
 
+def wait_for_state(pid: int, wanted: str) -> None:
+    """Wait until ``pid``'s state letter is ``wanted`` (a signal's stop or continue is taken
+    when the process next runs, not when ``kill`` returns); fail after :data:`BOUND`."""
+    end = time.monotonic() + BOUND
+    while time.monotonic() < end:
+        if state_of(pid) == wanted:
+            return
+        time.sleep(0.01)
+    pytest.fail(f"{pid} is {state_of(pid)}, never {wanted}")
+
+
 def alive(pid: int) -> bool:
     """Whether ``pid`` is running (a zombie is not: ``kill(pid, 0)`` would say it is)."""
     return state_of(pid) not in (None, "Z")

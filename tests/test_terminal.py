@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BOUND, Processes, ReadyPipe, state_of, tether_argv, wait_gone
+from conftest import BOUND, Processes, ReadyPipe, tether_argv, wait_for_state, wait_gone
 
 try:
     _MASTER, _SLAVE = os.openpty()
@@ -80,15 +80,6 @@ def terminal(processes: Processes) -> Iterator[list[Terminal]]:
     yield made
     for each in made:
         each.close()
-
-
-def wait_for_state(pid: int, wanted: str) -> None:
-    end = time.monotonic() + BOUND
-    while time.monotonic() < end:
-        if state_of(pid) == wanted:
-            return
-        time.sleep(0.01)
-    pytest.fail(f"{pid} is {state_of(pid)}, never {wanted}")
 
 
 def sleeper_script(ready: ReadyPipe) -> list[str]:

@@ -24,6 +24,7 @@ from conftest import (
     parent_of,
     read_json,
     tether_argv,
+    wait_for_state,
     wait_gone,
 )
 
@@ -177,10 +178,14 @@ def test_a_command_cannot_forge_how_its_run_ended_through_proc(
 def test_a_command_that_stops_its_supervisor_does_not_outlive_its_caller(
     tmp_path: Path, env: dict[str, str], processes: Processes, ready: ReadyPipe
 ) -> None:
+    # The deadline (3 s) falls inside the wait below (5 s from the caller's kill), but late
+    # enough that a loaded machine starts the shell and stops the supervisor before it: with
+    # 1 s, the deadline's SIGTERM could leave before the stop and end the command (an XPASS
+    # seen once in CI, Python 3.15).
     script = f'kill -STOP $PPID; echo "ready $$" > "{ready.path}"; exec sleep 60'
     caller = processes.start(
         tether_argv(
-            "run", "--deadline", "1", "--record", str(tmp_path / "r.json"), "--", "sh", "-c", script
+            "run", "--deadline", "3", "--record", str(tmp_path / "r.json"), "--", "sh", "-c", script
         ),
         env=env,
         stdin=subprocess.DEVNULL,
@@ -190,6 +195,7 @@ def test_a_command_that_stops_its_supervisor_does_not_outlive_its_caller(
     supervisor = parent_of(command)
     assert supervisor is not None
     processes.track(command, supervisor)
+    wait_for_state(supervisor, "T")
     caller.kill()
     caller.wait(timeout=BOUND)
     assert wait_gone(command, timeout=5), "the command outlived its deadline and its caller"
