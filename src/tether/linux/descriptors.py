@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Final
 
-__all__ = ["above_stdio", "close_all_but", "open_descriptors"]
+__all__ = ["above_stdio", "close_all_but", "descriptor_ceiling", "open_descriptors"]
 
 #: Without ``/proc`` and with no finite hard limit: as far as closing goes.
 _FALLBACK_CEILING: Final = 1 << 20
@@ -47,10 +47,22 @@ def open_descriptors(low: int = 3) -> list[int]:
     return sorted(held)
 
 
-def close_all_but(keep: Iterable[int], low: int = 3) -> None:
+def descriptor_ceiling() -> int | None:
+    """One above the highest descriptor this process holds now (``None``: no listing, as under
+    a full table), for :func:`close_all_but` in a child about to be forked."""
+    names = _listed()
+    return None if names is None else max(names, default=2) + 1
+
+
+def close_all_but(keep: Iterable[int], low: int = 3, *, ceiling: int | None = None) -> None:
     """Close every descriptor from ``low`` up except ``keep``, above any limit; safe in a forked
-    child under a full table (imports nothing)."""
+    child under a full table (imports nothing). ``ceiling``: the parent's
+    :func:`descriptor_ceiling` just before the fork, which spares the child its own listing (what
+    the child opened since is close-on-exec, as Python opens it, or kept)."""
     kept = sorted(fd for fd in set(keep) if fd >= low)
+    if ceiling is not None:
+        _close_between(low, ceiling, kept)
+        return
     names = _listed()
     if names is None:
         _close_between(low, _soft_limit(), kept)

@@ -258,9 +258,18 @@ class StatusWriter:
 
     def send(self, message: Spawned | Started | Signalled | Finished) -> None:
         """Write one message; once the caller is gone, stop trying."""
+        if self._fd is not None:
+            self.write(encode(message))
+
+    @property
+    def closed(self) -> bool:
+        """Whether nothing more is written: no caller, or one gone."""
+        return self._fd is None
+
+    def write(self, data: bytes) -> None:
+        """Write one message already encoded (:func:`encode`); as :meth:`send`."""
         if self._fd is None:
             return
-        data = encode(message)
         try:
             while data:
                 data = data[os.write(self._fd, data) :]

@@ -8,7 +8,6 @@ docs/containment.md ("The ladder", "The backstop").
 
 from __future__ import annotations
 
-import contextlib
 import errno as errno_codes
 import os
 import signal
@@ -17,7 +16,7 @@ import time
 from tether.linux.cgroup import CgroupUnavailable
 from tether.linux.prctl import set_parent_death_signal
 from tether.supervisor.cgroup_choice import prepare_run_cgroups
-from tether.supervisor.identity import restore_in_child
+from tether.supervisor.identity import command_dispositions
 from tether.supervisor.spawn import SpawnFailed, spawn
 
 TYPE_CHECKING = False
@@ -28,8 +27,10 @@ if TYPE_CHECKING:
     from tether.linux.run_cgroups import RunCgroups
     from tether.supervisor.launch import LaunchPlan
 
-    #: Told, in the child before its exec, the child's pid and its cgroup's directories.
-    Announce = Callable[[int, list[str]], None]
+    #: Told in the supervisor, before the fork, the cgroup's directories; what it gives back is
+    #: told in the child, before its exec, the child's pid (work done before the fork is work
+    #: the child does not do: every page it writes is a copy).
+    Announce = Callable[[list[str]], Callable[[int], None]]
 
 __all__ = ["Command", "CommandNotStarted", "start_command"]
 
@@ -76,22 +77,20 @@ def _prepare_child(
     *,
     required: bool,
     directory: int | None,
-    announce: Announce | None,
-    ignored_signals: Sequence[int] = (),
+    announce: Callable[[int], None] | None,
     born_in_cgroup: bool = False,
 ) -> None:
     """In the child before exec: the backstop, then the announcement (best effort), the directory,
-    the cgroup."""
+    the cgroup. (The signals, back to the caller's, are :func:`spawn`'s ``dispositions``.)"""
     set_parent_death_signal(signal.SIGKILL)
+    pid = os.getpid()
     if os.getppid() != supervisor:
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
     if announce is not None:
-        with contextlib.suppress(BaseException):  # nothing here may stop the launch
-            announce(os.getpid(), [] if cgroup is None else cgroup.directories)
-    restore_in_child()
-    for number in ignored_signals:  # as the caller had them: exec keeps "ignored"
-        with contextlib.suppress(OSError, ValueError):
-            signal.signal(number, signal.SIG_IGN)
+        try:  # noqa: SIM105 - a suppress() would be one more object the child writes
+            announce(pid)
+        except BaseException:  # noqa: S110 - nothing here may stop the launch
+            pass
     if directory is not None:
         os.fchdir(directory)
     if cgroup is not None:
@@ -141,6 +140,7 @@ def start_command(
         raise CommandNotStarted(refusal.errno, str(refusal), "setup") from None
     required = bool(containment.required_by)
     path, directory = (cwd, None) if not isinstance(cwd, int) else (None, cwd)
+    told = None if announce is None else announce([] if cgroup is None else cgroup.directories)
 
     def prepare(born_in_cgroup: bool) -> None:
         _prepare_child(
@@ -148,8 +148,7 @@ def start_command(
             cgroup,
             required=required,
             directory=directory,
-            announce=announce,
-            ignored_signals=plan.ignored_signals,
+            announce=told,
             born_in_cgroup=born_in_cgroup,
         )
 
@@ -166,6 +165,7 @@ def start_command(
             born_in=None if cgroup is None or cgroup.v2 is None else cgroup.v2.clone_descriptor,
             until=_exec_by(plan.deadline_at),
             hangup=plan.lifeline,
+            dispositions=command_dispositions(plan.ignored_signals),
         )
     except OSError as error:  # the fork itself: EAGAIN under ulimit -u, ENOMEM
         _discard(cgroup)

@@ -17,6 +17,7 @@ from tether.linux.prctl import SUPERVISOR_NAME, set_process_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Final
 
     from tether.linux import proctree
@@ -25,7 +26,7 @@ __all__ = [
     "LET_GO_BY",
     "WHOLE_TREE_SIGNALS",
     "become_a_supervisor",
-    "restore_in_child",
+    "command_dispositions",
     "without_nested_runs",
 ]
 
@@ -58,11 +59,12 @@ def become_a_supervisor() -> None:
             signal.signal(number, signal.SIG_IGN)
 
 
-def restore_in_child() -> None:
-    """In the command, between fork and exec: :data:`LET_GO_BY` at their defaults again."""
-    for number in LET_GO_BY:
-        with contextlib.suppress(OSError, ValueError):
-            signal.signal(number, signal.SIG_DFL)
+def command_dispositions(ignored: Sequence[int] = ()) -> dict[int, int]:
+    """What the command's signals must be set to between fork and exec (``SIG_DFL``, ``SIG_IGN``
+    as numbers): :data:`LET_GO_BY` at their defaults again, ``ignored`` (the caller's) ignored."""
+    dispositions = dict.fromkeys(LET_GO_BY, int(signal.SIG_DFL))
+    dispositions.update(dict.fromkeys(ignored, int(signal.SIG_IGN)))
+    return dispositions
 
 
 #: Signals that reach nested runs too (see :func:`without_nested_runs`).

@@ -21,7 +21,7 @@ import time
 
 from tether.core.values import DeclaredValue
 from tether.linux.prctl import set_child_subreaper
-from tether.shared.protocol import PASSED_ROLE, Spawned, Started, StatusWriter
+from tether.shared.protocol import PASSED_ROLE, Spawned, Started, StatusWriter, encode
 from tether.shared.signals import signal_number
 from tether.supervisor.command import Command, CommandNotStarted, start_command
 from tether.supervisor.identity import become_a_supervisor
@@ -258,15 +258,35 @@ def _signal_number(name: str) -> int:
         return signal.SIGTERM
 
 
-def _announcer(status: StatusWriter) -> Callable[[int, list[str]], None]:
+def _announcer(status: StatusWriter) -> Callable[[list[str]], Callable[[int], None]]:
     """What the command says to the caller from between its fork and its exec: ``spawned``
-    (so a supervisor lost before ``started`` leaves no command unknown to the caller)."""
+    (so a supervisor lost before ``started`` leaves no command unknown to the caller),
+    encoded before the fork but for the pid: the child only formats it in."""
     supervisor = os.getpid()
 
-    def announce(pid: int, cgroups: list[str]) -> None:
-        status.send(Spawned(supervisor_pid=supervisor, pid=pid, pgid=pid, cgroups=cgroups))
+    def prepared(cgroups: list[str]) -> Callable[[int], None]:
+        if status.closed:  # no caller to tell (and no json to load)
+            return _nobody
+        placeholder = Spawned(supervisor_pid=supervisor, pid=_NO_PID, pgid=_NO_PID, cgroups=cgroups)
+        template = encode(placeholder).replace(b"%", b"%%")
+        if template.count(_NO_PID_DIGITS) != 2:  # the digits in a directory's name too
+            return lambda pid: status.send(
+                Spawned(supervisor_pid=supervisor, pid=pid, pgid=pid, cgroups=cgroups)
+            )
+        template = template.replace(_NO_PID_DIGITS, b"%d")
+        return lambda pid: status.write(template % (pid, pid))
 
-    return announce
+    return prepared
+
+
+def _nobody(_pid: int) -> None:
+    pass
+
+
+#: A pid no process has (above any ``pid_max``), which :func:`_announcer` formats the real one
+#: into: its digits appear in the message only where the pid and the group's id are.
+_NO_PID: Final = 4_611_686_018_427_387_903
+_NO_PID_DIGITS: Final = str(_NO_PID).encode()
 
 
 def _check_descriptors(freed_after_launch: tuple[int, ...]) -> None:

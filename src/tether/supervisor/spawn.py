@@ -1,11 +1,15 @@
 """Fork and exec the command, as :class:`subprocess.Popen` would, without loading ``subprocess``.
 
-In ``Popen``'s order: the standard streams, the working directory, the umask, SIGPIPE and
-SIGXFSZ back to their default, a process group of its own, ``prepare``, every other
-descriptor closed, then the ``exec`` along the candidates :func:`exec_candidates` worked
-out in the parent (``os.execvpe`` would import ``warnings`` in the child). Safe because the
-supervisor has one thread when it spawns; the child says why it failed on a close-on-exec
-pipe. Why: ``docs/architecture.md`` (Processes).
+In ``Popen``'s order: the standard streams, the working directory, the umask, a process
+group of its own, SIGPIPE and SIGXFSZ back to their default (with the other signals the
+caller asks for), ``prepare``, every other descriptor closed, then the ``exec`` along the
+candidates :func:`exec_candidates` worked out in the parent (``os.execvpe`` would import
+``warnings`` in the child). Safe because the supervisor has one thread when it spawns; the
+child says why it failed on a close-on-exec pipe. Why: ``docs/architecture.md`` (Processes).
+
+Whatever the parent can work out it works out before the fork (the signals to change, the
+encoded arguments and environment, the highest descriptor): every page the child writes is
+a copy of its parent's, so the less Python the child runs, the cheaper each start.
 """
 
 from __future__ import annotations
@@ -19,13 +23,16 @@ import signal
 import time
 
 from tether.linux.clone3 import CloneUnavailable, fork_into_cgroup
-from tether.linux.descriptors import close_all_but
+from tether.linux.descriptors import close_all_but, descriptor_ceiling
 from tether.shared.poll_wait import poll_ms
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Final
+
+    #: ``os.execve``'s arguments: bytes where they could be encoded before the fork.
+    _Environment = Mapping[str, str] | dict[bytes, bytes]
 
 __all__ = ["SpawnFailed", "exec_candidates", "spawn"]
 
@@ -56,13 +63,15 @@ def spawn(
     born_in: int | None = None,
     until: float | None = None,
     hangup: int | None = None,
+    dispositions: Mapping[int, int] | None = None,
 ) -> int:
     """Start ``argv`` in a new process group; return its pid, or raise :class:`SpawnFailed`.
 
     ``pass_fds``: (number in the command, descriptor here) pairs, let go of here before the
     command can run; ``born_in``: a cgroup v2 to be born in, ``prepare`` told whether it was.
     A child that has not reached its ``exec`` by ``until`` or the end of ``hangup`` is killed
-    (stage ``start``, ``ETIMEDOUT``)."""
+    (stage ``start``, ``ETIMEDOUT``). ``dispositions``: signal number to ``SIG_DFL`` or
+    ``SIG_IGN`` (as numbers) in the command, set after SIGPIPE and SIGXFSZ are defaulted."""
     environment = os.environ if env is None else env
     held = tuple(source for _number, source in pass_fds)
     try:
@@ -74,6 +83,9 @@ def spawn(
         raise
     go_r, go_w = os.pipe2(os.O_CLOEXEC) if pass_fds else (-1, -1)
     room = _room_for(pass_fds, errors_w, go_r)
+    changes = _signal_changes(dispositions or {})
+    arguments, encoded_candidates, encoded_environment = _encoded(argv, candidates, environment)
+    ceiling = descriptor_ceiling()  # the child's table is this one, but for what it makes itself
     try:
         pid, in_cgroup = _fork(born_in)
     except OSError:
@@ -83,18 +95,21 @@ def spawn(
         if go_w >= 0:
             os.close(go_w)
         _child(
-            argv,
-            candidates,
-            environment,
+            arguments,
+            encoded_candidates,
+            encoded_environment,
             cwd=cwd,
             umask=umask,
             stdio=stdio,
-            prepare=lambda: prepare(in_cgroup),
+            prepare=prepare,
+            born_in=in_cgroup,
             process_group=process_group,
             errors=errors_w,
             pass_fds=pass_fds,
             go=go_r,
             room=room,
+            signals=changes,
+            ceiling=ceiling,
         )
     _close_all((*held, go_r, go_w))  # the child may exec now
     os.close(errors_w)
@@ -171,6 +186,19 @@ def _kill_unstarted(pid: int) -> None:
         os.close(pidfd)
 
 
+def _handlers() -> tuple[Callable[[int, int], int], Callable[[int], object]]:
+    """``_signal``'s own ``signal`` and ``getsignal``: numbers in and out, where
+    :func:`signal.signal` converts to and from enums (Python code, in the child)."""
+    try:
+        import _signal  # type: ignore[import-not-found]  # CPython's, no stub
+
+        return _signal.signal, _signal.getsignal
+    except (ImportError, AttributeError):
+        return signal.signal, signal.getsignal  # type: ignore[return-value]
+
+
+_set_signal, _getsignal = _handlers()
+
 #: How long a child killed before its exec is waited for.
 _REAP_LIMIT: Final = 1.0
 
@@ -204,7 +232,49 @@ def exec_candidates(file: str, environment: Mapping[str, str]) -> tuple[str, ...
     return tuple(os.path.join(directory, file) for directory in directories)
 
 
-def _exec(candidates: tuple[str, ...], argv: list[str], environment: Mapping[str, str]) -> None:
+#: SIGPIPE and SIGXFSZ, which Python ignores, back to their default in the command, as ``Popen``.
+_POPEN_DEFAULTS: Final = {int(signal.SIGPIPE): 0, int(signal.SIGXFSZ): 0}
+
+
+def _signal_changes(dispositions: Mapping[int, int]) -> tuple[tuple[int, int], ...]:
+    """The (signal, ``SIG_DFL`` or ``SIG_IGN`` as a number) pairs the child must set:
+    :data:`_POPEN_DEFAULTS` and ``dispositions``, less those this process has already (the
+    child starts with this process's)."""
+    changes = []
+    for number, handler in {**_POPEN_DEFAULTS, **dispositions}.items():
+        try:
+            now = _getsignal(number)
+        except (ValueError, OSError):  # not a signal here: the child's try says so, as before
+            now = None
+        if now is None or now != handler:  # ``None``: a handler not set from Python
+            changes.append((number, handler))
+    return tuple(changes)
+
+
+def _encoded(
+    argv: Sequence[str], candidates: tuple[str, ...], environment: Mapping[str, str]
+) -> tuple[list[bytes] | list[str], tuple[bytes, ...] | tuple[str, ...], _Environment]:
+    """``argv``, ``candidates`` and ``environment`` encoded as ``os.execve`` would in the child;
+    as given where one cannot be (the child's ``exec`` fails on it, as it did)."""
+    try:
+        arguments: list[bytes] | list[str] = [os.fsencode(word) for word in argv]
+        paths: tuple[bytes, ...] | tuple[str, ...] = tuple(os.fsencode(p) for p in candidates)
+    except UnicodeError:
+        arguments, paths = list(argv), candidates
+    try:
+        encoded: _Environment = {
+            os.fsencode(name): os.fsencode(value) for name, value in environment.items()
+        }
+    except UnicodeError:
+        encoded = environment
+    return arguments, paths, encoded
+
+
+def _exec(
+    candidates: tuple[bytes, ...] | tuple[str, ...],
+    argv: list[bytes] | list[str],
+    environment: _Environment,
+) -> None:
     """``os.execvpe``'s loop over ``candidates``: the first error other than "not there" wins."""
     first_refusal: OSError | None = None
     last: OSError | None = None
@@ -222,22 +292,26 @@ def _exec(candidates: tuple[str, ...], argv: list[str], environment: Mapping[str
 
 
 def _child(
-    argv: Sequence[str],
-    candidates: tuple[str, ...],
-    environment: Mapping[str, str],
+    argv: list[bytes] | list[str],
+    candidates: tuple[bytes, ...] | tuple[str, ...],
+    environment: _Environment,
     *,
     cwd: str | None,
     umask: int | None,
     stdio: tuple[int | None, int | None, int | None],
-    prepare: Callable[[], None],
+    prepare: Callable[[bool], None],
+    born_in: bool,
     process_group: int,
     errors: int,
     pass_fds: tuple[tuple[int, int], ...],
     go: int,
     room: tuple[int, int, int] | None,
+    signals: tuple[tuple[int, int], ...],
+    ceiling: int | None,
 ) -> None:
     """In the child: never returns. ``room``: the descriptor limits for the moves
-    (:func:`_room_for`)."""
+    (:func:`_room_for`); ``signals``: :func:`_signal_changes`; ``ceiling``: one above the
+    highest descriptor inherited (:func:`~tether.linux.descriptors.descriptor_ceiling`)."""
     stage = "dup"
     try:
         # A source among 0-2 could be overwritten by an earlier dup2: move them all up first.
@@ -250,24 +324,27 @@ def _child(
             os.chdir(cwd)
         if umask is not None:
             os.umask(umask)
-        for number in (signal.SIGPIPE, signal.SIGXFSZ):
-            signal.signal(number, signal.SIG_DFL)
         os.setpgid(0, process_group)
+        for number, handler in signals:
+            try:  # noqa: SIM105 - a suppress() would be one more object the child writes
+                _set_signal(number, handler)
+            except (OSError, ValueError):  # one the caller could not have had either
+                pass
         stage = "prepare"
-        prepare()
+        prepare(born_in)
         if room is not None:
             import resource  # loaded by the parent already (_room_for)
 
             resource.setrlimit(resource.RLIMIT_NOFILE, (room[0], room[2]))
         errors, go = _hand_on(pass_fds, errors, go)
-        close_all_but((errors, go, *(number for number, _source in pass_fds)))
+        close_all_but((errors, go, *(number for number, _source in pass_fds)), ceiling=ceiling)
         if room is not None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (room[1], room[2]))  # the caller's
         if go >= 0:
             os.read(go, 1)  # end of file: the supervisor let go of its copies
             os.close(go)
         stage = "exec"
-        _exec(candidates, list(argv), environment)
+        _exec(candidates, argv, environment)
     except BaseException as error:  # every failure is the parent's to report
         _report(errors, stage, error)
     os._exit(255)
