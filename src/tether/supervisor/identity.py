@@ -14,6 +14,7 @@ import contextlib
 import signal
 
 from tether.linux.prctl import SUPERVISOR_NAME, set_process_name
+from tether.supervisor.spawn import set_disposition
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -54,9 +55,12 @@ def become_a_supervisor() -> None:
     """Take the supervisor's name and let :data:`LET_GO_BY` go by (best effort)."""
     with contextlib.suppress(OSError, AttributeError):
         set_process_name(SUPERVISOR_NAME)
-    for number in LET_GO_BY:
-        with contextlib.suppress(OSError, ValueError):
-            signal.signal(number, signal.SIG_IGN)
+    ignore = int(signal.SIG_IGN)
+    for number in LET_GO_BY:  # numbers, and no suppress(): no objects made 43 times over
+        try:  # noqa: SIM105
+            set_disposition(number, ignore)
+        except (OSError, ValueError):
+            pass
 
 
 def command_dispositions(ignored: Sequence[int] = ()) -> dict[int, int]:

@@ -20,6 +20,7 @@ import fcntl
 import os
 import select
 import signal
+import sys
 import time
 
 from tether.linux.clone3 import CloneUnavailable, fork_into_cgroup
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     #: ``os.execve``'s arguments: bytes where they could be encoded before the fork.
     _Environment = Mapping[str, str] | dict[bytes, bytes]
 
-__all__ = ["SpawnFailed", "exec_candidates", "spawn"]
+__all__ = ["SpawnFailed", "exec_candidates", "set_disposition", "spawn"]
 
 
 class SpawnFailed(Exception):
@@ -197,7 +198,8 @@ def _handlers() -> tuple[Callable[[int, int], int], Callable[[int], object]]:
         return signal.signal, signal.getsignal  # type: ignore[return-value]
 
 
-_set_signal, _getsignal = _handlers()
+#: ``signal.signal`` for numbers only (``SIG_DFL`` is ``0``, ``SIG_IGN`` ``1``), without the enums.
+set_disposition, _getsignal = _handlers()
 
 #: How long a child killed before its exec is waited for.
 _REAP_LIMIT: Final = 1.0
@@ -256,18 +258,26 @@ def _encoded(
 ) -> tuple[list[bytes] | list[str], tuple[bytes, ...] | tuple[str, ...], _Environment]:
     """``argv``, ``candidates`` and ``environment`` encoded as ``os.execve`` would in the child;
     as given where one cannot be (the child's ``exec`` fails on it, as it did)."""
+    codec, errors = _FILESYSTEM
     try:
-        arguments: list[bytes] | list[str] = [os.fsencode(word) for word in argv]
-        paths: tuple[bytes, ...] | tuple[str, ...] = tuple(os.fsencode(p) for p in candidates)
-    except UnicodeError:
+        arguments: list[bytes] | list[str] = [word.encode(codec, errors) for word in argv]
+        paths: tuple[bytes, ...] | tuple[str, ...] = tuple(
+            path.encode(codec, errors) for path in candidates
+        )
+    except (UnicodeError, AttributeError):  # AttributeError: bytes given, as the child takes
         arguments, paths = list(argv), candidates
     try:
         encoded: _Environment = {
-            os.fsencode(name): os.fsencode(value) for name, value in environment.items()
+            name.encode(codec, errors): value.encode(codec, errors)
+            for name, value in environment.items()
         }
-    except UnicodeError:
+    except (UnicodeError, AttributeError):
         encoded = environment
     return arguments, paths, encoded
+
+
+#: What :func:`os.fsencode` encodes with (``str.encode`` directly: cheaper in the parent too).
+_FILESYSTEM: Final = (sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
 
 
 def _exec(
@@ -327,7 +337,7 @@ def _child(
         os.setpgid(0, process_group)
         for number, handler in signals:
             try:  # noqa: SIM105 - a suppress() would be one more object the child writes
-                _set_signal(number, handler)
+                set_disposition(number, handler)
             except (OSError, ValueError):  # one the caller could not have had either
                 pass
         stage = "prepare"
