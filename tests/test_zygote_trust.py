@@ -47,7 +47,7 @@ from tether.caller import zygote
 
 tether.run(["true"], record=False)
 old = zygote.zygote_pid()
-identity = zygote.fingerprint()
+state = zygote.caller_state()
 proof = getattr(zygote._zygote, "proof", None)
 kept = None if proof is None else proof()  # the zygote's pipe, opened while root
 os.setgroups([])
@@ -55,7 +55,7 @@ os.setgid(65534)
 os.setuid(65534)
 # From here on, code running as nobody that sends the usual request over the
 # root zygote's socket, past the caller's own checks.
-zygote.fingerprint = lambda: identity
+zygote.caller_state = lambda: state
 if kept is not None:
     zygote._Zygote.proof = lambda self: os.dup(kept)
 try:

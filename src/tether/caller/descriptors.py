@@ -32,14 +32,19 @@ __all__ = ["caller_umask", "completed", "open_run"]
 
 def caller_umask() -> int | None:
     """The calling process's umask, read without changing it (``umask()`` would race threads)."""
+    from tether.shared.process_start import read_proc
+
     try:
-        with open("/proc/self/status", "rb") as status:
-            for line in status:
-                if line.startswith(b"Umask:"):
-                    return int(line.split()[1], 8)
+        status = read_proc("/proc/self/status")
     except OSError:
-        pass
-    return None
+        return None
+    at = status.find(b"\nUmask:")
+    if at < 0:
+        return None
+    try:
+        return int(status[at + len(b"\nUmask:") :].split(None, 1)[0], 8)
+    except (ValueError, IndexError):
+        return None
 
 
 def _command_stream(stream: Stream, default: int) -> int:

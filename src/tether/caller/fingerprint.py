@@ -14,12 +14,14 @@ import re
 import resource
 
 from tether.linux.prctl import io_priority, memory_deny_write_execute, timer_slack
+from tether.shared.process_start import read_proc
+from tether.shared.signals import ignored_in
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["RLIMITS", "Unreadable", "fingerprint"]
+__all__ = ["RLIMITS", "CallerState", "Unreadable", "caller_state", "fingerprint"]
 
 #: Every namespace ``/proc`` shows, those the caller's *children* will be in included
 #: (``unshare(CLONE_NEWPID)`` moves only them).
@@ -40,11 +42,39 @@ _NAMESPACES: Final = (
 RLIMITS: Final = tuple(name for name in dir(resource) if name.startswith("RLIMIT_"))
 
 
+class CallerState:
+    """One reading of the caller for a request: its fingerprint, and what the same reads say
+    that travels with the request (so that ``/proc/thread-self/status`` is read once)."""
+
+    __slots__ = ("identity", "ignored", "rlimits")
+
+    def __init__(
+        self,
+        identity: tuple[object, ...],
+        ignored: tuple[int, ...] | None,
+        rlimits: dict[str, tuple[int, int]],
+    ) -> None:
+        #: What :func:`fingerprint` returns.
+        self.identity = identity
+        #: The ``SigIgn`` line of the same status, as ``ignored_now`` reads it; ``None``
+        #: without one (then ask :func:`~tether.caller.request.ignored_now`).
+        self.ignored = ignored
+        #: Every resource limit, soft and hard, by name (one ``getrlimit`` each).
+        self.rlimits = rlimits
+
+
 def fingerprint() -> tuple[object, ...] | None:
     """What a zygote must share with its caller, read from the calling thread.
 
     ``None`` if it cannot be read now (no descriptor); :class:`Unreadable` for any other reason
     (then the zygote is let go of: fail closed). What it covers: ``docs/architecture.md``."""
+    state = caller_state()
+    return None if state is None else state.identity
+
+
+def caller_state() -> CallerState | None:
+    """:func:`fingerprint`, with what its reads also say for the request (:class:`CallerState`);
+    ``None`` and :class:`Unreadable` as there."""
     namespaces = []
     for name in _NAMESPACES:
         try:
@@ -55,11 +85,10 @@ def fingerprint() -> tuple[object, ...] | None:
             _raise_unless_short(error)
             return None
     try:
-        status = _read("/proc/thread-self/status")
-        personality = _read("/proc/thread-self/personality")
-        oom_score_adj = _read("/proc/self/oom_score_adj")
-        with open("/proc/self/cgroup", "rb") as cgroup:
-            where = cgroup.read()
+        status = read_proc("/proc/thread-self/status")
+        personality = read_proc("/proc/thread-self/personality")
+        oom_score_adj = read_proc("/proc/self/oom_score_adj")
+        where = read_proc("/proc/self/cgroup")
         root = _root()  # a chroot changes no namespace
         scheduling = (
             os.getpriority(os.PRIO_PROCESS, 0),  # this thread's
@@ -72,13 +101,16 @@ def fingerprint() -> tuple[object, ...] | None:
     except OSError as error:
         _raise_unless_short(error)
         return None
+    rlimits = {}
     hard = []
     for name in RLIMITS:
         try:
-            hard.append(resource.getrlimit(getattr(resource, name))[1])
+            soft_and_hard = resource.getrlimit(getattr(resource, name))
         except (OSError, ValueError):
             return None
-    return (
+        rlimits[name] = soft_and_hard
+        hard.append(soft_and_hard[1])
+    identity = (
         _NOT_IDENTITY.sub(b"", status),
         tuple(namespaces),
         root,
@@ -89,6 +121,7 @@ def fingerprint() -> tuple[object, ...] | None:
         scheduling,
         tuple(hard),
     )
+    return CallerState(identity, ignored_in(status), rlimits)
 
 
 #: The lines of ``/proc/<tid>/status`` not to match: each process's own, or what travels with
@@ -107,7 +140,7 @@ def _root() -> tuple[int, int, bytes]:
     fd = os.open("/", os.O_PATH | os.O_CLOEXEC)
     try:
         status = os.fstat(fd)
-        info = _read(f"/proc/self/fdinfo/{fd}")
+        info = read_proc(f"/proc/self/fdinfo/{fd}")
     finally:
         os.close(fd)
     mount = _MOUNT_ID.search(info)
@@ -134,11 +167,6 @@ def _raise_unless_short(error: OSError) -> None:
         raise Unreadable(str(error)) from None
 
 
-def _read(path: str) -> bytes:
-    with open(path, "rb") as file:
-        return file.read()
-
-
 #: Whether this kernel has no LSM label to read (``EINVAL``): it never gains one.
 _no_lsm = False
 
@@ -149,7 +177,7 @@ def _lsm_label() -> bytes | None:
     if _no_lsm:
         return None
     try:
-        return _read("/proc/thread-self/attr/current")
+        return read_proc("/proc/thread-self/attr/current")
     except OSError as error:
         if error.errno in (errno.EINVAL, errno.ENOENT):
             _no_lsm = True

@@ -134,20 +134,16 @@ def ignored_now() -> tuple[int, ...]:
     ``/proc/self/status``); SIGPIPE and SIGXFSZ aside, which every command gets back."""
     import signal
 
-    python_ignores = (signal.SIGPIPE, signal.SIGXFSZ)
+    from tether.shared.process_start import read_proc
+    from tether.shared.signals import ignored_in
+
     try:
-        with open("/proc/self/status", "rb") as status:
-            found = [line for line in status.read().split(b"\n") if line.startswith(b"SigIgn:")]
-        if not found:
-            raise OSError("no SigIgn")
-        mask = int(found[0][len(b"SigIgn:") :].strip(), 16)
-        return tuple(
-            number
-            for number in range(1, mask.bit_length() + 1)
-            if mask >> (number - 1) & 1 and number not in python_ignores
-        )
-    except (OSError, ValueError):
+        found = ignored_in(read_proc("/proc/self/status"))
+        if found is not None:
+            return found
+    except OSError:
         pass
+    python_ignores = (signal.SIGPIPE, signal.SIGXFSZ)
     ignored = []
     for number in signal.valid_signals():
         if number in python_ignores:

@@ -20,7 +20,6 @@ import errno
 import json
 import math
 import os
-import resource
 import select
 import signal
 import socket
@@ -30,7 +29,7 @@ import sys
 import threading
 import time
 
-from tether.caller.fingerprint import RLIMITS, Unreadable, fingerprint
+from tether.caller.fingerprint import Unreadable, caller_state
 from tether.caller.lifeline import close_all, keep_from_forks, let_go, no_fork_meanwhile
 from tether.caller.lifeline import identity as descriptor_identity
 from tether.caller.request import ignored_now
@@ -39,6 +38,8 @@ from tether.linux.prctl import ZYGOTE_NAME
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
+
+    from tether.caller.fingerprint import CallerState
 
 __all__ = [
     "TOO_BIG",
@@ -327,18 +328,19 @@ def fork_supervisor(
         return None
     if within is not None and within <= 0:
         return None  # no time for an exchange: the plain path never waits on anyone
-    request = _request(spec_json, roles)
-    # (``>=``: the proof goes with the descriptors; and room for the first line.)
-    if len(request) > _MAX_REQUEST - _ANSWER_BY_SIZE or len(fds) >= _MAX_DESCRIPTORS:
-        return None
     try:
-        identity = fingerprint()
+        state = caller_state()
     except Unreadable:
         # Cannot tell whether the zygote still fits: fail closed, let go of it now.
         forget()
         return None
-    if identity is None:
+    if state is None:
         return None  # no descriptor left to read it: this once, the plain path
+    request = _request(spec_json, roles, state)
+    # (``>=``: the proof goes with the descriptors; and room for the first line.)
+    if len(request) > _MAX_REQUEST - _ANSWER_BY_SIZE or len(fds) >= _MAX_DESCRIPTORS:
+        return None
+    identity = state.identity
     _exchanging.now = True
     try:
         return _exchange(request, fds, package_root, identity, within)
@@ -423,19 +425,40 @@ def _credentials() -> bytes:
     return struct.pack("iII", os.getpid(), os.geteuid(), os.getegid())
 
 
-def _request(spec_json: bytes, roles: list[str]) -> bytes:
-    """The request's header: the spec and what the supervisor must inherit, as of now."""
-    limits = {}
-    for name in RLIMITS:
-        with contextlib.suppress(OSError, ValueError):
-            limits[name] = resource.getrlimit(getattr(resource, name))
-    return json.dumps(
-        {
-            "spec": spec_json.decode(),
-            "roles": roles,
-            "environ": dict(os.environ),
-            "rlimits": limits,
-            "ignored": list(ignored_now()),
-            "sigmask": sorted(int(n) for n in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
-        }
-    ).encode()
+def _request(spec_json: bytes, roles: list[str], state: CallerState) -> bytes:
+    """The request's header: the spec and what the supervisor must inherit, as of now (the
+    rlimits and ignored signals as ``state``, read just before, says them)."""
+    ignored = ignored_now() if state.ignored is None else state.ignored
+    sigmask = sorted(int(n) for n in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    fields = (
+        ("spec", json.dumps(spec_json.decode())),
+        ("roles", json.dumps(roles)),
+        ("environ", _environ_json()),
+        ("rlimits", json.dumps(state.rlimits)),
+        ("ignored", json.dumps(list(ignored))),
+        ("sigmask", json.dumps(sigmask)),
+    )
+    # One JSON object, as ``json.dumps`` writes it, the environment's text spliced in.
+    return ("{" + ", ".join(f'"{name}": {text}' for name, text in fields) + "}").encode()
+
+
+#: The environment as last sent: ``os.environ``'s own bytes, and their JSON (:func:`_environ_json`).
+_environ_sent: tuple[dict[bytes, bytes], str] = ({}, "")
+
+
+def _environ_json() -> str:
+    """``os.environ`` as of now, as JSON; its text reused while the environment is the same,
+    compared whole (keys and values, as bytes: one C comparison, where decoding it again costs
+    tens of microseconds per run)."""
+    global _environ_sent  # noqa: PLW0603 - the last one sent, replaced whole
+    data = getattr(os.environ, "_data", None)  # CPython's: the bytes os.environ decodes
+    if not isinstance(data, dict):
+        return json.dumps(dict(os.environ))
+    seen, text = _environ_sent
+    if text and data == seen:
+        return text
+    before = dict(data)
+    text = json.dumps(dict(os.environ))
+    if data == before:  # not changed by another thread meanwhile: this text is that environment
+        _environ_sent = (before, text)
+    return text

@@ -1,7 +1,8 @@
 """When this process started, on the monotonic clock: where a program's deadline counts from.
 
 Field 22 of ``/proc/self/stat``, converted from ``CLOCK_BOOTTIME`` (docs/cli.md;
-docs/architecture.md, "Why some mechanisms are built as they are").
+docs/architecture.md, "Why some mechanisms are built as they are"). And how a launch reads
+a file of ``/proc`` whole (:func:`read_proc`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["LONGEST_START", "process_started_at", "start_ticks", "started_from_stat"]
+__all__ = [
+    "LONGEST_START",
+    "process_started_at",
+    "read_proc",
+    "start_ticks",
+    "started_from_stat",
+]
 
 #: How long before tether's import the process may have started for its start to
 #: count (see :func:`process_started_at`); further back, the import's reading counts.
@@ -62,3 +69,20 @@ def process_started_at(loaded_at: float) -> float:
     if not loaded_at - LONGEST_START <= started <= loaded_at:
         return loaded_at
     return started
+
+
+def read_proc(path: str) -> bytes:
+    """The file at ``path`` (one of ``/proc``) whole: open, read to its end, close. ``open()``
+    would add six system calls and two objects (``fstat`` twice, ``isatty``, ``lseek``),
+    each time a launch reads one; :class:`OSError` as ``open()`` raises it."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, 65536)
+        if data:
+            chunks = [data]
+            while chunk := os.read(fd, 65536):
+                chunks.append(chunk)
+            data = b"".join(chunks)
+    finally:
+        os.close(fd)
+    return data

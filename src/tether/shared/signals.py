@@ -12,6 +12,7 @@ import signal
 __all__ = [
     "NO_SIGNAL",
     "described",
+    "ignored_in",
     "is_signal_name",
     "short_name",
     "signal_name",
@@ -104,3 +105,23 @@ def signal_number(name: str) -> int:
 def short_name(name: str) -> str:
     """How ``timeout -v`` prints a signal: without ``SIG`` (``TERM``, ``0``, ``RTMIN+6``)."""
     return name.removeprefix("SIG")
+
+
+def ignored_in(status: bytes) -> tuple[int, ...] | None:
+    """The ignored signals a ``/proc/<pid>/status`` text shows (its ``SigIgn`` line: the whole
+    process's, in a thread's status too), as ``subprocess`` hands them on: SIGPIPE and SIGXFSZ
+    aside, which every command gets back; ``None`` without the line."""
+    at = status.find(b"\nSigIgn:")
+    if at < 0:
+        return None
+    end = status.find(b"\n", at + 1)
+    try:
+        mask = int(status[at + len(b"\nSigIgn:") : None if end < 0 else end].strip(), 16)
+    except ValueError:
+        return None
+    python_ignores = (signal.SIGPIPE, signal.SIGXFSZ)
+    return tuple(
+        number
+        for number in range(1, mask.bit_length() + 1)
+        if mask >> (number - 1) & 1 and number not in python_ignores
+    )
