@@ -66,6 +66,46 @@ def test_the_own_cgroup_is_found_and_lists_this_process() -> None:
     assert str(os.getpid()) in Path(directory, "cgroup.procs").read_text().split()
 
 
+#: Moves itself into a new cgroup below its own and back: ``own_cgroup`` follows each move.
+_MOVED = """
+import os
+from pathlib import Path
+from tether.linux import cgroup
+path, directory = cgroup.own_cgroup()
+checked = []
+real_lists = cgroup.lists
+cgroup.lists = lambda at, pid: checked.append(at) or real_lists(at, pid)
+assert cgroup.own_cgroup() == (path, directory) and checked == [], checked  # kept
+below = Path(directory, f"moved-{os.getpid()}")
+try:
+    below.mkdir()
+    (below / "cgroup.procs").write_text("0")
+except PermissionError:
+    print("unwritable")
+    raise SystemExit(0)
+try:
+    moved = cgroup.own_cgroup()
+finally:
+    Path(directory, "cgroup.procs").write_text("0")
+    below.rmdir()
+assert moved == (os.path.join(path, below.name), str(below)), moved
+assert checked == [str(below)], checked  # found again, and believed once it listed this one
+assert cgroup.own_cgroup() == (path, directory)
+print("followed")
+"""
+
+
+def test_the_own_cgroup_is_kept_only_while_the_process_stays_in_it() -> None:
+    """Found once (a read of every pid in it), then kept: but a move is seen at once."""
+    done = subprocess.run(
+        [sys.executable, "-c", _MOVED], capture_output=True, text=True, timeout=BOUND, check=False
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    if done.stdout.strip() == "unwritable":
+        pytest.skip("this process's cgroup is not this user's to divide")
+    assert done.stdout.strip() == "followed"
+
+
 def test_warming_the_attach_lock_leaves_a_process_where_it_was() -> None:
     """The warm-up is a move to where the process already is: a real process, really written."""
     code = (

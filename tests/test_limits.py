@@ -187,6 +187,7 @@ def no_cgroup_at_all(monkeypatch: pytest.MonkeyPatch) -> None:
     from tether.linux import run_cgroups
 
     monkeypatch.setattr(cgroup_module, "_cgroup2_mounts", list)
+    monkeypatch.setattr(cgroup_module, "_own", {})  # nor what it found before
     monkeypatch.setattr(run_cgroups, "find_hierarchies", lambda **_: [])
 
 

@@ -35,6 +35,9 @@ from conftest import (
     validate_record,
     wait_gone,
 )
+from tether.linux import cgroup as cgroup_module
+from tether.linux import cgroup1 as cgroup1_module
+from tether.linux import run_cgroups as run_cgroups_module
 from tether.linux.cgroup import (
     CgroupUnavailable,
     _cgroup2_mounts,
@@ -44,6 +47,7 @@ from tether.linux.cgroup import (
 )
 from tether.linux.cgroup1 import Hierarchy, find_hierarchies, parse_v1_paths
 from tether.linux.run_cgroups import SCOPE_BACKENDS, plan_backends
+from tether.supervisor.cgroup_choice import prepare_run_cgroups
 
 
 def require(*controllers: str) -> None:
@@ -455,6 +459,96 @@ def test_prune_removes_stale_cgroups_of_tethers_naming_only(
         for directory in (stale, foreign):
             with contextlib.suppress(OSError):
                 directory.rmdir()
+
+
+def test_a_run_made_again_finds_its_cgroups_kept_and_sweeps_each_place_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The spare's path (a run's cgroups made ahead, after the zygote's own first look): this
+    process's cgroups are not checked again (each check reads every pid of a cgroup, a
+    hierarchy's root here), and each place tether makes cgroups in is swept once, where the
+    run makes its own among them."""
+    require("memory", "pids")
+    limits = {"memory_max": "64M", "pids_max": 64}
+    first = prepare_run_cgroups(limits, warm=False, supervisor=False)
+    first.discard()
+    if first.deferred:
+        pytest.skip("the run's cgroups here are a systemd scope's, which the supervisor asks for")
+    checked: list[str] = []
+    swept: list[str] = []
+    real_lists, real_remove_stale = cgroup_module.lists, cgroup_module.remove_stale
+
+    def lists(directory: str, pid: int) -> bool:
+        checked.append(directory)
+        return real_lists(directory, pid)
+
+    def remove_stale(parent: str) -> int:
+        swept.append(parent)
+        return real_remove_stale(parent)
+
+    for module in (cgroup_module, cgroup1_module, run_cgroups_module):
+        for name, replacement in (("lists", lists), ("remove_stale", remove_stale)):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, replacement)
+    second = prepare_run_cgroups(limits, warm=False, supervisor=False)
+    monkeypatch.undo()
+    try:
+        assert second.refusal is None
+        assert checked == []
+        assert len(swept) == len(set(swept)), swept
+        places = {
+            h.directory
+            for h in find_hierarchies()
+            if h.controllers & {"memory", "cpu", "cpuacct", "pids"}
+        }
+        with contextlib.suppress(CgroupUnavailable):
+            places.update((own_cgroup()[1], os.path.dirname(own_cgroup()[1])))
+        assert set(swept) <= places
+        assert {os.path.dirname(directory) for directory in second.directories} <= set(swept)
+    finally:
+        second.discard()
+
+
+#: Moves itself into a new cgroup in the v1 hierarchy ``sys.argv[1]`` and back.
+_MOVED_V1 = """
+import os, sys
+from pathlib import Path
+from tether.linux import cgroup1
+directory = sys.argv[1]
+def mine():
+    return [h.directory for h in cgroup1.find_hierarchies() if h.directory.startswith(directory)]
+assert mine() == [directory], mine()
+checked = []
+real_lists = cgroup1.lists
+cgroup1.lists = lambda at, pid: checked.append(at) or real_lists(at, pid)
+assert mine() == [directory] and checked == [], checked  # kept
+below = Path(directory, f"moved-{os.getpid()}")
+below.mkdir()
+try:
+    (below / "cgroup.procs").write_text(str(os.getpid()))
+    try:
+        moved = mine()
+    finally:
+        Path(directory, "cgroup.procs").write_text(str(os.getpid()))
+finally:
+    below.rmdir()
+assert moved == [str(below)], moved
+assert str(below) in checked, checked  # found again, and believed once it listed this one
+assert mine() == [directory]
+"""
+
+
+def test_the_v1_cgroups_are_kept_only_while_the_process_stays_in_them() -> None:
+    """As :func:`~tether.linux.cgroup.own_cgroup` keeps its answer, in a v1 hierarchy."""
+    (pids,) = require_v1("pids")
+    done = subprocess.run(
+        [sys.executable, "-c", _MOVED_V1, pids.directory],
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
 
 
 #: The v1-alone run, as the supervisor makes it: ``sys.argv[1]`` is the bound.

@@ -42,6 +42,7 @@ __all__ = [
     "own_cgroup",
     "probe_controllers",
     "read_keyed",
+    "read_text",
     "read_usage",
     "read_words",
     "remove_stale",
@@ -110,18 +111,23 @@ def _creator_of(name: str) -> str | None:
     return pid
 
 
+def read_text(path: str) -> str:
+    """The text of a small file (``/proc/self/cgroup``, ``mountinfo``); "" if unreadable."""
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as file:
+            return file.read()
+    except OSError:
+        return ""
+
+
 def _cgroup2_mounts() -> list[tuple[str, str]]:
     """Return ``(root, mount point)`` of every cgroup v2 mount this process can see."""
     mounts: list[tuple[str, str]] = []
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:
-            for line in info:
-                before, _, after = line.partition(" - ")
-                fields = before.split()
-                if after.split()[:1] == ["cgroup2"] and len(fields) >= 5:
-                    mounts.append((unescape(fields[3]), unescape(fields[4])))
-    except OSError:
-        pass
+    for line in read_text("/proc/self/mountinfo").splitlines():
+        before, _, after = line.partition(" - ")
+        fields = before.split()
+        if after.split()[:1] == ["cgroup2"] and len(fields) >= 5:
+            mounts.append((unescape(fields[3]), unescape(fields[4])))
     return mounts
 
 
@@ -154,11 +160,26 @@ def _directories_of(path: str, mounts: list[tuple[str, str]]) -> list[str]:
     ]
 
 
+#: :func:`own_cgroup`'s last answer, by the texts it was found from (see there): one entry.
+_own: dict[tuple[str, str], tuple[str, str]] = {}
+
+
 def own_cgroup() -> tuple[str, str]:
     """This process's cgroup v2 path and the directory that is that cgroup, or
     :class:`CgroupUnavailable` (no v2 hierarchy, or no mount shows it).
+
+    The directory is believed once its ``cgroup.procs`` lists this process (a read of every
+    pid in it: all of a host's, at a hierarchy's root). That answer is kept with the texts of
+    ``/proc/self/cgroup`` and ``/proc/self/mountinfo`` it came from, both read again at each
+    call: while neither changes (the process was not moved, nothing was mounted), it is the
+    same directory, and a child forked since (the zygote's spare) is in it too.
     """
-    path = cgroup_of("self")
+    memberships = read_text("/proc/self/cgroup")
+    mountinfo = read_text("/proc/self/mountinfo")
+    kept = _own.get((memberships, mountinfo))
+    if kept is not None:
+        return kept
+    path = next((line[3:] for line in memberships.splitlines() if line.startswith("0::")), None)
     if path is None:
         raise CgroupUnavailable("no cgroup v2 hierarchy (no 0:: line in /proc/self/cgroup)")
     mounts = _cgroup2_mounts()
@@ -167,6 +188,8 @@ def own_cgroup() -> tuple[str, str]:
     me = os.getpid()
     for directory in _directories_of(path, mounts):
         if lists(directory, me):
+            _own.clear()
+            _own[memberships, mountinfo] = path, directory
             return path, directory
     raise CgroupUnavailable(f"no cgroup2 mount shows this process's cgroup {path!r}")
 

@@ -114,14 +114,30 @@ def _read(path: str) -> str:
         return ""
 
 
+#: :func:`find_hierarchies`'s last checked answer for this process, by the texts it was
+#: found from (as :func:`~tether.linux.cgroup.own_cgroup` keeps its own).
+#: One entry.
+_checked: dict[tuple[str, str], tuple[Hierarchy, ...]] = {}
+
+
 def find_hierarchies(pid: int | str = "self", *, check: bool = True) -> list[Hierarchy]:
     """Every cgroup v1 hierarchy this process is in, with its cgroup's directory
     (``check``: believed only if its ``cgroup.procs`` lists this process).
+
+    Checked, this process's answer is kept with the texts of ``/proc/self/cgroup`` and
+    ``/proc/self/mountinfo``, read again at each call: the same while neither changes, in a
+    child forked since too (the checks read every pid of each hierarchy's cgroup).
     """
-    paths = parse_v1_paths(_read(f"/proc/{pid}/cgroup"))
+    memberships = _read(f"/proc/{pid}/cgroup")
+    mountinfo = _read("/proc/self/mountinfo")
+    mine = check and pid == "self"
+    kept = _checked.get((memberships, mountinfo)) if mine else None
+    if kept is not None:
+        return list(kept)
+    paths = parse_v1_paths(memberships)
     found: list[Hierarchy] = []
     me = os.getpid()
-    for controllers, root, mount_point in parse_v1_mounts(_read("/proc/self/mountinfo")):
+    for controllers, root, mount_point in parse_v1_mounts(mountinfo):
         path = paths.get(controllers)
         if path is None or not (root in ("/", path) or path.startswith(root + "/")):
             continue
@@ -129,6 +145,9 @@ def find_hierarchies(pid: int | str = "self", *, check: bool = True) -> list[Hie
         if check and not lists(directory, me):
             continue
         found.append(Hierarchy(controllers, mount_point, path, directory))
+    if mine:
+        _checked.clear()
+        _checked[memberships, mountinfo] = tuple(found)
     return found
 
 
@@ -170,11 +189,20 @@ class V1Cgroup(JoinableCgroup):
         super().close_join()
 
     @classmethod
-    def create(cls, hierarchy: Hierarchy, name: str, files: Sequence[tuple[str, str]]) -> V1Cgroup:
+    def create(
+        cls,
+        hierarchy: Hierarchy,
+        name: str,
+        files: Sequence[tuple[str, str]],
+        *,
+        sweep: bool = True,
+    ) -> V1Cgroup:
         """Make ``name`` below this process's cgroup in ``hierarchy``, ``files`` written in
         order; :class:`~tether.linux.cgroup.CgroupUnavailable` saying why, nothing left made.
+        ``sweep``: remove stale cgroups there first (``False``: the caller just did).
         """
-        remove_stale(hierarchy.directory)
+        if sweep:
+            remove_stale(hierarchy.directory)
         directory, fd = make_cgroup(hierarchy.directory, name, files)
         path = hierarchy.path.rstrip("/") + "/" + name
         return cls(hierarchy.controllers, path, directory, fd)

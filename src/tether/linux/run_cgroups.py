@@ -415,8 +415,12 @@ class RunCgroups:
         name = run_cgroup_name()
         if not backends:
             return cls(V2Cgroup.create(name=name))
-        for hierarchy in {h.directory: h for h in (hierarchies or {}).values()}.values():
-            remove_stale(hierarchy.directory)  # a SIGKILLed supervisor's, in any hierarchy
+        # A SIGKILLed supervisor's, in any hierarchy tether makes cgroups in: once each (the
+        # run's own below are not swept again).
+        for directory in {
+            h.directory for h in (hierarchies or {}).values() if h.controllers & _V1_CONTROLLERS
+        }:
+            remove_stale(directory)
         made = cls(enforced_by=dict(enforced_by or {}))
         try:
             if SCOPE_BACKENDS.intersection(backends.values()):
@@ -614,7 +618,7 @@ def _make_v1(
             writes = [
                 item for each in sorted(hierarchy.controllers) for item in files.get(each, [])
             ]
-            made.append(V1Cgroup.create(hierarchy, name, writes))
+            made.append(V1Cgroup.create(hierarchy, name, writes, sweep=False))
     except BaseException:
         for cgroup in made:
             cgroup.discard()

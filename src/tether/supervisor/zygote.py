@@ -64,7 +64,7 @@ def main(sock_fd: int, caller: int, proof_fd: int) -> int:
     server = socket.socket(fileno=sock_fd)
     # Set by the caller already; again here, for one that did not.
     server.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-    ignored = _ignored_here()
+    here = _Here()
     warm = False
     spare: _Spare | None = None
     while True:
@@ -83,12 +83,12 @@ def main(sock_fd: int, caller: int, proof_fd: int) -> int:
             with contextlib.suppress(OSError):
                 server.send(f"-1 {os.getpid()}".encode())
             continue
-        limits = _serve(server, header, fds, spare, ignored)
+        limits = _serve(server, header, fds, spare, here)
         spare = None
         if not warm:
             warm = True
             _warm_up()
-        spare = _Spare.start(server, ignored, limits)
+        spare = _Spare.start(server, here, limits)
 
 
 def _serve(
@@ -96,7 +96,7 @@ def _serve(
     header: bytes,
     fds: list[int],
     spare: _Spare | None,
-    ignored: frozenset[int],
+    here: _Here,
 ) -> object:
     """Answer one request, through the spare if it takes it in time, else forked here;
     return its limits, for the next spare's cgroup made ahead."""
@@ -110,7 +110,7 @@ def _serve(
     request = None
     if forked:
         request = _Request.read(header)
-        child = _fork_supervisor(server, request, fds, ignored)
+        child = _fork_supervisor(server, request, fds, here)
     for fd in fds:
         with contextlib.suppress(OSError):
             os.close(fd)
@@ -217,11 +217,18 @@ def _warm_up() -> None:
         bind()
         # What every run's redactor reads and compiles, read once for all the forks.
         tether.shared.secrets.prepare(os.environ)
+        # The cgroups this process is in, found once: each spare finds them kept, as long as
+        # its /proc/self/cgroup and mountinfo still read the same (own_cgroup says why).
+        from tether.linux.cgroup import own_cgroup
+        from tether.linux.cgroup1 import find_hierarchies
+
+        find_hierarchies()
+        own_cgroup()
     loaded()
 
 
 def _fork_supervisor(
-    server: socket.socket, request: _Request | None, fds: list[int], ignored: frozenset[int]
+    server: socket.socket, request: _Request | None, fds: list[int], here: _Here
 ) -> int:
     """Fork the request's supervisor (``setsid``, fork); return the child's pid, or -1.
 
@@ -247,7 +254,7 @@ def _fork_supervisor(
         def become() -> NoReturn:
             if request is None:
                 os._exit(TETHER_FAILED)  # not a request: the caller sees a lost supervisor
-            _become(request, fds, containment, ignored)
+            _become(request, fds, containment, here)
 
         detach_and_become(become, failed=TETHER_FAILED, in_intermediate=warm_the_join)
     if containment is not None:
@@ -274,7 +281,7 @@ class _Spare:
         self.killed = False
 
     @classmethod
-    def start(cls, server: socket.socket, ignored: frozenset[int], limits: object) -> _Spare | None:
+    def start(cls, server: socket.socket, here: _Here, limits: object) -> _Spare | None:
         """Fork a spare (``setsid``, fork: detached, as any supervisor); ``None`` if none can be."""
         try:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -298,7 +305,7 @@ class _Spare:
                 socket.send_fds(theirs, [str(spare).encode()], [pidfd])
 
             detach_and_become(
-                lambda: _serve_as_spare(theirs, ignored, limits),
+                lambda: _serve_as_spare(theirs, here, limits),
                 failed=TETHER_FAILED,
                 in_intermediate=tell_its_pidfd,
             )
@@ -395,7 +402,7 @@ def _stopped(pid: int, pidfd: int) -> bool:
     return state in ("T", "t")
 
 
-def _serve_as_spare(requests: socket.socket, ignored: frozenset[int], limits: object) -> NoReturn:
+def _serve_as_spare(requests: socket.socket, here: _Here, limits: object) -> NoReturn:
     """In the spare: make a cgroup like the last run's, wait for the one request, become its
     supervisor; at end of file (no request will come), remove the cgroup and exit."""
     ahead = _made_ahead(limits)
@@ -409,14 +416,14 @@ def _serve_as_spare(requests: socket.socket, ignored: frozenset[int], limits: ob
             requests.send(_TAKEN, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
     requests.close()
     request = _Request.read(header) if header else None
-    containment = None if ahead is None else ahead.for_request(request)
+    containment = None if ahead is None else ahead.for_request(request, here)
     if containment is not None and containment.warming is None and containment.join_takes_lock():
         containment.warming = start_warming()  # now: the lock is ready a grace period from here
     if not header:
         os._exit(0)
     if request is None:
         os._exit(TETHER_FAILED)  # not a request: the caller sees a lost supervisor
-    _become(request, fds, containment, ignored)
+    _become(request, fds, containment, here)
 
 
 class _MadeAhead:
@@ -432,7 +439,7 @@ class _MadeAhead:
         self.limits = limits
         self.containment = containment
 
-    def for_request(self, request: _Request | None) -> RunCgroups | None:
+    def for_request(self, request: _Request | None, here: _Here) -> RunCgroups | None:
         """This containment if ``request`` would make the same and it is intact (it may have been
         removed while it waited); else ``None``, and it is removed."""
         limits = self.limits
@@ -440,7 +447,7 @@ class _MadeAhead:
             with contextlib.suppress(CgroupUnavailable):
                 same = containment_setting(request.environ) == self.setting
                 # Limits were read under the zygote's environment (a user bus, say): the same.
-                same = same and (limits is None or request.environ == os.environ)
+                same = same and (limits is None or request.environ == here.environ)
                 if same and self.containment.intact():
                     return self.containment
         self.containment.discard()
@@ -504,7 +511,7 @@ def _prepare(request: _Request) -> RunCgroups | None:
 
 
 def _become(
-    request: _Request, fds: list[int], containment: RunCgroups | None, ignored: frozenset[int]
+    request: _Request, fds: list[int], containment: RunCgroups | None, here: _Here
 ) -> NoReturn:
     """Take on the caller's process state as the request says (only what differs from the
     zygote's), then become its supervisor."""
@@ -512,12 +519,12 @@ def _become(
     roles = dict(zip(request.roles, fds, strict=True))
     # Every descriptor above the standard streams but the run's, above any limit.
     close_all_but(fds if containment is None else fds + containment.join_descriptors())
-    if os.environ != request.environ:
+    if request.environ != here.environ:
         os.environ.clear()
         os.environ.update(request.environ)
     for name, (soft, hard) in request.rlimits.items():
         _set_limit(name, soft, hard)
-    _ignore_as_the_caller(set(request.ignored), ignored)
+    _ignore_as_the_caller(set(request.ignored), here.ignored)
     signal.pthread_sigmask(signal.SIG_SETMASK, request.sigmask)
 
     from tether.supervisor.detach import supervise_fields
@@ -528,6 +535,19 @@ def _become(
 
 #: Dispositions not passed on: Python ignores the first two itself, the last two are fixed.
 _NOT_PASSED: Final = frozenset({signal.SIGPIPE, signal.SIGXFSZ, signal.SIGKILL, signal.SIGSTOP})
+
+
+class _Here:
+    """The zygote's own process state a request is compared with, read once as it starts:
+    the signals it ignores (it never changes a disposition) and its environment, as a plain
+    dict (quick to compare; it never changes its own: only a supervisor forked from it takes
+    on a request's)."""
+
+    __slots__ = ("environ", "ignored")
+
+    def __init__(self) -> None:
+        self.ignored = _ignored_here()
+        self.environ = dict(os.environ)
 
 
 def _ignored_here() -> frozenset[int]:
