@@ -17,6 +17,7 @@ __all__ = [
     "bind",
     "io_priority",
     "memory_deny_write_execute",
+    "parent_death_signal_setter",
     "set_child_subreaper",
     "set_parent_death_signal",
     "set_process_name",
@@ -143,6 +144,21 @@ def set_child_subreaper(enabled: bool = True) -> None:
 def set_parent_death_signal(signal_number: int) -> None:
     """Ask for ``signal_number`` when the parent *thread* dies (one thread in a supervisor)."""
     _prctl(_PR_SET_PDEATHSIG, _bound().unsigned_long(signal_number))
+
+
+def parent_death_signal_setter(signal_number: int) -> Callable[[], None]:
+    """:func:`set_parent_death_signal` for a child about to be forked: looked up and its argument
+    made here, in the parent, so that the child makes one call and no object."""
+    binding = _bound()
+    prctl, get_errno = binding.prctl, binding.get_errno
+    value = binding.unsigned_long(signal_number)
+
+    def set_it() -> None:
+        if prctl(_PR_SET_PDEATHSIG, value, 0, 0, 0) != 0:
+            number = get_errno()
+            raise OSError(number, os.strerror(number))
+
+    return set_it
 
 
 def set_process_name(name: str) -> None:

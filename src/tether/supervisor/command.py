@@ -14,7 +14,7 @@ import signal
 import time
 
 from tether.linux.cgroup import CgroupUnavailable
-from tether.linux.prctl import set_parent_death_signal
+from tether.linux.prctl import parent_death_signal_setter
 from tether.supervisor.cgroup_choice import prepare_run_cgroups
 from tether.supervisor.identity import command_dispositions
 from tether.supervisor.spawn import SpawnFailed, spawn
@@ -79,10 +79,12 @@ def _prepare_child(
     directory: int | None,
     announce: Callable[[int], None] | None,
     born_in_cgroup: bool = False,
+    backstop: Callable[[], None],
 ) -> None:
-    """In the child before exec: the backstop, then the announcement (best effort), the directory,
-    the cgroup. (The signals, back to the caller's, are :func:`spawn`'s ``dispositions``.)"""
-    set_parent_death_signal(signal.SIGKILL)
+    """In the child before exec: the backstop (``backstop``: PDEATHSIG, SIGKILL), then the
+    announcement (best effort), the directory, the cgroup. (The signals, back to the caller's,
+    are :func:`spawn`'s ``dispositions``.)"""
+    backstop()
     pid = os.getpid()
     if os.getppid() != supervisor:
         os.kill(pid, signal.SIGKILL)
@@ -141,6 +143,7 @@ def start_command(
     required = bool(containment.required_by)
     path, directory = (cwd, None) if not isinstance(cwd, int) else (None, cwd)
     told = None if announce is None else announce([] if cgroup is None else cgroup.directories)
+    backstop = parent_death_signal_setter(signal.SIGKILL)
 
     def prepare(born_in_cgroup: bool) -> None:
         _prepare_child(
@@ -150,6 +153,7 @@ def start_command(
             directory=directory,
             announce=told,
             born_in_cgroup=born_in_cgroup,
+            backstop=backstop,
         )
 
     try:

@@ -208,8 +208,10 @@ _REAP_LIMIT: Final = 1.0
 def _fork(born_in: int | None) -> tuple[int, bool]:
     """Fork, into the cgroup ``born_in`` names where the kernel allows; and whether it did."""
     if born_in is not None:
-        with contextlib.suppress(CloneUnavailable, OSError):  # fork and join instead
+        try:  # not suppress(): one object fewer for the child to write on its way back
             return fork_into_cgroup(born_in), True
+        except (CloneUnavailable, OSError):  # fork and join instead
+            pass
     return os.fork(), False
 
 
@@ -346,8 +348,11 @@ def _child(
             import resource  # loaded by the parent already (_room_for)
 
             resource.setrlimit(resource.RLIMIT_NOFILE, (room[0], room[2]))
-        errors, go = _hand_on(pass_fds, errors, go)
-        close_all_but((errors, go, *(number for number, _source in pass_fds)), ceiling=ceiling)
+        if pass_fds:
+            errors, go = _hand_on(pass_fds, errors, go)
+            close_all_but((errors, go, *(number for number, _source in pass_fds)), ceiling=ceiling)
+        else:
+            close_all_but((errors,), ceiling=ceiling)
         if room is not None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (room[1], room[2]))  # the caller's
         if go >= 0:
