@@ -124,8 +124,16 @@ class Evidence:
             return
         self.log.emit(event, mono=launched.now, **said, **policy)
 
+    @property
+    def keeps_story(self) -> bool:
+        """Whether an event log is open: without one, a line told is dropped unwritten."""
+        return self.event_log is not None
+
     def tell(self, event: str, mono: float | None = None, /, **fields: object) -> None:
-        """Hold one line for the event log, stamped ``mono`` (default: now), until :meth:`told`."""
+        """Hold one line for the event log, stamped ``mono`` (default: now), until :meth:`told`
+        (without an event log, nothing: :attr:`keeps_story`)."""
+        if self.event_log is None:
+            return
         self.held.append((event, time.monotonic() if mono is None else mono, fields))
 
     def told(self) -> None:

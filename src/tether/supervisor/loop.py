@@ -24,6 +24,8 @@ from tether.supervisor.deferred import deferred
 with deferred("inspect", "traceback"):
     import transitions  # noqa: F401
 
+import logging  # loaded by transitions, with its traceback deferred
+
 from tether.core.effects import Effect, Exit, SignalTree, WriteRecord
 from tether.core.events import (
     ActivitySeen,
@@ -46,6 +48,13 @@ from tether.supervisor.finish import finish_off
 from tether.supervisor.lifeline import LifelineReader
 from tether.supervisor.process_tree import ProcessTree
 from tether.supervisor.watch import Watch, wait_bound
+
+# transitions logs every step through stdlib logging; the story goes to the event log. Set as
+# the loop loads (a zygote's supervisors find it set: made per run, the logger cost each one
+# about 0.1 ms), and each level's answer asked once here for the loggers a step logs through.
+logging.getLogger("transitions").setLevel(logging.WARNING)
+for _level in (logging.DEBUG, logging.INFO):
+    logging.getLogger("transitions.core").isEnabledFor(_level)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -291,7 +300,7 @@ class Supervision:
         told = not self.lifeline.untold(event)
         # Activity is news only when it changes something: not a line per look.
         quiet = isinstance(event, ActivitySeen) and not effects
-        if told and not quiet:
+        if told and not quiet and self.evidence.keeps_story:
             self._tell(
                 "step",
                 event.now,
@@ -421,10 +430,6 @@ def supervise(
     tap = last_resort.StatusTap(status)
     supervision: Supervision | None = None
     try:
-        # transitions logs every step through stdlib logging; the story goes to the event log.
-        import logging
-
-        logging.getLogger("transitions").setLevel(logging.WARNING)
         supervision = Supervision(
             spec,
             attempt,

@@ -347,13 +347,11 @@ class ProcessTree:
         """Remove the tree's cgroups, if any, and give the spare descriptors back (the record
         may need them); whether nothing was left behind.
         """
-        try:
-            if self.cgroup is None:
-                return True
-            with self.reserve.lent():
-                return self.cgroup.remove()
-        finally:
-            self.reserve.close()
+        # Given back for good first: the removal has them all, and none is opened again.
+        self.reserve.close()
+        if self.cgroup is None:
+            return True
+        return self.cgroup.remove()
 
     def kill_everything(self, wait: Callable[[float], object], *, bound: float) -> bool:
         """SIGKILL the tree until it is empty or ``bound`` seconds pass; whether it emptied.
