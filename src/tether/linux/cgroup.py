@@ -483,11 +483,21 @@ def _write_control(directory: str, name: str, content: str) -> None:
 
 
 def read_words(path: str) -> list[str]:
+    """The words of a cgroup file (ASCII), ``[]`` if it cannot be read. Read without a file
+    object: its buffers and decoder cost a supervisor more than the read itself."""
     try:
-        with open(path, encoding="ascii", errors="replace") as file:
-            return file.read().split()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return []
+    chunks = []
+    try:
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("ascii", "replace").split()
 
 
 #: Why the kernel divides nothing below a cgroup that holds processes, and what would work.
