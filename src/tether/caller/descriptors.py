@@ -32,18 +32,12 @@ __all__ = ["caller_umask", "completed", "open_run"]
 
 def caller_umask() -> int | None:
     """The calling process's umask, read without changing it (``umask()`` would race threads)."""
+    from tether.caller.request import umask_in
     from tether.shared.process_start import read_proc
 
     try:
-        status = read_proc("/proc/self/status")
+        return umask_in(read_proc("/proc/self/status"))
     except OSError:
-        return None
-    at = status.find(b"\nUmask:")
-    if at < 0:
-        return None
-    try:
-        return int(status[at + len(b"\nUmask:") :].split(None, 1)[0], 8)
-    except (ValueError, IndexError):
         return None
 
 

@@ -40,6 +40,7 @@ _NAMESPACES: Final = (
 
 #: Every resource limit this system has, by name (``RLIMIT_NOFILE``...).
 RLIMITS: Final = tuple(name for name in dir(resource) if name.startswith("RLIMIT_"))
+_RLIMIT_NUMBERS: Final = tuple((name, int(getattr(resource, name))) for name in RLIMITS)
 
 
 class CallerState:
@@ -103,11 +104,14 @@ def caller_state() -> CallerState | None:
         return None
     rlimits = {}
     hard = []
-    for name in RLIMITS:
-        try:
-            soft_and_hard = resource.getrlimit(getattr(resource, name))
-        except (OSError, ValueError):
-            return None
+    read: dict[int, tuple[int, int]] = {}
+    for name, number in _RLIMIT_NUMBERS:
+        soft_and_hard = read.get(number)
+        if soft_and_hard is None:  # once for two names of one limit (RLIMIT_OFILE, _NOFILE)
+            try:
+                soft_and_hard = read[number] = resource.getrlimit(number)
+            except (OSError, ValueError):
+                return None
         rlimits[name] = soft_and_hard
         hard.append(soft_and_hard[1])
     identity = (

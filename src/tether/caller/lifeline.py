@@ -28,6 +28,7 @@ __all__ = [
     "let_go",
     "no_fork_meanwhile",
     "run_channels",
+    "spec_pipe",
     "tethers_own",
 ]
 
@@ -131,10 +132,21 @@ def run_channels(*, spec_pipe: bool) -> list[int]:
     Each above the stdio (the spec pipe only with ``spec_pipe``), every writing end
     listed as it is made, under the lock a fork takes; all closed if any cannot be made.
     """
+    return _channels(("lifeline", "status", "spec")[: 3 if spec_pipe else 2])
+
+
+def spec_pipe() -> tuple[int, int]:
+    """The spec pipe's reading and writing ends, made as :func:`run_channels` makes them: for a
+    launch that needs it after all (the zygote's answer was the plain path)."""
+    reading, writing = _channels(("spec",))
+    return reading, writing
+
+
+def _channels(kinds: tuple[str, ...]) -> list[int]:
     made: list[int] = []
     with _lifelines_lock:
         try:
-            for kind in ("lifeline", "status", "spec")[: 3 if spec_pipe else 2]:
+            for kind in kinds:
                 reading, writing = os.pipe() if kind == "spec" else _socket_pair()
                 made += [reading, writing]
                 _open_lifelines[writing] = identity(writing)

@@ -33,6 +33,7 @@ __all__ = [
     "limits_refusal",
     "record_choice",
     "record_path_for",
+    "umask_in",
     "warn_no_record_once",
 ]
 
@@ -107,6 +108,10 @@ def build_request(
     if not isinstance(record_argv, bool):
         raise TypeError(f"record_argv must be True or False, not {record_argv!r}")
     checked_limits = _limits(limits or {}, flags, mover=os.getpid() if own_caller else None)
+    umask = None
+    if ignored_signals is None:
+        # The caller's umask too, from the same reading (as the launch would read it).
+        ignored_signals, umask = _ignored_and_umask()
     # Last: the only check that touches the file system (it makes the
     # record's directory), so a request refused for anything else leaves nothing.
     record_path, no_record_reason = record_choice(record)
@@ -122,7 +127,8 @@ def build_request(
         stop_signal=stop_signal,
         no_record_reason=no_record_reason,
         record_argv=record_argv,
-        ignored_signals=tuple(ignored_now() if ignored_signals is None else ignored_signals),
+        ignored_signals=tuple(ignored_signals),
+        umask=umask,
         join_group=join_group,
         limits=checked_limits or None,
         idle_seconds=idle_seconds or None,
@@ -132,15 +138,24 @@ def build_request(
 def ignored_now() -> tuple[int, ...]:
     """The signals this process ignores now, as ``subprocess`` hands them on (``SigIgn`` in
     ``/proc/self/status``); SIGPIPE and SIGXFSZ aside, which every command gets back."""
+    return _ignored_and_umask()[0]
+
+
+def _ignored_and_umask() -> tuple[tuple[int, ...], int | None]:
+    """:func:`ignored_now` and the umask (``None``: unread), from one reading of
+    ``/proc/self/status``."""
     import signal
 
     from tether.shared.process_start import read_proc
     from tether.shared.signals import ignored_in
 
+    umask = None
     try:
-        found = ignored_in(read_proc("/proc/self/status"))
+        status = read_proc("/proc/self/status")
+        umask = umask_in(status)
+        found = ignored_in(status)
         if found is not None:
-            return found
+            return found, umask
     except OSError:
         pass
     python_ignores = (signal.SIGPIPE, signal.SIGXFSZ)
@@ -153,7 +168,18 @@ def ignored_now() -> tuple[int, ...]:
                 ignored.append(int(number))
         except (OSError, ValueError):
             continue
-    return tuple(ignored)
+    return tuple(ignored), umask
+
+
+def umask_in(status: bytes) -> int | None:
+    """The umask a ``/proc/<pid>/status`` text shows (its ``Umask`` line), ``None`` without one."""
+    at = status.find(b"\nUmask:")
+    if at < 0:
+        return None
+    try:
+        return int(status[at + len(b"\nUmask:") :].split(None, 1)[0], 8)
+    except (ValueError, IndexError):
+        return None
 
 
 def record_choice(record: object) -> tuple[str | None, str | None]:

@@ -15,7 +15,7 @@ import sys
 
 from tether.caller.descriptors import completed, open_run
 from tether.caller.launch_errors import cannot_start
-from tether.caller.lifeline import Lifeline, close_all, no_fork_meanwhile
+from tether.caller.lifeline import Lifeline, close_all, no_fork_meanwhile, spec_pipe
 from tether.core.values import DeclaredValue
 from tether.shared.poll_wait import poll_ms
 from tether.shared.protocol import PASSED_ROLE
@@ -88,8 +88,15 @@ def spawn_supervisor(
     """Start ``spec``'s supervisor, through this caller's zygote (forked, with its spec) or a
     fresh interpreter (the spec still to send: :func:`send_spec`); :class:`LaunchError`, and no
     descriptor left behind, if it cannot. ``pass_fds``: docs/api.md; they stay open here."""
-    cwd, record_dir, opened = open_run(spec, stdin, stdout, stderr, spec_pipe=True)
-    *ours, lifeline_r, lifeline_w, status_r, status_w, spec_r, spec_w = opened
+    # Loaded here, not with the module: tether's own CLI forks, and needs neither.
+    from tether.caller import zygote as _zygote
+
+    # A command that joins its caller's group (its terminal) needs a supervisor in
+    # the caller's session, which a zygote (in a session of its own) cannot fork.
+    through_zygote = zygote and spec.join_group is None and _zygote.enabled()
+    # The spec pipe only for the plain path (a forked supervisor gets its spec with it).
+    cwd, record_dir, opened = open_run(spec, stdin, stdout, stderr, spec_pipe=not through_zygote)
+    *ours, lifeline_r, lifeline_w, status_r, status_w = opened if through_zygote else opened[:-2]
     complete, passed = completed(
         spec, cwd, ours=ours, record_dir=record_dir, lifeline_r=lifeline_r, status_w=status_w
     )
@@ -97,12 +104,7 @@ def spawn_supervisor(
         complete = complete.replace(
             fds={**complete.fds, **{f"{PASSED_ROLE}{fd}": fd for fd in pass_fds}}
         )
-    # Loaded here, not with the module: tether's own CLI forks, and needs neither.
-    from tether.caller import zygote as _zygote
-
-    # A command that joins its caller's group (its terminal) needs a supervisor in
-    # the caller's session, which a zygote (in a session of its own) cannot fork.
-    if zygote and spec.join_group is None and _zygote.enabled():
+    if through_zygote:
         forked = _zygote.fork_supervisor(
             complete.replace(fds={}).to_json(),
             list(complete.fds),
@@ -125,10 +127,15 @@ def spawn_supervisor(
                     pass_fds=pass_fds,
                 )
         if forked is not None:
-            close_all([spec_r, spec_w])
             return handed_over_forked(
                 complete, passed, lifeline_w=lifeline_w, status_r=status_r, pid=forked
             )
+        try:
+            opened += spec_pipe()  # the zygote said: the plain path
+        except OSError as error:
+            close_all(opened)
+            raise cannot_start(error) from None
+    spec_r, spec_w = opened[-2:]
     passed = (*passed, spec_r, *pass_fds)
     try:
         # Under the fork lock: ``subprocess`` waits for its exec on a pipe of its

@@ -21,6 +21,8 @@ __all__ = ["HoldingStatusClient", "StatusClient"]
 
 #: Status lines are short; a longer one is not a message (and is not kept whole).
 _MAX_LINE_BYTES = 1 << 16
+#: The most one read takes.
+_CHUNK = 65536
 
 
 class StatusClient:
@@ -76,7 +78,7 @@ class StatusClient:
             return True
         while self.fd is not None:
             try:
-                chunk = os.read(self.fd, 65536)
+                chunk = os.read(self.fd, _CHUNK)
             except BlockingIOError:
                 return False
             except OSError:
@@ -86,6 +88,10 @@ class StatusClient:
             self._partial += chunk
             if len(self._partial) > _MAX_LINE_BYTES and b"\n" not in self._partial:
                 self._partial = self._partial[-_MAX_LINE_BYTES:]
+            if len(chunk) < _CHUNK:
+                # All there was (a stream socket hands over what it holds): no read to see
+                # EAGAIN; what comes later, the channel's readiness says.
+                return False
         return False
 
     def abandon(self) -> Finished:
