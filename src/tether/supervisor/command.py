@@ -2,7 +2,8 @@
 
 The child sets ``PR_SET_PDEATHSIG`` and checks its parent, joins its cgroup where
 ``TETHER_CONTAINMENT`` allows one, and a failure says where it happened (``exec``: 127/126;
-``setup``: 125). The containment actually got is read back once the command runs. Why:
+``setup``: 125). The containment actually got is read back once the command runs (but for a
+command the kernel forked into its v2 cgroup: ``clone3`` said so already). Why:
 docs/containment.md ("The ladder", "The backstop").
 """
 
@@ -144,6 +145,7 @@ def start_command(
     path, directory = (cwd, None) if not isinstance(cwd, int) else (None, cwd)
     told = None if announce is None else announce([] if cgroup is None else cgroup.directories)
     backstop = parent_death_signal_setter(signal.SIGKILL)
+    born: list[bool] = []
 
     def prepare(born_in_cgroup: bool) -> None:
         _prepare_child(
@@ -170,6 +172,7 @@ def start_command(
             until=_exec_by(plan.deadline_at),
             hangup=plan.lifeline,
             dispositions=command_dispositions(plan.ignored_signals),
+            placed=born.append,
         )
     except OSError as error:  # the fork itself: EAGAIN under ulimit -u, ENOMEM
         _discard(cgroup)
@@ -193,16 +196,19 @@ def start_command(
         pgid=pid if join_group is None else join_group,
         own_group=join_group is None,
         pidfd=pidfd,
-        cgroup=_joined(cgroup, pid),
+        cgroup=_joined(cgroup, pid, born=born == [True]),
     )
 
 
-def _joined(cgroup: RunCgroups | None, pid: int) -> RunCgroups | None:
-    """``cgroup`` if it contains the command (a zombie's too, or others), else ``None``, removed."""
+def _joined(cgroup: RunCgroups | None, pid: int, *, born: bool = False) -> RunCgroups | None:
+    """``cgroup`` if it contains the command (a zombie's too, or others), else ``None``, removed.
+
+    ``born``: the kernel forked the command into the cgroup's v2 directory (``clone3``), which
+    :meth:`~tether.linux.run_cgroups.RunCgroups.holds` looks at: no need to read it back."""
     if cgroup is None:
         return None
     cgroup.release()
-    if cgroup.holds(pid) or not cgroup.discard():
+    if born or cgroup.holds(pid) or not cgroup.discard():
         return cgroup
     return None
 

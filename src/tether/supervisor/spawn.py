@@ -65,6 +65,7 @@ def spawn(
     until: float | None = None,
     hangup: int | None = None,
     dispositions: Mapping[int, int] | None = None,
+    placed: Callable[[bool], None] | None = None,
 ) -> int:
     """Start ``argv`` in a new process group; return its pid, or raise :class:`SpawnFailed`.
 
@@ -72,7 +73,8 @@ def spawn(
     command can run; ``born_in``: a cgroup v2 to be born in, ``prepare`` told whether it was.
     A child that has not reached its ``exec`` by ``until`` or the end of ``hangup`` is killed
     (stage ``start``, ``ETIMEDOUT``). ``dispositions``: signal number to ``SIG_DFL`` or
-    ``SIG_IGN`` (as numbers) in the command, set after SIGPIPE and SIGXFSZ are defaulted."""
+    ``SIG_IGN`` (as numbers) in the command, set after SIGPIPE and SIGXFSZ are defaulted;
+    ``placed``: told here, once the command runs, whether it was born in ``born_in``."""
     environment = os.environ if env is None else env
     held = tuple(source for _number, source in pass_fds)
     try:
@@ -129,6 +131,8 @@ def spawn(
             else "the caller was gone before the command reached its exec",
         )
     if not said:
+        if placed is not None:
+            placed(in_cgroup)
         return pid
     os.waitpid(pid, 0)
     stage, _, rest = said.decode("utf-8", "replace").partition(":")
