@@ -118,6 +118,8 @@ def _read(path: str) -> str:
 #: found from (as :func:`~tether.linux.cgroup.own_cgroup` keeps its own).
 #: One entry.
 _checked: dict[tuple[str, str], tuple[Hierarchy, ...]] = {}
+#: Its last unchecked answer (any pid's), with the texts it was found from: theirs alone.
+_unchecked: dict[tuple[str, str], tuple[Hierarchy, ...]] = {}
 
 
 def find_hierarchies(pid: int | str = "self", *, check: bool = True) -> list[Hierarchy]:
@@ -130,8 +132,9 @@ def find_hierarchies(pid: int | str = "self", *, check: bool = True) -> list[Hie
     """
     memberships = _read(f"/proc/{pid}/cgroup")
     mountinfo = _read("/proc/self/mountinfo")
-    mine = check and pid == "self"
-    kept = _checked.get((memberships, mountinfo)) if mine else None
+    # Unchecked, the answer is the two texts' alone (an API launch with limits asks it each time).
+    kept_by = (_checked if pid == "self" else None) if check else _unchecked
+    kept = None if kept_by is None else kept_by.get((memberships, mountinfo))
     if kept is not None:
         return list(kept)
     paths = parse_v1_paths(memberships)
@@ -145,9 +148,9 @@ def find_hierarchies(pid: int | str = "self", *, check: bool = True) -> list[Hie
         if check and not lists(directory, me):
             continue
         found.append(Hierarchy(controllers, mount_point, path, directory))
-    if mine:
-        _checked.clear()
-        _checked[memberships, mountinfo] = tuple(found)
+    if kept_by is not None:
+        kept_by.clear()
+        kept_by[memberships, mountinfo] = tuple(found)
     return found
 
 
