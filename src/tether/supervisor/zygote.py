@@ -226,6 +226,10 @@ def _warm_up(limits: object = None) -> None:
         find_hierarchies()
         own_cgroup()
     _warm_cgroups(limits)
+    with contextlib.suppress(Exception):
+        from tether.supervisor.loop import rehearse
+
+        rehearse()  # one run's pure part, gone through once for all the forks
     loaded()
 
 
