@@ -150,6 +150,7 @@ end = time.monotonic() + 10
 while not made_by(first) and time.monotonic() < end:  # made while it waits
     time.sleep(0.01)
 ahead = made_by(first)
+by_zygote = made_by(zygote.zygote_pid())  # its warm-up made and removed a run's cgroups
 os.environ["TETHER_CONTAINMENT"] = "sweep"
 swept = tether.run(["true"], record=f"{sys.argv[1]}/swept.json")
 del os.environ["TETHER_CONTAINMENT"]
@@ -158,7 +159,7 @@ while not made_by(second) and time.monotonic() < end:
     time.sleep(0.01)
 print(json.dumps({
     "ahead": ahead, "after_sweep": made_by(first), "second": second,
-    "second_ahead": made_by(second), "parent": parent,
+    "second_ahead": made_by(second), "parent": parent, "by_zygote": by_zygote,
 }))
 """
 )
@@ -172,6 +173,7 @@ def test_a_spares_cgroup_is_used_or_removed(tmp_path: Path) -> None:
     done = api_caller(["-c", _CGROUPS_LEFT, str(runs)], tmp_path)
     said = json.loads(done.stdout)
     assert len(said["ahead"]) == 1  # made before the request
+    assert said["by_zygote"] == []  # the zygote's warm-up left none of its own
     assert said["after_sweep"] == []  # the request wanted the sweep: removed
     assert read_json(runs / "swept.json")["containment"] == "sweep"
     assert len(said["second_ahead"]) == 1
