@@ -1,3 +1,1 @@
-"""The command-line surfaces: ``tether`` (:mod:`.main`), ``tether run`` (:mod:`.run`),
-``tether timeout`` (:mod:`.timeout`), ``tether show``/``ls`` (:mod:`.review`) and the seed
-door ``python -m tether.supervisor`` (:mod:`.seed`)."""
+"""The command-line surfaces: ``tether``, its subcommands, and the seed door."""

@@ -1,5 +1,5 @@
-"""The ``tether`` command: it dispatches to each subcommand's module, importing only what that
-one needs (docs/architecture.md, "Processes").
+"""The ``tether`` command: dispatches to each subcommand's module, importing only what that one
+needs (docs/architecture.md, "Processes").
 """
 
 from __future__ import annotations

@@ -1,7 +1,4 @@
-"""What every ``tether`` subcommand says to a person, and how: one line, a documented status.
-
-A message to a stderr that will not take it is dropped, never printed on stdout; output that
-cannot be written is a ``write error`` (125); a reader gone away (``| head``) is no error
+"""What every ``tether`` subcommand says to a person, and how: one line, a documented status
 (docs/cli.md, "Bad input").
 """
 

@@ -1,9 +1,6 @@
-"""The whole ``tether`` command line as one argument parser, for its manual page and completions.
-
-``tether`` dispatches ``run`` and ``timeout`` by hand, so no single parser describes it all; this
-one is built from the parsers the subcommands use (``tether timeout``'s options written out), so
-what ``scripts/generate_reference.py`` makes from it cannot drift: tests regenerate and compare.
-Only the generator and the tests import this module.
+"""The whole ``tether`` command line as one argument parser, built from the parsers the
+subcommands use, for its manual page and completions (``scripts/generate_reference.py``; tests
+regenerate and compare). Only the generator and the tests import this module.
 """
 
 from __future__ import annotations

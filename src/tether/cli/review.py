@@ -1,7 +1,5 @@
-"""``tether show``, ``tether ls``, ``tether prune``: what operators read (and clear) afterwards.
-
-They only read files (through :mod:`tether.review`): output on stdout, one line per complaint on
-stderr, a documented status, never a traceback (docs/operators.md).
+"""``tether show``, ``tether ls``, ``tether prune``: what operators read (and clear) afterwards
+(docs/operators.md).
 """
 
 from __future__ import annotations

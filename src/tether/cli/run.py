@@ -1,10 +1,6 @@
 """``tether run``: run one command bound to this process, for people, shell scripts and CI jobs.
 
-It is the *caller*: it holds the lifeline, so when it dies, however it dies, the command is
-stopped. It behaves like ``timeout(1)`` (the command keeps the terminal; its own exit status or a
-documented tether one; one-line errors, status 125); Ctrl-C cancels, a second kills, Ctrl-Z stops
-the tree (:mod:`tether.caller.relay`). Options: :mod:`tether.cli.run_options`. What it promises:
-docs/cli.md.
+It is the *caller*: when it dies, however it dies, the command is stopped (docs/cli.md).
 """
 
 from __future__ import annotations

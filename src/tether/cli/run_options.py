@@ -1,10 +1,8 @@
 """``tether run``'s options, read by hand from a table of the parser's options: no ``argparse``
-(nor the ``gettext``, ``shutil`` and ``locale`` it pulls in) on the way to the launch.
+on the way to the launch (docs/architecture.md, "The import budget").
 
-``argparse`` reads only what only it can say the same way: ``--help`` (and the man page and
-completions made from the same parser), and a short option with something attached (``-vx``):
-:func:`read_options` then returns ``None``. Both readings must agree message for message:
-``tests/test_run_options.py``. Why: docs/architecture.md, "The import budget".
+``argparse`` reads only ``--help`` and a short option with something attached (``-vx``):
+:func:`read_options` then returns ``None``. ``tests/test_run_options.py`` holds both readings.
 """
 
 from __future__ import annotations

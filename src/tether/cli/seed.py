@@ -1,8 +1,5 @@
-"""The seed door: ``python -m tether.supervisor --parent-fd N ... -- CMD [ARG]...``.
-
-The seed supervisor's interface (same flags, reasons, statuses), run in the foreground; where
-the seed guessed it refuses before starting anything, and it closes a leaked write end of its
-own lifeline (docs/seed-door.md).
+"""The seed door: ``python -m tether.supervisor --parent-fd N ... -- CMD [ARG]...``, the seed
+supervisor's interface run in the foreground (docs/seed-door.md).
 """
 
 from __future__ import annotations

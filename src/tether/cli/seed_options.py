@@ -1,7 +1,6 @@
 """The seed door's options, read by hand on the way to the launch (``argparse`` costs
 milliseconds there), answering exactly as the reference :func:`parser` would; anything else
-(``--help``, an abbreviation, an unknown option) goes to that parser. ``tests/test_seed_options.py``
-holds the two together on random command lines (docs/architecture.md, the module table).
+goes to that parser (``tests/test_seed_options.py`` holds the two together).
 """
 
 from __future__ import annotations

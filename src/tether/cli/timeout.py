@@ -1,9 +1,4 @@
-"""``tether timeout``: a drop-in for GNU ``timeout``, with tether's guarantees.
-
-The same options, durations, messages, exit statuses and signals as GNU's; what it adds is that
-the whole tree is stopped when ``tether timeout`` itself is killed. No record unless asked
-(``--record``). What it promises, and where it must differ: docs/timeout.md.
-"""
+"""``tether timeout``: a drop-in for GNU ``timeout``, with tether's guarantees (docs/timeout.md)."""
 
 from __future__ import annotations
 

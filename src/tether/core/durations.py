@@ -1,8 +1,5 @@
-"""Durations as people write them for ``timeout(1)``: ``30``, ``30s``, ``5m``, ``1.5h``, ``2d``.
-
-Anything not plainly a finite number of seconds >= 0 is refused, not guessed at
-(NaN would be a deadline that never fires), in a message naming the flag:
-docs/cli.md, "Durations". Pure: no clock, no I/O.
+"""Durations as people write them for ``timeout(1)``: ``30``, ``30s``, ``5m``, ``1.5h``, ``2d``
+(docs/cli.md, "Durations"). Pure: no clock, no I/O.
 """
 
 from __future__ import annotations

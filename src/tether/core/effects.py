@@ -1,7 +1,5 @@
-"""What the core asks the adapter to do, as plain values: the core decides, the adapter acts.
-
-Signal names are strings (``"SIGTERM"``): the core must not import :mod:`signal`.
-See docs/architecture.md, "The core is pure".
+"""What the core asks the adapter to do, as plain values; signal names are strings, since the
+core must not import :mod:`signal` (docs/architecture.md, "The core is pure").
 """
 
 from __future__ import annotations

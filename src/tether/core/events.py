@@ -1,7 +1,5 @@
-"""What can happen to a run, as plain values the core can reason about.
-
-Every event carries ``now``, the monotonic time in seconds at which the adapter
-saw it: time enters the core only this way (docs/architecture.md, "The core is pure").
+"""What can happen to a run, as plain values; each carries ``now``, the monotonic time the
+adapter saw it, the only way time enters the core (docs/architecture.md, "The core is pure").
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """What a watching run certainly sends its tree first: the one decision taken ahead of the core.
 
-A stop asked for, or an overdue deadline, sends the stop signal then SIGCONT; a kill
-now sends SIGKILL; whatever else the step decides comes after. The sentry (before any
-core exists) and the loop (before it feeds the core) send these at once: one rule for
-both (docs/architecture.md, "The adapter is thin"), checked against the machine by
-``tests/test_machine_properties.py``. Small: the sentry imports it before its thread starts.
+The sentry (before any core exists) and the loop (before it feeds the core) send these at once:
+one rule for both (docs/architecture.md, "The adapter is thin"), checked against the machine
+by ``tests/test_machine_properties.py``. Small: the sentry imports it before its thread starts.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Durations exactly as GNU ``timeout`` reads them (``strtod``, then one unit letter), for
-``tether timeout``: every rule, from ``" 5"`` to ``1e-10000``, in docs/timeout.md, "Options".
-
-Plain decimals (``5``, ``0.5m``) are read without :mod:`re`, which ``timeout 5 true``
-would otherwise import for one word (about a millisecond); anything else goes through it.
+``tether timeout``: every rule in docs/timeout.md, "Options". Plain decimals are read without
+:mod:`re`, which ``timeout 5 true`` would otherwise import for one word (about a millisecond).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""A command-line word quoted as GNU tools quote it in their messages (gnulib's ``quote``).
-
-``failed to run command '\\377'`` for a byte that is not UTF-8, as GNU ``timeout``
-says it (octal for every non-printable byte in the C locale; in a UTF-8 locale for
-bytes that are not UTF-8 and control characters), with ``'...'`` quotes, never
-curly ones, so ``'`` is escaped. Pure: the locale is read from the environment given.
+"""A command-line word quoted as GNU tools quote it in their messages (gnulib's ``quote``):
+docs/timeout.md. Pure: the locale is read from the environment given.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Resource limits the kernel enforces on a run's cgroup: their one table, their reading as
-people write them, and the cgroup files they become.
-
-:data:`LIMITS` names each limit once (the API's name, ``tether run``'s flag, how it is read, its
-controller, how ``tether show`` words it); every other list of limits is derived from it.
-Sizes take binary suffixes (``8G`` is 8 GiB), CPUs are ``docker --cpus``'s, and anything that
-is not plainly a limit is refused naming the option. Why: docs/containment.md ("Limits: cgroup
-v2, cgroup v1, ...") and docs/cli.md (sizes); adding one: docs/architecture.md, "Adding a limit".
+"""Resource limits the kernel enforces on a run's cgroup: their one table (:data:`LIMITS`, from
+which every other list of limits is derived), their reading as people write them, and the
+cgroup files they become. Why: docs/containment.md ("Limits: cgroup v2, cgroup v1, ...") and
+docs/cli.md (sizes); adding one: docs/architecture.md, "Adding a limit".
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The core: one run's life as a table of transitions, events in and effects out.
-
-``launching -> watching -> terminating -> killing -> recorded``: the whole stop
-policy is :data:`_TABLE`, interpreted by ``transitions`` behind :class:`RunMachine`.
-No I/O, no clock, no signal here; the rules the table keeps, and why it is built so:
-docs/architecture.md, "The core is pure".
+"""The core: one run's life as a table of transitions (:data:`_TABLE`), events in and effects
+out; why it is built so: docs/architecture.md, "The core is pure".
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The one reading of a number that a person typed, for every door (options and variables).
-
-ASCII digits only, no underscores, no hexadecimal, at most :data:`MAX_CHARACTERS`
-characters, where ``int()`` and ``float()`` take other scripts' digits, ``1_0`` and
-spaces (docs/cli.md, "Numbers"); :func:`shown` keeps a hostile value short in a message.
+"""The one reading of a number that a person typed, for every door (options and variables):
+ASCII digits only (docs/cli.md, "Numbers"); :func:`shown` keeps a hostile value short.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Why a run ended, and the exit status every door reports for it.
-
-A closed vocabulary an operator can group records by; the statuses follow GNU
-``timeout`` where it has an answer (124 to 127, 128+N) and the seed where it
-does not (130). See docs/record.md, ``reason``, and docs/cli.md, "Exit status".
+"""Why a run ended, and the exit status every door reports for it: docs/record.md, ``reason``,
+and docs/cli.md, "Exit status".
 """
 
 from __future__ import annotations

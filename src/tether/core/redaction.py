@@ -1,8 +1,5 @@
-"""Keep the caller's secrets out of everything tether writes down (the record, the event log).
-
-Three rules for every value on its way out: secret-looking keys, the literal
-values of the caller's secrets, credential shapes. What they cover and what
-they do not promise: docs/operators.md, "What redaction does". Pure: no I/O, no clock.
+"""Keep the caller's secrets out of everything tether writes down (the record, the event log):
+docs/operators.md, "What redaction does". Pure: no I/O, no clock.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """What the caller asks for, as one value that travels to the supervisor (never on a command
 line: its argv and environment may hold credentials).
 
-The deadline counts from ``asked_at``, the caller's monotonic time when it asked
-(:attr:`RunSpec.deadline_at`, its one home). *No deadline* is ``None``; *never escalate* is an
-infinite grace, ``null`` in JSON. Checked where the request is made (:mod:`tether.caller.request`)
-and again, strictly, where it arrives (:meth:`RunSpec.from_fields`): the supervisor trusts
-nothing that crosses a pipe. Why: docs/architecture.md, "Processes" and "The launch".
+Checked where the request is made and again, strictly, where it arrives
+(:meth:`RunSpec.from_fields`). Why: docs/architecture.md, "Processes" and "The launch".
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The one base class of tether's immutable values: each field declared once, as in a dataclass.
 
-A subclass declares its fields as annotations, each with its default if any,
-and gets what ``@dataclass(frozen=True)`` gives: an ``__init__`` (positional
-or by name; by name only with ``kw_only=True``), equality and hash by value,
-a ``Name(field=...)`` repr, pickling, :meth:`~DeclaredValue.replace`; fields
-cannot be assigned or deleted. Why not ``dataclasses``: docs/architecture.md,
-"The import budget".
+A subclass declares its fields as annotations with any defaults, and gets what
+``@dataclass(frozen=True)`` gives (``kw_only=True`` too) and :meth:`~DeclaredValue.replace`.
+Why not ``dataclasses``: docs/architecture.md, "The import budget".
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The Linux mechanisms tether stands on, one small module each.
-
-pidfds, the child subreaper, ``PR_SET_PDEATHSIG`` and ``/proc`` have no portable equivalent, so
-tether refuses to start anywhere else (docs/containment.md).
+"""The Linux mechanisms tether stands on, one small module each; tether refuses to start
+anywhere else (docs/containment.md).
 """
 
 from __future__ import annotations

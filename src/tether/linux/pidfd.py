@@ -1,8 +1,5 @@
-"""One process signalled through a pidfd, and a child of this process told apart without one.
-
-A pid may be reused once reaped; a pidfd pins the process (:func:`signal_through_pidfd`),
-and an unreaped child is named by its pid alone (:func:`is_my_child`,
-:func:`exit_returncode`, through ``waitid(WNOWAIT)``). The policy is
+"""One process signalled through a pidfd, and a child of this process told apart without one
+(an unreaped child is named by its pid alone); the policy is
 :mod:`tether.supervisor.process_tree`'s.
 """
 

@@ -1,12 +1,6 @@
-"""A transient systemd scope with ``Delegate=yes`` for the run's cgroup v2: asked of the
-user's manager over the user bus (a non-root caller), or of the system's manager (root).
-
-tether asks as ``systemd-run --scope -p Delegate=yes`` does, moves the
-supervisor (never the caller, never the zygote) into the scope, steps it into
-a leaf, and makes the run's cgroup beside that leaf; a limit whose controller
-the scope was not given is refused. jeepney is imported only here, only when a
-supervisor asks. Why each step: ``docs/containment.md`` ("The user's own
-systemd scope").
+"""A transient systemd scope with ``Delegate=yes`` for the run's cgroup v2, asked of the user's
+or the system's manager; jeepney is imported only here. Why each step: ``docs/containment.md``
+("The user's own systemd scope").
 """
 
 from __future__ import annotations

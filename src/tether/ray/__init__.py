@@ -1,7 +1,5 @@
 """tether for Ray (``pip install 'tether[ray]'``): each task's command stops with its task, and
-its evidence comes home: :func:`run`, :func:`remote` in a task, :func:`collect_records` and
-:func:`write_records` on the driver. Ray is imported only when a function needs it. See
-docs/cluster.md.
+its evidence comes home (docs/cluster.md). Ray is imported only when a function needs it.
 """
 
 from tether.ray.gather import NodeRecord, collect_records, write_records

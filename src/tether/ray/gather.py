@@ -1,10 +1,5 @@
-"""Records from many nodes, in one directory on the driver, for ``tether ls`` and ``tether show``.
-
-A returned task brought its record in its :class:`~tether.ray.RayRun`; a lost one left it on its
-node, which :func:`collect_records` reads with a task pinned there. :func:`write_records` writes
-either kind as tether writes every record, re-redacted with the driver's secrets, taking
-nothing on trust. Why and how: docs/cluster.md, "A task that never returns", "One directory,
-many nodes".
+"""Records from many nodes, in one directory on the driver, for ``tether ls`` and ``tether show``
+(docs/cluster.md, "One directory, many nodes").
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""One command under tether inside a Ray task or actor, and what comes back to the driver.
-
-The worker is the caller: when Ray kills it the lifeline closes and the tree is stopped, with no
-help from here. :func:`run` adds the task's resources as limits (``limits="auto"``, ``"require"``,
-``"off"``), captured output, and the record (and event log) returned *as data*, since the driver
-cannot read a node's files. Ray is imported only when a function here runs. Why: docs/cluster.md,
-"Ray".
+"""One command under tether inside a Ray task or actor, and what comes back to the driver
+(docs/cluster.md, "Ray"). Ray is imported only when a function here runs.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Reviewing what runs left behind: ``tether show`` and ``tether ls`` (docs/operators.md).
 
-Everything here reads defensively and prints nothing: whatever parses is shown, the rest is
-named in one warning, and no file can make it crash, hang or write control characters to a
-terminal. The CLI (:mod:`tether.cli.review`) decides what goes where, with which status.
+Everything here reads defensively and prints nothing; the CLI (:mod:`tether.cli.review`) decides
+what goes where, with which status.
 """
 
 from __future__ import annotations

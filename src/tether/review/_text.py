@@ -1,7 +1,5 @@
-"""Text for people, for :mod:`tether.review.show` and :mod:`tether.review.listing`.
-
-Every helper is total: any value a JSON file can hold becomes text, ``?`` or ``None``, never an
-exception, and nothing from a file reaches the terminal without :func:`_safe` (docs/operators.md).
+"""Text for people, for :mod:`tether.review.show` and :mod:`tether.review.listing`: every helper
+is total, and nothing from a file reaches the terminal without :func:`_safe`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""One run's files read defensively: its record and its event log, whichever exist.
-
-The log is read in chunks within budgets of bytes, lines and parsed values, so no file can make
-the reader hang, read without bound or hold unbounded memory; what it refuses and why:
-docs/operators.md, "What counts as a record" and the table before it.
+"""One run's files read defensively, within budgets: its record and its event log, whichever
+exist (docs/operators.md, "What counts as a record").
 """
 
 from __future__ import annotations

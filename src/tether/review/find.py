@@ -1,6 +1,5 @@
-"""Which run ``tether show TARGET`` means: a path, a name in the records directory, a label
-(the newest run with it, or one still in progress), or ``--last``; tried in that order, so that
-nothing on disk is shadowed (docs/operators.md, "tether show"). A name never leaves the directory.
+"""Which run ``tether show TARGET`` means: a path, a name in the records directory, a label, or
+``--last``, tried in that order (docs/operators.md, "tether show").
 """
 
 from __future__ import annotations

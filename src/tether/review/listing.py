@@ -1,7 +1,5 @@
-"""``tether ls``: many runs as a table, newest first, filtered; or as JSON for ``jq``.
-
-A file that is not a record costs that file, never the listing; times compare as offsets from
-the epoch (no overflow); cells are cut to a width (docs/operators.md, "tether ls").
+"""``tether ls``: many runs as a table, newest first, filtered; or as JSON for ``jq``
+(docs/operators.md, "tether ls").
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""Runs in progress, told from their event logs and ``/proc``: a log without its record is a run
-still going or one whose supervisor was lost. A pid counts only with its start time
-(docs/operators.md, "Runs with no record yet").
+"""Runs in progress, told from their event logs and ``/proc`` (docs/operators.md, "Runs with no
+record yet").
 """
 
 from __future__ import annotations

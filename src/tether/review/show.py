@@ -1,9 +1,4 @@
-"""``tether show``: one run told for a person (a verdict, then a timeline), or as JSON.
-
-The timeline counts seconds from the caller's asking (``started_mono``), like
-the record; steps of the core that changed nothing are counted, not listed,
-unless asked for.
-"""
+"""``tether show``: one run told for a person (a verdict, then a timeline), or as JSON."""
 
 from __future__ import annotations
 

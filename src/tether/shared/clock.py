@@ -1,7 +1,5 @@
-"""The two clocks of a run, and the one conversion between them.
-
-Deadlines are kept on the monotonic clock; people read UTC wall-clock times, converted here
-one way by every writer (docs/architecture.md, "Why some mechanisms are built as they are").
+"""The two clocks of a run (monotonic for deadlines, UTC for people), and the one conversion
+between them (docs/architecture.md, "Why some mechanisms are built as they are").
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""How a run says it is in progress, whatever its record's name: a lock on its event log.
-
-The supervisor holds an exclusive ``flock`` on its event log while it writes it, and pruning
-leaves every run whose log is locked alone: a reused record path must not lose tonight's live
-log to last night's record (docs/operators.md).
+"""How a run says it is in progress, whatever its record's name: an exclusive ``flock`` on its
+event log, which pruning respects (docs/operators.md).
 """
 
 from __future__ import annotations

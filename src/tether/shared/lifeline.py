@@ -1,11 +1,9 @@
 """The lifeline's bytes: what a caller writes on it, and how its supervisor reads them.
 
-One byte is a request (:data:`CANCEL`, :data:`KILL_NOW`, :data:`TIME_OUT`,
-:data:`SUSPEND`, :data:`RESUME`, or a signal to pass on); end of file is the
-caller's death. Encoder and decoder live together so they cannot drift apart;
-the decoder's work and words are bounded whatever arrives. Two vocabularies:
-:data:`BASIC` (the seed door's pipe) and :data:`ALL` (tether's own callers).
-Why, and the bounds: ``docs/architecture.md``, "Channels".
+One byte is a request or a signal to pass on; end of file is the caller's death. Encoder and
+decoder live together so they cannot drift apart. Two vocabularies: :data:`BASIC` (the seed
+door's pipe) and :data:`ALL` (tether's own callers). Why, and the bounds:
+``docs/architecture.md``, "Channels".
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Where records and their event logs live by default, and how they are named.
-
-``$XDG_STATE_HOME/tether/runs/`` for every door, names that sort by UTC time and end in random
-hex (docs/cli.md, "Records"); paths handled as strings, read as :mod:`pathlib` reads them.
+"""Where records and their event logs live by default, and how they are named (docs/cli.md,
+"Records"); paths handled as strings, read as :mod:`pathlib` reads them.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""The private JSON record a run leaves behind: the document, built once from what happened.
-
-:func:`build_document` joins the core's :class:`~tether.core.effects.Verdict` and
-the supervisor's :class:`RunFacts`; :func:`build_lost_document` is the record a
-caller writes when its supervisor vanished. Every field (the seed's keep their
-names and meanings): ``tether/schema/record.v1.json`` and docs/record.md. The file
-it lives in is :mod:`tether.shared.record_file`'s.
+"""The private JSON record a run leaves behind, built once from what happened (every field:
+``tether/schema/record.v1.json`` and docs/record.md).
 """
 
 from __future__ import annotations

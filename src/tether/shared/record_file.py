@@ -1,10 +1,5 @@
-"""The file a run's record lives in: checked before the run, written once, read back.
-
-Written once, atomically and privately, through the record's directory held by descriptor
-since before the run, looked up through trusted links only; a link or any other non-regular
-file at the record's name is refused. Why and how: docs/record.md ("Where the evidence goes,
-and what a fault costs"). Kept apart from building the document
-(:mod:`tether.shared.record_document`): every door checks a record path before its launch.
+"""The file a run's record lives in: checked before the run, written once, read back
+(docs/record.md, "Where the evidence goes, and what a fault costs").
 """
 
 from __future__ import annotations

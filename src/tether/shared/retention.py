@@ -1,9 +1,5 @@
-"""How long the default record directory keeps runs, and the pruning that keeps it so.
-
-At most :data:`DEFAULT_KEEP_RUNS` runs, none older than :data:`DEFAULT_KEEP_DAYS` days
-(``TETHER_KEEP_RUNS``, ``TETHER_KEEP_DAYS``); a pass removes only finished tether runs, the
-event log first, through the directory's descriptor. The numbers behind the defaults and what a
-pass may remove: docs/operators.md, "How long runs are kept".
+"""How long the default record directory keeps runs, and the pruning that keeps it so
+(docs/operators.md, "How long runs are kept").
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The redactor of one run, built the same way by every writer: supervisor and caller alike.
-
-Secret-looking values of the caller's and the command's environments and credential-shaped
-words of the command line and label, with the record's field names as its own keys; read once
-per zygote (docs/architecture.md, "Why some mechanisms are built as they are";
-docs/threat-model.md).
+"""The redactor of one run, built the same way by every writer, supervisor and caller alike;
+read once per zygote (docs/architecture.md, "Why some mechanisms are built as they are").
 """
 
 from __future__ import annotations
