@@ -446,13 +446,16 @@ def supervise(
 
 def rehearse() -> None:
     """Go once through the pure part of a run, on made-up values, touching no descriptor,
-    process or signal: the spec read, the core's steps, the record's facts and the caller's
-    ``finished``. A zygote does it before it freezes what it loaded: what the interpreter
-    builds or caches on a first use (method caches, dict keys, the core's first trigger) is
-    then shared by its forks, not made again in each (45 to 70 page faults a run).
+    process or signal: the spec read, the launch's plan and messages, the core's steps, the
+    record's facts and the caller's ``finished``. A zygote does it before it freezes what it
+    loaded: what the interpreter builds or caches on a first use (method caches, dict keys,
+    the core's first trigger) is then shared by its forks, not made again in each (45 to 70
+    page faults a run).
     """
     from tether.core.spec import ROLES, RunSpec
-    from tether.shared.protocol import encode
+    from tether.shared.protocol import Spawned, Started, encode
+    from tether.shared.record_document import ResourceUsage
+    from tether.supervisor.launch import plan_from_spec
 
     now = time.monotonic()
     spec = RunSpec.from_fields(
@@ -470,21 +473,31 @@ def rehearse() -> None:
             "fds": dict.fromkeys(ROLES, 0),
         }
     )
+    plan_from_spec(spec)
+    for placement in (Spawned, Started):
+        encode(placement(supervisor_pid=1, pid=2, pgid=2, cgroups=[]))
     evidence = Evidence(spec)
+    # A tree of made-up pids, never read nor signalled: the record's facts ask for its fields.
+    tree = ProcessTree(leader=2, pgid=2, pidfd=-1, report=evidence.report)
+    lifeline = LifelineReader(None, ALL)
     machine = RunMachine(
         deadline_at=spec.deadline_at,
         grace_seconds=spec.grace_seconds,
         stop_signal=spec.stop_signal,
         idle_seconds=spec.idle_seconds,
     )
-    for event in (Launched(now, 1), CommandExited(now, 0, False)):
+    remains = Remains(0)
+    remains.usage = ResourceUsage(user_seconds=0.0, system_seconds=0.0, max_rss_kib=0)
+    for event in (Launched(now, 2), CommandExited(now, 0, False)):
         machine.first_signals(event)
+        lifeline.untold(event)
         for effect in machine.feed(event):
             _describe(effect)
             if isinstance(effect, WriteRecord):
                 evidence.verdict = effect.verdict
-                facts = evidence.facts_of(effect.verdict, None, Remains(0), stragglers=0)
+                facts = evidence.facts_of(effect.verdict, tree, remains, stragglers=0)
                 evidence.record(effect.verdict, facts)
             elif isinstance(effect, Exit):
-                encode(evidence.finished(evidence.exit_status(effect.status), outside_group=0))
+                status = evidence.exit_status(effect.status)
+                encode(evidence.finished(status, outside_group=len(tree.outside_group)))
         _ = machine.next_deadline
