@@ -41,10 +41,8 @@ class OptionError(Exception):
 
 
 def read_command_line(argv: list[str], take: Callable[[str, str], None]) -> list[str]:
-    """Hand each option to ``take(long name, value or "")`` as it is read; return what follows.
-
-    :class:`OptionError` at the first word that is not a valid option.
-    """
+    """Hand each option to ``take(long name, value or "")`` as it is read; return what follows;
+    :class:`OptionError` at the first word that is not a valid option."""
     index = 0
     while index < len(argv):
         word = argv[index]

@@ -25,12 +25,8 @@ class SignalTree(DeclaredValue):
 
 class Verdict(DeclaredValue, kw_only=True):
     """How the run ended, as far as the core can know it; times are the events' (monotonic).
-
-    ``returncode`` is ``None`` when the command never started or never exited
-    (``unkillable`` then says it could not be killed within the settle bound);
-    ``stop_started_at`` ``None`` when it was never stopped. ``idle_seconds``: how
-    long the run had been idle when stopped for it, else ``None``.
-    """
+    ``None``: the command never started or exited (``returncode``), was never stopped
+    (``stop_started_at``), was not stopped for being idle (``idle_seconds``)."""
 
     reason: Reason
     exit_status: int

@@ -36,11 +36,8 @@ class Launched(DeclaredValue):
 
 
 class LaunchFailed(DeclaredValue):
-    """The command could not be started; ``errno`` is ``None`` when no OS error says why.
-
-    ``stage``: ``"exec"`` when the program itself could not be executed (127 or
-    126, as ``timeout`` reports them), ``"setup"`` when tether failed before that (125).
-    """
+    """The command could not be started (``errno``: ``None`` when no OS error says why);
+    ``stage``: ``"exec"`` for the program itself (127, 126), ``"setup"`` for tether (125)."""
 
     now: float
     errno: int | None
@@ -73,10 +70,8 @@ class TimeOutRequested(DeclaredValue):
 
 
 class SignalRequested(DeclaredValue):
-    """Pass ``signal`` (a name: ``SIGINT``) on to the command's tree, as GNU ``timeout`` does.
-
-    Not a stop: the command decides what the signal means, and its own status stands.
-    """
+    """Pass ``signal`` (a name: ``SIGINT``) on to the command's tree, as GNU ``timeout`` does;
+    not a stop: the command decides what the signal means, and its own status stands."""
 
     now: float
     signal: str
@@ -95,11 +90,8 @@ class ResumeRequested(DeclaredValue):
 
 
 class CommandExited(DeclaredValue):
-    """The command's leader exited (not reaped yet); ``returncode`` is ``subprocess``-style.
-
-    ``others_alive``: whether another process of the command's tree still runs
-    (then the stragglers are stopped before the run finishes).
-    """
+    """The command's leader exited (not reaped yet); ``returncode`` is ``subprocess``-style;
+    ``others_alive``: another process of its tree still runs (stopped before the run ends)."""
 
     now: float
     returncode: int

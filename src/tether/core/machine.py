@@ -166,9 +166,7 @@ _TABLE: Final[list[TransitionConfigDict]] = [
 
 class _Run:
     """The model ``transitions`` drives: the run's facts and the effects of the current step.
-
-    No method may share a trigger's name (``transitions`` would load :mod:`inspect` to warn).
-    """
+    No method may share a trigger's name (``transitions`` would load :mod:`inspect` to warn)."""
 
     def __init__(
         self,
@@ -399,10 +397,7 @@ def _interpreter() -> Machine:
 
 class RunMachine:
     """One run's policy: :meth:`feed` it events, carry out the effects it returns.
-
-    ``deadline_at`` is monotonic (``None``: none); ``grace_seconds`` may be
-    ``math.inf`` (never escalate); ``settle_seconds`` bounds the wait after SIGKILL.
-    """
+    ``deadline_at`` is monotonic (``None``: none); ``grace_seconds`` may be ``math.inf``."""
 
     def __init__(
         self,

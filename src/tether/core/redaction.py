@@ -201,10 +201,8 @@ def _pattern_for(literals: tuple[str, ...]) -> re.Pattern[str]:
 
 class Redactor:
     """Scrubs secrets out of values on their way to a file; also a structlog processor.
-
-    ``own_keys``: the field names of the documents it redacts (the record's), never
-    scrubbed, so the document keeps its shape; a log line's own keys are its top-level ones.
-    """
+    ``own_keys``: the field names of the documents it redacts (the record's), never scrubbed,
+    so the document keeps its shape; a log line's own keys are its top-level ones."""
 
     __slots__ = ("_own_keys", "_pattern")
 

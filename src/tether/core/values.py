@@ -21,11 +21,8 @@ __all__ = ["DeclaredValue"]
 
 @dataclass_transform(frozen_default=True)
 class DeclaredValue:
-    """An immutable value whose fields are its annotations (see the module).
-
-    A missing or unknown field is a :class:`TypeError`, as in a dataclass; a
-    ``dict`` default is copied for each value, never shared.
-    """
+    """An immutable value whose fields are its annotations (see the module); a missing or
+    unknown field is a :class:`TypeError`; a ``dict`` default is copied, never shared."""
 
     __slots__ = ()
     #: The fields in declared order (and as a set), their defaults, the defaults that are

@@ -91,8 +91,7 @@ def _reachable(address: str) -> bool:
 
 def user_bus_address(environ: Mapping[str, str]) -> str | None:
     """The user bus's address (``$DBUS_SESSION_BUS_ADDRESS``, else ``$XDG_RUNTIME_DIR/bus``),
-    if its Unix socket is there; ``None`` otherwise (a stale variable is no bus).
-    """
+    if its Unix socket is there; ``None`` otherwise (a stale variable is no bus)."""
     address = environ.get("DBUS_SESSION_BUS_ADDRESS", "")
     if address and _reachable(address):
         return address
@@ -104,8 +103,7 @@ def user_bus_address(environ: Mapping[str, str]) -> str | None:
 
 def system_manager_address(environ: Mapping[str, str]) -> tuple[str, bool] | None:
     """How root reaches the system's manager, as ``systemd-run --scope`` does: its private
-    socket (direct: ``True``), else the system bus; ``None`` where there is neither.
-    """
+    socket (direct: ``True``), else the system bus; ``None`` where there is neither."""
     if _is_socket(SYSTEM_MANAGER_SOCKET):
         return f"unix:path={SYSTEM_MANAGER_SOCKET}", True
     address = environ.get("DBUS_SYSTEM_BUS_ADDRESS", "")
@@ -126,8 +124,7 @@ def _words(path: str) -> set[str]:
 
 def hierarchy_controllers(path: str, directory: str) -> set[str]:
     """The controllers the cgroup v2 hierarchy holds, from its root's ``cgroup.controllers``
-    (a session scope's own may lack one its manager can delegate).
-    """
+    (a session scope's own may lack one its manager can delegate)."""
     root = directory
     trimmed = path.rstrip("/")
     if trimmed and directory.endswith(trimmed):
@@ -137,13 +134,8 @@ def hierarchy_controllers(path: str, directory: str) -> set[str]:
 
 def scope_properties(pid: int, description: str) -> list[tuple[str, tuple[str, object]]]:
     """The scope's properties, as ``systemd-run --scope -p Delegate=yes`` sends them
-    (``PIDs``, not ``PIDFDs``: every systemd with transient scopes takes them).
-    """
-    return [
-        ("Description", ("s", description)),
-        ("Delegate", ("b", True)),
-        ("PIDs", ("au", [pid])),
-    ]
+    (``PIDs``, not ``PIDFDs``: every systemd with transient scopes takes them)."""
+    return [("Description", ("s", description)), ("Delegate", ("b", True)), ("PIDs", ("au", [pid]))]
 
 
 #: The largest message read from the bus, header and body: every answer tether waits for
@@ -159,8 +151,7 @@ class BusGarbled(ValueError):
 def _connect(address: str, deadline: float, *, direct: bool = False) -> DBusConnection:
     """A connection to the bus at ``address``, authenticated and greeted by ``deadline``
     (``direct``: the manager itself, no ``Hello``). Unlike jeepney's own, every message is read
-    as untrusted (:class:`BusGarbled`) and none past ``deadline``.
-    """
+    as untrusted (:class:`BusGarbled`) and none past ``deadline``."""
     from jeepney.bus import get_connectable_addresses
     from jeepney.bus_messages import message_bus
     from jeepney.io.blocking import DBusConnection, DBusConnectionBase, Proxy, prep_socket
@@ -235,8 +226,7 @@ def start_scope(
 ) -> None:
     """Ask a service manager for scope ``unit`` holding ``pid``; return once its job is
     ``done`` (``JobRemoved``, subscribed to first), within ``timeout`` seconds, or raise
-    :class:`CgroupUnavailable`. ``direct``: the manager's own socket, no ``AddMatch``.
-    """
+    :class:`CgroupUnavailable`. ``direct``: the manager's own socket, no ``AddMatch``."""
     try:
         from jeepney import DBusAddress, MatchRule, new_method_call
         from jeepney.bus_messages import message_bus
@@ -264,12 +254,8 @@ def start_scope(
             manager = DBusAddress(
                 SYSTEMD_PATH, bus_name=SYSTEMD_BUS_NAME, interface=MANAGER_INTERFACE
             )
-            call = new_method_call(
-                manager,
-                "StartTransientUnit",
-                "ssa(sv)a(sa(sv))",
-                (unit, JOB_MODE, scope_properties(pid, description), []),
-            )
+            body: tuple[object, ...] = (unit, JOB_MODE, scope_properties(pid, description), [])
+            call = new_method_call(manager, "StartTransientUnit", "ssa(sv)a(sa(sv))", body)
             (job,) = _answer(connection, call, deadline, who)
             result = _job_result(connection, removed, job, deadline)
     except TimeoutError:
@@ -298,8 +284,7 @@ def _job_result(connection: DBusConnection, removed: object, job: object, deadli
 
 def enter_scope(unit: str, who: str = USER_MANAGER) -> tuple[str, str]:
     """This process's cgroup, checked in ``/proc/self/cgroup`` (never the manager's word) to
-    be scope ``unit``: its path and directory, or :class:`CgroupUnavailable`.
-    """
+    be scope ``unit``: its path and directory, or :class:`CgroupUnavailable`."""
     path, directory = own_cgroup()
     if os.path.basename(path) != unit:
         raise CgroupUnavailable(f"{who} started {unit}, but this process is in {path}, not in it")
@@ -335,8 +320,7 @@ def run_cgroup_in_scope(
 ) -> V2Cgroup:
     """Move this process (the supervisor) into a new scope; make the run's cgroup ``name``
     there, ``controllers`` enabled and ``files`` written. Every limit (``limits``: by name, its
-    controller) the scope did not get is refused first. ``system``: the system's manager.
-    """
+    controller) the scope did not get is refused first. ``system``: the system's manager."""
     unit = f"{name}.scope"
     who = SYSTEM_MANAGER if system else USER_MANAGER
     try:
@@ -352,9 +336,7 @@ def run_cgroup_in_scope(
         raise CgroupUnavailable(f"{why}; {remedy}") from None
     path, scope = enter_scope(unit, who)
     offered = _words(os.path.join(scope, "cgroup.controllers"))
-    missing = {
-        limit: controller for limit, controller in limits.items() if controller not in offered
-    }
+    missing = {limit: needs for limit, needs in limits.items() if needs not in offered}
     if missing:
         raise CgroupUnavailable(_refusal(unit, missing, offered, who))
     leaf = os.path.join(scope, SUPERVISOR_LEAF)
@@ -366,9 +348,8 @@ def run_cgroup_in_scope(
         finally:
             os.close(fd)
     except OSError as error:
-        raise CgroupUnavailable(
-            f"cannot move the supervisor into {leaf}: {error.strerror or error}"
-        ) from None
+        problem = error.strerror or error
+        raise CgroupUnavailable(f"cannot move the supervisor into {leaf}: {problem}") from None
     enable_controllers(scope, controllers)
     directory, fd = make_cgroup(scope, name, files.items(), "cgroup.kill")
     return V2Cgroup(os.path.join(path, name), directory, fd)

@@ -37,8 +37,7 @@ _RESOURCE_LIMITS: Final = {"CPU": "cpu_max", "memory": "memory_max"}
 @dataclass(frozen=True, slots=True)
 class RayRun:
     """What one tethered command in a Ray task left, as data that pickles: docs/cluster.md
-    (``events``: at most :data:`MAX_EVENTS_BYTES`; ``limits``: checked, as the record keeps them).
-    """
+    (``events``: at most :data:`MAX_EVENTS_BYTES`; ``limits``: as the record keeps them)."""
 
     outcome: Outcome
     hostname: str
@@ -182,10 +181,7 @@ def _returned(outcome: Outcome, options: RunOptions, skipped: str | None, events
 
 def read_event_log(path: Path) -> bytes | None:
     """The event log at ``path``, at most :data:`MAX_EVENTS_BYTES` cut at a line's end; or None.
-
-    Opened without following a link and without blocking (a FIFO put there
-    must not hold the task); anything but a regular file is no event log.
-    """
+    Opened without following a link or blocking (a FIFO must not hold the task)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:

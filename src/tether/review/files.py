@@ -146,10 +146,8 @@ def _read_log(fd: int) -> _LogContents:
 
 
 def read_events(path: Path) -> tuple[list[dict[str, object]], list[str]]:
-    """The events of the log at ``path``, and warnings for the lines skipped.
-
-    :class:`ReviewError` if it cannot be read or no line is an event.
-    """
+    """The events of the log at ``path``, and warnings for the lines skipped;
+    :class:`ReviewError` if it cannot be read or no line is an event."""
     fd = _open_regular(path, "an event log")
     try:
         contents = _read_log(fd)

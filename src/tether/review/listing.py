@@ -90,22 +90,24 @@ def _take_unrecorded(listing: Listing, log: Path) -> None:
     try:
         events, _warnings = read_events(log)
         found = in_progress(log, events)
-    except ReviewError:
-        found = None
-    except Exception:  # a bug, not the file's fault: it must not cost the listing
+    except Exception:  # ReviewError, or a bug (not the file's fault): never the listing's cost
         found = None
     if found is None:
         listing.orphan_logs.append(log)
         return
     if found["state"] != RUNNING:
         # A run that ended after the directory was read has its record now: not lost.
-        record_path = log.with_name(log.name[: -len(EVENTS_SUFFIX)] + ".json")
+        record_path = _record_path_of(log)
         try:
             listing.records.append((record_path, read_record(record_path)))
             return
         except RecordError:
             pass
     listing.in_progress.append((log, found))
+
+
+def _record_path_of(log: Path) -> Path:
+    return log.with_name(log.name[: -len(EVENTS_SUFFIX)] + ".json")
 
 
 def _is_directory(entry: os.DirEntry[str]) -> bool:
@@ -210,6 +212,9 @@ def select(
     )
 
 
+#: Runs to show, each with its file (a record, or the log of a run in progress).
+_Rows = Sequence[tuple[Path, Mapping[str, object]]]
+
 _COLUMNS: Final = ("WHEN", "LABEL", "COMMAND", "REASON", "EXIT", "DURATION", "ESCALATED", "RECORD")
 _REASON, _EXIT, _ESCALATED = 3, 4, 6
 
@@ -255,12 +260,7 @@ def _path_cell(path: Path, directory: Path | None) -> str:
     return _safe(path.name if directory is not None and path.parent == directory else str(path))
 
 
-def render_table(
-    rows: Sequence[tuple[Path, Mapping[str, object]]],
-    *,
-    directory: Path | None = None,
-    colour: bool = False,
-) -> str:
+def render_table(rows: _Rows, *, directory: Path | None = None, colour: bool = False) -> str:
     """An aligned table of ``rows`` (in order); a HOST column when they come from several hosts."""
     paint = _Paint(colour)
     host = len({str(record.get("hostname")) for _, record in rows}) > 1
@@ -335,10 +335,7 @@ def _progress_row(path: Path, run: Mapping[str, object], directory: Path | None)
 
 
 def render_progress_table(
-    rows: Sequence[tuple[Path, Mapping[str, object]]],
-    *,
-    directory: Path | None = None,
-    colour: bool = False,
+    rows: _Rows, *, directory: Path | None = None, colour: bool = False
 ) -> str:
     """The runs without a record yet, running or lost, as :func:`render_table` shows records."""
     paint = _Paint(colour)
@@ -350,16 +347,8 @@ def render_progress_table(
     return _aligned(cells, paint, colours)
 
 
-def rows_as_json(
-    rows: Sequence[tuple[Path, Mapping[str, object]]],
-    in_progress: Sequence[tuple[Path, Mapping[str, object]]] = (),
-) -> str:
+def rows_as_json(rows: _Rows, in_progress: _Rows = ()) -> str:
     """The runs as a JSON array, those in progress first, each with its ``record_path``."""
-    runs = [
-        {
-            **run,
-            "record_path": os.fsdecode(log.with_name(log.name[: -len(EVENTS_SUFFIX)] + ".json")),
-        }
-        for log, run in in_progress
-    ] + [{**record, "record_path": os.fsdecode(path)} for path, record in rows]
+    runs = [{**run, "record_path": os.fsdecode(_record_path_of(log))} for log, run in in_progress]
+    runs += [{**record, "record_path": os.fsdecode(path)} for path, record in rows]
     return json.dumps(runs, indent=2) + "\n"

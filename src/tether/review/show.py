@@ -25,9 +25,7 @@ from tether.review._text import (
     _safe,
     _seconds_text,
 )
-from tether.review.files import (
-    RunFiles,
-)
+from tether.review.files import RunFiles
 from tether.review.progress import RUNNING
 from tether.shared.signals import described
 
@@ -153,14 +151,10 @@ def _descendants_text(record: Mapping[str, object]) -> str:
         return "unknown"
     if record.get("eval_pid") is None and not stopped:
         return "none (the command never started)"
-    if record.get("reason") != Reason.COMPLETED:
-        # ``stragglers`` counts only what a command that exited on its own left
-        # running; a stopped command's others are in the timeline's ``command_exited``.
+    if record.get("reason") != Reason.COMPLETED:  # a stopped command's others: the timeline
         return f"{_safe(stopped)} stopped"
-    return (
-        f"{_safe(stopped)} stopped; {_safe(stragglers)} left running when the command "
-        "exited on its own"
-    )
+    left = f"{_safe(stragglers)} left running when the command exited on its own"
+    return f"{_safe(stopped)} stopped; {left}"
 
 
 def _rusage_text(record: Mapping[str, object]) -> str | None:
@@ -359,13 +353,8 @@ def _no_record_lines(run: RunFiles, paint: _Paint) -> list[str]:
         out.add("supervisor", f"pid {_safe(progress.get('supervisor_pid'))}, gone (lost)")
     if launched is not None:
         exited = any(e.get("event") == "command_exited" for e in run.events)
-        pid = _safe(launched.get("pid"))
-        out.add(
-            "command",
-            f"pid {pid}, exited"
-            if exited
-            else f"pid {pid}, not seen to exit: check that it is gone",
-        )
+        fate = "exited" if exited else "not seen to exit: check that it is gone"
+        out.add("command", f"pid {_safe(launched.get('pid'))}, {fate}")
     return out.lines
 
 
@@ -377,22 +366,14 @@ def _running_lines(run: RunFiles, progress: Mapping[str, object], paint: _Paint)
     elapsed = progress.get("elapsed_seconds")
     since = _local(progress.get("started_at"), precise=True)
     out.add("since", since + ("" if elapsed is None else f" ({_seconds_text(elapsed)} ago)"))
-    left = progress.get("deadline_left_seconds")
-    deadline = progress.get("deadline_seconds")
-    out.add(
-        "deadline",
-        "none"
-        if not isinstance(left, int | float)
-        else f"{_seconds_text(deadline)}, {_seconds_text(left)} left",
-    )
+    left, deadline = progress.get("deadline_left_seconds"), progress.get("deadline_seconds")
+    left_text = f"{_seconds_text(deadline)}, {_seconds_text(left)} left"
+    out.add("deadline", left_text if isinstance(left, int | float) else "none")
     out.add("state", _safe(progress.get("last_state") or "?"))
     command = progress.get("command")
+    named = _safe(command) + ", " if isinstance(command, str) else ""
     alive = "running" if progress.get("command_alive") is True else "gone"
-    out.add(
-        "command",
-        (_safe(command) + ", " if isinstance(command, str) else "")
-        + f"pid {_safe(progress.get('eval_pid'))} ({alive})",
-    )
+    out.add("command", f"{named}pid {_safe(progress.get('eval_pid'))} ({alive})")
     out.add("supervisor", f"pid {_safe(progress.get('supervisor_pid'))} (alive)")
     out.add("record", "not yet: it is written when the run ends")
     return out.lines
@@ -526,14 +507,7 @@ def _describe(event: Mapping[str, object]) -> str:
     fields = _Fields(event)
     name = str(event.get("event"))
     describe = _DESCRIBE.get(name)
-    sentence = _SENTENCES.get(name)
-    text = (
-        describe(fields)
-        if describe is not None
-        else sentence.format_map(fields)
-        if sentence is not None
-        else ""
-    )
+    text = describe(fields) if describe else _SENTENCES.get(name, "").format_map(fields)
     leftover = fields.leftover()
     return " ".join(part for part in (text, leftover) if part)
 
@@ -580,11 +554,8 @@ def _timeline_lines(run: RunFiles, paint: _Paint, *, all_steps: bool) -> list[st
         )
     hidden = len(run.events) - len(shown)
     if hidden:
-        lines.append(
-            paint.dim(
-                f"  ({_plural(hidden, 'step')} that changed nothing hidden; --all shows them)"
-            )
-        )
+        note = f"({_plural(hidden, 'step')} that changed nothing hidden; --all shows them)"
+        lines.append(paint.dim(f"  {note}"))
     return lines
 
 

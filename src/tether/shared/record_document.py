@@ -41,8 +41,7 @@ CONTAINMENTS: Final = frozenset({"process_group", "sweep", "cgroup"})
 
 
 class SignalSent(DeclaredValue):
-    """One signal sent to the command's tree: which, when (from :attr:`RunFacts.started_monotonic`),
-    and to how many processes."""
+    """One signal sent to the command's tree: which, when (from the run's start), to how many."""
 
     signal: str
     at_seconds: float
@@ -59,10 +58,7 @@ class ResourceUsage(DeclaredValue):
 
 class RunFacts(DeclaredValue, kw_only=True):
     """What only the supervisor knows about a run; the core's :class:`Verdict` knows the rest.
-
-    Gathered when the record is due and never checked here: a record must not
-    be lost to a check. docs/record.md says what each fact becomes.
-    """
+    Never checked here: a record must not be lost to a check."""
 
     spec: RunSpec
     #: Wall-clock (timezone-aware), for people; ``started_monotonic``, for the verdict's times.
@@ -274,11 +270,8 @@ def build_lost_document(
         containment="unknown",
     )
     unknown = ("descendants_stopped", "stragglers", "signals_without_pidfd", "limits")
-    return (
-        build_document(verdict, facts)
-        | dict.fromkeys(unknown)
-        | {"tether_error": " ".join(message.split())}
-    )
+    document = build_document(verdict, facts) | dict.fromkeys(unknown)
+    return document | {"tether_error": " ".join(message.split())}
 
 
 @functools.cache
