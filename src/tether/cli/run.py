@@ -37,7 +37,7 @@ _FLAGS: Final = {
 def _run_parser() -> argparse.ArgumentParser:
     """The parser that documents ``tether run`` (``--help``, the man page, the completions);
     :mod:`tether.cli.run_options` reads a command line, and hands it only what it cannot."""
-    from tether.cli.parsers import GnuStyleParser
+    from tether.cli.parsers import GnuStyleParser, add_options
     from tether.core.durations import format_duration
 
     parser = GnuStyleParser(
@@ -54,24 +54,16 @@ def _run_parser() -> argparse.ArgumentParser:
         "signal N), 124 deadline passed or idle too long, 125 tether failed, 126 CMD cannot "
         "be executed, 127 CMD not found, 130 cancelled.",
     )
-    parser.add_argument(
-        "--deadline",
-        metavar="DUR",
-        help="stop CMD after this long, counted from now (default: 0, no deadline)",
-    )
-    parser.add_argument(
-        "--grace",
-        metavar="DUR",
-        help="time between SIGTERM and SIGKILL when stopping "
-        f"(default: {format_duration(DEFAULT_GRACE_SECONDS)})",
-    )
-    parser.add_argument(
-        "--idle",
-        metavar="DUR",
-        help="stop CMD, as at the deadline, once it has written no output and its whole tree "
-        "has used no CPU time for this long (reason idle_exceeded, status 124; checked at "
-        "most once a second; default: 0, no idle bound)",
-    )
+    add_options(
+        parser,
+        (("--deadline",), "DUR", "stop CMD after this long, counted from now (default: 0, no "
+         "deadline)"),
+        (("--grace",), "DUR", "time between SIGTERM and SIGKILL when stopping "
+         f"(default: {format_duration(DEFAULT_GRACE_SECONDS)})"),
+        (("--idle",), "DUR", "stop CMD, as at the deadline, once it has written no output and "
+         "its whole tree has used no CPU time for this long (reason idle_exceeded, status 124; "
+         "checked at most once a second; default: 0, no idle bound)"),
+    )  # fmt: skip
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--record",
@@ -79,27 +71,16 @@ def _run_parser() -> argparse.ArgumentParser:
         help="write the record here (default: a new file in $XDG_STATE_HOME/tether/runs/)",
     )
     where.add_argument("--no-record", action="store_true", help="write no record")
-    parser.add_argument(
-        "--record-argv",
-        action="store_true",
-        help="keep the whole command line in the record, redacted (default: only its name "
-        "and working directory)",
-    )
-    parser.add_argument(
-        "--label",
-        "--name",
-        dest="label",
-        metavar="LABEL",
-        help="a label for the run, kept in the record, shown by tether ls and found by tether "
-        "show (default: none; --name is the same option under its older name)",
-    )
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="at the end, say on stderr what ended the run, what tether did, and where the "
-        "record is",
-    )
+    add_options(
+        parser,
+        (("--record-argv",), None, "keep the whole command line in the record, redacted "
+         "(default: only its name and working directory)"),
+        (("--label", "--name"), "LABEL", "a label for the run, kept in the record, shown by "
+         "tether ls and found by tether show (default: none; --name is the same option under "
+         "its older name)", {"dest": "label"}),
+        (("-v", "--verbose"), None, "at the end, say on stderr what ended the run, what tether "
+         "did, and where the record is"),
+    )  # fmt: skip
     limits = parser.add_argument_group(
         "limits the kernel enforces on the whole tree (through cgroups v2 or, as root, v1; refused "
         "where nothing can enforce them)"

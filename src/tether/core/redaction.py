@@ -29,16 +29,8 @@ __all__ = [
 ]
 
 #: Words that make a key (a mapping key, an environment variable name, a flag) secret-looking.
-SECRET_KEY_WORDS: Final[tuple[str, ...]] = (
-    "token",
-    "secret",
-    "password",
-    "passwd",
-    "passphrase",
-    "key",
-    "credential",
-    "auth",
-    "cookie",
+SECRET_KEY_WORDS: Final = tuple(
+    ["token", "secret", "password", "passwd", "passphrase", "key", "credential", "auth", "cookie"]
 )
 
 #: Name endings secret-looking as a word of their own (``MYSQL_PWD``, ``SMTP_PASS``, ``pass``),

@@ -132,10 +132,7 @@ def collect_records(
         for node in ray.nodes()
         if node.get("Alive")
     ]
-    found: list[NodeRecord] = []
-    for reply in ray.get(replies, timeout=timeout):
-        found.extend(reply)
-    return found
+    return [record for reply in ray.get(replies, timeout=timeout) for record in reply]
 
 
 def _records_here(
@@ -147,8 +144,7 @@ def _records_here(
     try:
         folder = default_records_dir() if directory is None else Path(directory)
         names = sorted(
-            (entry.name for entry in os.scandir(folder) if _is_record_name(entry.name)),
-            reverse=True,
+            (e.name for e in os.scandir(folder) if _is_record_name(e.name)), reverse=True
         )
     except OSError:  # RecordError among them: a node with no home has no default directory
         return []

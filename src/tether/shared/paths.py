@@ -59,22 +59,15 @@ def _home() -> str:
     home = os.environ.get("HOME")
     if home is None:
         home = os.path.expanduser("~")  # the password database's, or "~" unchanged
+    if os.path.isabs(home) and os.path.isdir(home):
+        return home
+    from tether.shared.record_file import RecordError
+
+    problem = f"the home directory {home!r} does not exist"
     if not os.path.isabs(home):
-        from tether.shared.record_file import RecordError
-
-        raise RecordError(
-            "no default directory for records: neither XDG_STATE_HOME nor HOME is an absolute "
-            "path (set one of them, or name the record's path or directory)",
-            path=home,
-        )
-    if not os.path.isdir(home):
-        from tether.shared.record_file import RecordError
-
-        raise RecordError(
-            f"no default directory for records: the home directory {home!r} does not exist",
-            path=home,
-        )
-    return home
+        problem = "neither XDG_STATE_HOME nor HOME is an absolute path (set one of them, or name "
+        problem += "the record's path or directory)"
+    raise RecordError(f"no default directory for records: {problem}", path=home)
 
 
 def new_record_name() -> str:

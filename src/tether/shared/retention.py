@@ -93,9 +93,7 @@ def prune(
             # Names start with the UTC start time and sort as it does: compared as text.
             older = _name_at(cutoff)
             doomed.update(
-                name
-                for name in names
-                if name not in doomed and name < older and _mtime(fd, name) < cutoff
+                n for n in names if n not in doomed and n < older and _mtime(fd, n) < cutoff
             )
         removed: list[str] = []
         files = 0
@@ -120,9 +118,7 @@ def prune(
 def _record_names(fd: int) -> list[str]:
     with os.scandir(fd) as entries:
         return [
-            entry.name
-            for entry in entries
-            if is_record_name(entry.name) and entry.is_file(follow_symlinks=False)
+            e.name for e in entries if is_record_name(e.name) and e.is_file(follow_symlinks=False)
         ]
 
 
@@ -180,13 +176,9 @@ def _remove(fd: int, name: str) -> int:
 
 
 def _touch_marker(fd: int) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     with contextlib.suppress(OSError):
-        marker = os.open(
-            MARKER,
-            os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-            0o600,
-            dir_fd=fd,
-        )
+        marker = os.open(MARKER, flags, 0o600, dir_fd=fd)
         try:
             os.utime(marker)
         finally:
