@@ -107,11 +107,22 @@ def parse_v1_paths(text: str) -> dict[frozenset[str], str]:
 
 
 def _read(path: str) -> str:
+    """A small file's text, ``""`` if it cannot be read. Read without a file object (its
+    buffers and decoder cost a supervisor more than the read); its readers split lines with
+    ``str.splitlines``, which ends a line at a carriage return as a text file would."""
     try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as file:
-            return file.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return ""
+    chunks = []
+    try:
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "surrogateescape")
 
 
 #: :func:`find_hierarchies`'s last checked answer for this process, by the texts it was
