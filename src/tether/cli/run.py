@@ -95,8 +95,7 @@ def _usage(message: str) -> NoReturn:
 
 
 def _request(argv: list[str], asked_at: float) -> tuple[RunSpec, bool]:
-    """``tether run``'s command line as a request (and ``--verbose``), or a refusal (status
-    125) that leaves nothing behind."""
+    """The command line as a request (and ``--verbose``), or a refusal (125) leaving nothing."""
     options, command = split_command_line(argv)
     args = read_options(options)
     if args is None:

@@ -97,8 +97,7 @@ def split_command_line(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _resolve(name: str) -> str:
-    """``name`` if it is an option as spelt (never abbreviated: docs/cli.md), or a refusal with
-    the nearest option as a suggestion."""
+    """``name`` if it is an option as spelt (never abbreviated), or a refusal naming the nearest."""
     if name in OPTIONS:
         return name
     if name.startswith("--"):

@@ -46,8 +46,7 @@ def _parent_fd_problem(fd: int) -> str | None:
 
 
 def _close_own_write_ends(lifeline: int) -> list[int]:
-    """Close every write end of the lifeline's pipe this process holds (docs/seed-door.md, "A
-    write end that leaked"); return them."""
+    """Close and return each write end of the lifeline's pipe held here (docs/seed-door.md)."""
     pipe = os.fstat(lifeline)
     closed: list[int] = []
     for name in os.listdir("/proc/self/fd"):

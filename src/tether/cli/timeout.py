@@ -155,8 +155,7 @@ def _take(options: _Options, name: str, value: str) -> None:
 
 
 def exit_status(finished: Finished, *, preserve_status: bool, stop_signal: str) -> int:
-    """The status GNU ``timeout`` would exit with (128+N where it dies of signal N: so does
-    :func:`main`)."""
+    """GNU ``timeout``'s exit status (128+N where it dies of signal N: so does :func:`main`)."""
     returncode = finished.returncode
     if finished.reason == Reason.DEADLINE_EXCEEDED:
         if finished.escalated_to_sigkill or stop_signal == "SIGKILL":

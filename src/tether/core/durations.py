@@ -33,8 +33,7 @@ _SHOWN_CHARACTERS: Final = 40
 
 
 def _shown(value: object) -> str:
-    """``value`` as a message quotes it: its ``repr``, cut short (a huge integer described:
-    Python refuses to print one of more than 4300 digits)."""
+    """``value`` as a message quotes it: its ``repr``, cut short (a huge integer by its size)."""
     if isinstance(value, int) and value.bit_length() > 64:
         return f"(an integer of {value.bit_length()} bits)"
     text = repr(value)

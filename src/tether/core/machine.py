@@ -199,8 +199,6 @@ class _Run:
         self.escalated = False
         self.stop_started_at: float | None = None
 
-    # -- conditions ---------------------------------------------------------
-
     def timer_expired(self) -> bool:
         return self.timer_at is not None and self.now >= self.timer_at
 
@@ -326,8 +324,6 @@ class _Run:
         self.timer_at = None
         self.effects += [WriteRecord(verdict), Exit(status)]
 
-    # -- helpers --------------------------------------------------------------
-
     def _terminate(self, reason: Reason) -> None:
         self.reason = reason
         self.stop_started_at = self.now
@@ -358,7 +354,6 @@ class _Run:
         if reason in (Reason.DEADLINE_EXCEEDED, Reason.IDLE_EXCEEDED):
             return DEADLINE_EXCEEDED
         if reason is Reason.COMPLETED:
-            # Completed means the command exited by itself, so its status is known.
             return TETHER_FAILED if self.returncode is None else status_of(self.returncode)
         return STOPPED
 
@@ -433,8 +428,7 @@ class RunMachine:
 
     @property
     def next_deadline(self) -> float | None:
-        """When the machine wants a :class:`Tick` (the sooner of :attr:`next_timer` and the
-        idle bound), or ``None``."""
+        """When a :class:`Tick` is due: the sooner of :attr:`next_timer` and the idle bound."""
         timer = self.next_timer
         idle_at = self._run.idle_at()
         if idle_at is None:
@@ -458,8 +452,7 @@ class RunMachine:
         return self._run.reason
 
     def first_signals(self, event: Event) -> tuple[SignalName, ...]:
-        """The signals :meth:`feed` would certainly send first for ``event`` (none unless
-        watching); changes nothing (:mod:`tether.core.first_signals`)."""
+        """What :meth:`feed` would certainly send first for ``event``; changes nothing."""
         run = self._run
         if run.state is not Phase.WATCHING or event.now < run.now:
             return ()

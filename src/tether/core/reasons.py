@@ -38,13 +38,10 @@ class Reason(StrEnum):
     SUPERVISOR_LOST = "supervisor_lost"
 
 
-#: The deadline passed and the command was stopped.
 DEADLINE_EXCEEDED: Final = 124
 #: tether itself failed: bad usage, an unwritable record, a lost supervisor.
 TETHER_FAILED: Final = 125
-#: The command was found but could not be executed.
 CANNOT_EXECUTE: Final = 126
-#: The command was not found.
 NOT_FOUND: Final = 127
 #: The command was stopped because somebody asked or its caller died.
 STOPPED: Final = 130

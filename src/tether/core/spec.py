@@ -274,8 +274,7 @@ def _script(path: str) -> str | None:
 
 
 def _looks_like_a_signal(name: str) -> bool:
-    """``SIGTERM``, ``SIGRTMIN+2``, ``SIGRTMAX-1``, or ``0`` (send nothing): the shape only,
-    the core knows no signal numbers."""
+    """``SIGTERM``, ``SIGRTMIN+2``, ``SIGRTMAX-1``, ``0``: by shape (the core knows no numbers)."""
     if name == "0":
         return True
     base, _, offset = name.replace("-", "+").partition("+")

@@ -23,8 +23,7 @@ _CHILDREN: Final = "/proc/thread-self/children"
 
 
 def require_linux() -> None:
-    """Refuse (:class:`UnsupportedPlatform`) unless Linux with ``/proc``'s ``task/TID/children``
-    files."""
+    """Refuse (:class:`UnsupportedPlatform`) unless on Linux with ``/proc``'s children files."""
     if not sys.platform.startswith("linux"):
         raise UnsupportedPlatform(
             f"tether runs on Linux only (it needs pidfds, a child subreaper and /proc); "

@@ -17,8 +17,7 @@ __all__ = ["exit_returncode", "is_my_child", "signal_through_pidfd"]
 
 
 def is_my_child(pid: int) -> bool:
-    """Whether ``pid`` is an unreaped child of this (single-threaded) process, asked without a
-    descriptor."""
+    """Whether ``pid`` is an unreaped child of this (single-threaded) process, without a pidfd."""
     try:
         os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
@@ -39,7 +38,6 @@ def exit_returncode(pid: int) -> int | None:
 
 def signal_through_pidfd(pid: int, signum: int, still_ours: Callable[[int], bool]) -> None:
     """Signal ``pid`` through a pidfd, only if ``still_ours(pid)`` holds once it is open.
-
     A refusal (another uid) is swallowed; a pidfd or check that cannot be had is raised."""
     try:
         pidfd = os.pidfd_open(pid)

@@ -95,8 +95,7 @@ def _redacted_events(data: bytes, redactor: Redactor) -> bytes:
 
 
 def _free_path(directory: Path, name: str | None, document: object) -> Path | None:
-    """Where to write a record called ``name``: that name if free and safe, else a new one;
-    ``None`` if the same record is already there."""
+    """Where to write record ``name``: there if free and safe, else renamed; ``None``: done."""
     if name is None or not _SAFE_NAME.fullmatch(name) or name.endswith(EVENTS_SUFFIX):
         return directory / new_record_name()
     path = directory / name

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LimitPolicy", "RayRun", "remote", "run", "run_async"]
 
-#: How a task's Ray resources become limits on its command's tree (see the module).
+#: How a task's Ray resources become limits on its command's tree (docs/cluster.md).
 LimitPolicy = Literal["auto", "require", "off"]
 
 #: The most of an event log brought back to the driver; a longer one keeps its start.

@@ -29,8 +29,6 @@ from tether.review.files import RunFiles
 from tether.review.progress import RUNNING
 from tether.shared.signals import described
 
-# -- one run, for people ---------------------------------------------------------------
-
 _LABEL_WIDTH: Final = 13
 
 
@@ -389,9 +387,6 @@ def _files_lines(run: RunFiles, paint: _Paint) -> list[str]:
     return out.lines
 
 
-# -- the timeline ---------------------------------------------------------------------
-
-
 class _Fields:
     """An event's fields, taken one by one; what is left is shown as ``key=value``."""
 
@@ -577,8 +572,7 @@ def render_run(run: RunFiles, *, colour: bool = False, all_steps: bool = False) 
 
 
 def run_as_json(run: RunFiles) -> str:
-    """One run for scripts: ``{"record": ..., "events": [...]}``, where they came from, and what
-    could not be read (``warnings``)."""
+    """One run for scripts: its record, events, their paths, and ``warnings`` (what was unread)."""
     document = {
         "record": run.record,
         "events": run.events,

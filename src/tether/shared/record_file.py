@@ -41,7 +41,6 @@ __all__ = [
 #: The record's ``schema_version``; a reader refuses anything else.
 RECORD_SCHEMA_VERSION: Final = "tether.record.v1"
 
-#: Owner read and write only.
 RECORD_FILE_MODE: Final = 0o600
 
 #: Owner only, for every directory tether creates to hold a record.

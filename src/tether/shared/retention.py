@@ -40,8 +40,7 @@ _STAMP_FORMAT: Final = "%Y%m%dT%H%M%S.%fZ"
 
 
 class Retention(DeclaredValue):
-    """What a directory keeps: at most ``runs`` runs (``None``: any number), none older than
-    ``seconds`` (``None``: any age)."""
+    """What a directory keeps: at most ``runs`` runs, none older than ``seconds``; ``None``: any."""
 
     runs: int | None = DEFAULT_KEEP_RUNS
     seconds: float | None = DEFAULT_KEEP_DAYS * 86400

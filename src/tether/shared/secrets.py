@@ -17,8 +17,7 @@ _last_read: list[tuple[dict[str, str], frozenset[str]]] = []
 
 
 def redactor_for(spec: RunSpec, environ: Mapping[str, str]) -> Redactor:
-    """The redactor for ``spec``'s files (the label read as a command line); ``environ``: the
-    caller's."""
+    """The redactor for ``spec``'s files (its label read as a command line), ``environ``'s."""
     secrets = _environment_secrets(environ) | secret_values_from({}, spec.argv)
     if spec.env is not None:
         secrets |= secret_values_from(spec.env, ())
