@@ -38,16 +38,11 @@ class Followed:
 
 
 def log_to_follow(path: Path) -> Path:
-    if _is_events_name(path):
-        return path
-    return events_path_for(path)
+    return path if _is_events_name(path) else events_path_for(path)
 
 
 def _record_exists(log: Path, events: list[Mapping[str, object]]) -> bool:
-    return any(
-        os.path.isfile(candidate) and candidate != log
-        for candidate in _record_candidates(log, events)
-    )
+    return any(os.path.isfile(c) and c != log for c in _record_candidates(log, events))
 
 
 def _lines(fd: int, pending: bytearray) -> Iterator[bytes]:
@@ -137,9 +132,8 @@ def _supervisor_gone(events: list[Mapping[str, object]], *, silent: bool) -> boo
     mono = _number(launched.get("mono"))
     if mono is None:
         return False
-    return not alive_since(
-        launched.get("supervisor_pid"), mono, launched.get("supervisor_start_ticks")
-    )
+    ticks = launched.get("supervisor_start_ticks")
+    return not alive_since(launched.get("supervisor_pid"), mono, ticks)
 
 
 def format_event(event: Mapping[str, object], origin: list[float]) -> str:

@@ -279,9 +279,7 @@ def render_table(rows: _Rows, *, directory: Path | None = None, colour: bool = F
 
 
 def _aligned(
-    cells: list[list[str]],
-    paint: _Paint,
-    colours: Callable[[int, list[str]], dict[int, str]],
+    cells: list[list[str]], paint: _Paint, colours: Callable[[int, list[str]], dict[int, str]]
 ) -> str:
     """``cells`` aligned, the header bold, the cells of each row in ``colours`` (row number,
     cells) coloured; the last column not padded."""

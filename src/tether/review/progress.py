@@ -61,11 +61,8 @@ def _started_at(written: object, seconds_before: float) -> str | None:
     if moment is None:
         return None
     try:
-        return (
-            (moment - timedelta(seconds=seconds_before))
-            .astimezone(UTC)
-            .strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        )
+        earlier = moment - timedelta(seconds=seconds_before)
+        return earlier.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     except (OverflowError, ValueError):  # a hostile log's times
         return None
 
@@ -89,9 +86,7 @@ def in_progress(
     command_alive = alive_since(pid, mono)
     state = RUNNING if supervisor_alive else LOST
     deadline = _number(launched.get("deadline_seconds")) or None
-    left = None
-    if deadline is not None and state == RUNNING:
-        left = max(0.0, origin + deadline - now)
+    left = max(0.0, origin + deadline - now) if deadline is not None and state == RUNNING else None
     command = launched.get("command")
     if not isinstance(command, str) and command_alive:
         assert isinstance(pid, int)

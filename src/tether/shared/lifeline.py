@@ -68,20 +68,13 @@ class Vocabulary:
         return f"Vocabulary({self.name!r})"
 
 
-BASIC: Final = Vocabulary("basic", frozenset((CANCEL[0], KILL_NOW[0])))
-ALL: Final = Vocabulary(
-    "all",
-    frozenset(
-        (
-            *(byte[0] for byte in (CANCEL, KILL_NOW, TIME_OUT, SUSPEND, RESUME)),
-            *(PASS_ON_BASE + number for number in range(1, 65) if signal_name(str(number))),
-        )
-    ),
-)
-
 #: Requests that mean the same however often they come.
 _ONCE: Final = frozenset((CANCEL[0], KILL_NOW[0], TIME_OUT[0]))
 _JOB_CONTROL: Final = frozenset((SUSPEND[0], RESUME[0]))
+_PASS_ON: Final = frozenset(PASS_ON_BASE + n for n in range(1, 65) if signal_name(str(n)))
+
+BASIC: Final = Vocabulary("basic", frozenset((CANCEL[0], KILL_NOW[0])))
+ALL: Final = Vocabulary("all", _ONCE | _JOB_CONTROL | _PASS_ON)
 
 
 class LifelineDecoder:

@@ -478,10 +478,7 @@ def parse_bounded_json(data: bytes) -> object:
 
     try:
         value = json.loads(
-            data,
-            parse_constant=_refuse_constant,
-            parse_float=_finite_float,
-            parse_int=_bounded_int,
+            data, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_bounded_int
         )
     except JSONRefused:
         raise
