@@ -16,18 +16,6 @@ if TYPE_CHECKING:
     import argparse
     from typing import IO, NoReturn
 
-__all__ = [
-    "fail",
-    "print_out",
-    "say",
-    "say_help",
-    "stderr_failed",
-    "usage_error",
-    "warn",
-    "write_err",
-    "write_out",
-]
-
 
 def usage_error(
     program: str, message: str | None, *, suggestion: str | None = None, as_given: bool = False

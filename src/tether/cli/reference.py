@@ -9,17 +9,6 @@ import argparse
 
 from tether.cli.parsers import add_options
 
-__all__ = [
-    "EXAMPLES",
-    "EXIT_STATUSES",
-    "SINCE_EXAMPLES",
-    "TIMEOUT_OPTIONS",
-    "TIMEOUT_STATUSES",
-    "examples_section",
-    "exit_status_section",
-    "reference_parser",
-]
-
 #: ``tether run``'s exit statuses (every door's but ``timeout``'s): (status, meaning).
 EXIT_STATUSES: tuple[tuple[str, str], ...] = (
     ("N", "the command completed: its own exit status (0 for success)"),

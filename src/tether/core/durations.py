@@ -12,15 +12,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = [
-    "DurationError",
-    "duration_seconds",
-    "format_duration",
-    "parse_duration",
-    "seconds_for_json",
-    "seconds_from_json",
-]
-
 _UNIT_SECONDS: Final = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 

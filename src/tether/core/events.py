@@ -10,23 +10,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Literal
 
-__all__ = [
-    "ActivitySeen",
-    "CallerLost",
-    "CancelRequested",
-    "CommandExited",
-    "Event",
-    "KillRequested",
-    "LaunchFailed",
-    "Launched",
-    "ResumeRequested",
-    "SignalRequested",
-    "SuspendRequested",
-    "Tick",
-    "TimeOutRequested",
-    "TreeEmptied",
-]
-
 
 class Launched(DeclaredValue):
     """The command is running as ``pid``, leader of its own process group."""

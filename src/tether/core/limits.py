@@ -16,25 +16,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Final
 
-__all__ = [
-    "CPU_PERIOD_MICROSECONDS",
-    "LIMITS",
-    "LIMIT_CONTROLLERS",
-    "LIMIT_NAMES",
-    "Limit",
-    "LimitError",
-    "format_size",
-    "limit_controllers",
-    "limit_files",
-    "limit_files_v1",
-    "oom_summary",
-    "parse_count",
-    "parse_cpus",
-    "parse_limits",
-    "parse_size",
-    "shown_value",
-]
-
 #: The ``cpu.max`` period tether writes (the kernel's default): 100 ms.
 CPU_PERIOD_MICROSECONDS: Final = 100_000
 #: The smallest quota the kernel takes in ``cpu.max``: 1 ms per period.

@@ -45,14 +45,6 @@ if TYPE_CHECKING:
 
     from transitions.core import TransitionConfigDict
 
-__all__ = [
-    "CALLER_LOST_GRACE_SECONDS",
-    "DEFAULT_SETTLE_SECONDS",
-    "IllegalEvent",
-    "Phase",
-    "RunMachine",
-]
-
 #: How long the tree may take to go after SIGKILL before the run is recorded anyway
 #: (``unkillable``): only a process stuck in the kernel (uninterruptible I/O) takes this long.
 DEFAULT_SETTLE_SECONDS: Final = 5.0

@@ -10,16 +10,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = [
-    "CANNOT_EXECUTE",
-    "DEADLINE_EXCEEDED",
-    "NOT_FOUND",
-    "STOPPED",
-    "TETHER_FAILED",
-    "Reason",
-    "status_of",
-]
-
 
 class Reason(StrEnum):
     """Why one run ended: the record's ``reason`` field."""

@@ -17,17 +17,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, MutableMapping, Sequence
     from typing import Any, Final
 
-__all__ = [
-    "MIN_SECRET_LENGTH",
-    "REDACTED",
-    "SECRET_KEY_ENDINGS",
-    "SECRET_KEY_WORDS",
-    "Redactor",
-    "is_secret_key",
-    "redact_argv",
-    "secret_values_from",
-]
-
 #: Words that make a key (a mapping key, an environment variable name, a flag) secret-looking.
 SECRET_KEY_WORDS: Final = tuple(
     ["token", "secret", "password", "passwd", "passphrase", "key", "credential", "auth", "cookie"]

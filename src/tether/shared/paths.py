@@ -11,23 +11,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = [
-    "EVENTS_SUFFIX",
-    "PRUNE_MARKER",
-    "default_records_dir",
-    "events_name_for",
-    "events_path_for",
-    "is_record_name",
-    "maybe_prune",
-    "new_record_name",
-    "new_record_path",
-    "new_record_path_text",
-    "normal_path",
-    "parent_and_name",
-    "records_dir",
-    "with_name",
-]
-
 #: The event log's name is the record's stem with this suffix.
 EVENTS_SUFFIX = ".events.jsonl"
 

@@ -21,23 +21,6 @@ if TYPE_CHECKING:
 
     from tether.core.redaction import Redactor
 
-__all__ = [
-    "RECORD_DIRECTORY_MODE",
-    "RECORD_FILE_MODE",
-    "RECORD_SCHEMA_VERSION",
-    "JSONRefused",
-    "RecordError",
-    "check_record_path",
-    "ensure_private_directory",
-    "hold_record_directory",
-    "open_record_directory",
-    "parse_bounded_json",
-    "read_record",
-    "record_schema",
-    "write_evidence",
-    "write_record",
-]
-
 #: The record's ``schema_version``; a reader refuses anything else.
 RECORD_SCHEMA_VERSION: Final = "tether.record.v1"
 
