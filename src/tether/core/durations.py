@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from tether.core.numbers import decimal_text
+from tether.core.numbers import decimal_text, shown_value
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -19,22 +19,8 @@ class DurationError(ValueError):
     """A duration that cannot be a duration; the message is ready for a person."""
 
 
-#: How much of a refused value a message repeats: enough to recognise it, in one line.
-_SHOWN_CHARACTERS: Final = 40
-
-
-def _shown(value: object) -> str:
-    """``value`` as a message quotes it: its ``repr``, cut short (a huge integer by its size)."""
-    if isinstance(value, int) and value.bit_length() > 64:
-        return f"(an integer of {value.bit_length()} bits)"
-    text = repr(value)
-    if len(text) > _SHOWN_CHARACTERS:
-        return text[: _SHOWN_CHARACTERS - 3] + "..."
-    return text
-
-
 def _refused(flag: str, value: object, problem: str) -> DurationError:
-    return DurationError(f"{flag}: invalid duration {_shown(value)} ({problem})")
+    return DurationError(f"{flag}: invalid duration {shown_value(value)} ({problem})")
 
 
 def _checked(seconds: float, value: object, flag: str) -> float:
@@ -82,7 +68,7 @@ def duration_seconds(value: object, *, flag: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(
             f"{flag} must be a number of seconds, a timedelta or a string like '5m', "
-            f"not {_shown(value)}"
+            f"not {shown_value(value)}"
         )
     try:
         seconds = float(value)

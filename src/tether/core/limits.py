@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from tether.core.numbers import decimal_text, too_long, whole_number
+from tether.core.numbers import decimal_text, shown_value, too_long, whole_number
 from tether.core.values import DeclaredValue
 
 TYPE_CHECKING = False
@@ -71,14 +71,6 @@ _KERNEL_ORDER: Final = ("cpuset", "cpu", "io", "memory", "hugetlb", "pids", "rdm
 
 class LimitError(ValueError):
     """A value that cannot be a limit; the message names the option and is ready for a person."""
-
-
-def shown_value(value: object) -> str:
-    """``value`` for a message: at most 40 characters, a huge integer by its size."""
-    if isinstance(value, int) and value.bit_length() > 64:
-        return f"(an integer of {value.bit_length()} bits)"
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def parse_size(value: object, *, flag: str, allow_zero: bool = False) -> int:

@@ -8,7 +8,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["MAX_CHARACTERS", "decimal_text", "shown", "too_long", "whole_number"]
+__all__ = ["MAX_CHARACTERS", "decimal_text", "shown", "shown_value", "too_long", "whole_number"]
 
 #: The longest number read: more digits than any value tether takes (8 EiB
 #: has 19), few enough that no reading of it can cost anything.
@@ -49,3 +49,11 @@ def shown(text: str) -> str:
     if kept != text:
         return repr(kept) + f"... ({len(text)} characters)"
     return repr(text)
+
+
+def shown_value(value: object) -> str:
+    """``value`` for a message: at most 40 characters, a huge integer by its size."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"(an integer of {value.bit_length()} bits)"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 
 from tether.core.durations import seconds_for_json, seconds_from_json
-from tether.core.limits import LimitError, parse_limits, shown_value
+from tether.core.limits import LimitError, parse_limits
+from tether.core.numbers import shown_value
 from tether.core.values import DeclaredValue
 
 TYPE_CHECKING = False
