@@ -53,22 +53,16 @@ __all__ = [
 
 #: Public names loaded on first use, and their modules.
 _LAZY = {
-    "DEVNULL": "tether.api.options",
-    "PIPE": "tether.api.options",
-    "STDOUT": "tether.api.options",
-    "OutputStream": "tether.caller.output_stream",
-    "CommandFailed": "tether.api.outcome",
-    "CommandNotExecutable": "tether.caller.launch_errors",
-    "CommandNotFound": "tether.caller.launch_errors",
-    "LaunchError": "tether.caller.launch_errors",
-    "Outcome": "tether.api.outcome",
-    "OutputDecodeError": "tether.api.outcome",
-    "Tether": "tether.api.handle",
-    "TimeoutExpired": "tether.api.outcome",
-    "launch": "tether.api.functions",
-    "launch_async": "tether.api.functions",
-    "run": "tether.api.functions",
-    "run_async": "tether.api.functions",
+    name: f"tether.{module}"
+    for module, names in (
+        ("api.options", ("DEVNULL", "PIPE", "STDOUT")),
+        ("caller.output_stream", ("OutputStream",)),
+        ("api.outcome", ("CommandFailed", "Outcome", "OutputDecodeError", "TimeoutExpired")),
+        ("caller.launch_errors", ("CommandNotExecutable", "CommandNotFound", "LaunchError")),
+        ("api.handle", ("Tether",)),
+        ("api.functions", ("launch", "launch_async", "run", "run_async")),
+    )
+    for name in names
 }
 
 

@@ -99,18 +99,7 @@ class Tick(DeclaredValue):
     now: float
 
 
-Event = (
-    Launched
-    | LaunchFailed
-    | CallerLost
-    | CancelRequested
-    | KillRequested
-    | CommandExited
-    | TreeEmptied
-    | Tick
-    | TimeOutRequested
-    | SignalRequested
-    | SuspendRequested
-    | ResumeRequested
-    | ActivitySeen
-)
+#: Every event: what the adapter saw, and what was asked of the run.
+_Seen = Launched | LaunchFailed | CallerLost | CommandExited | TreeEmptied | Tick | ActivitySeen
+_Asked = CancelRequested | KillRequested | TimeOutRequested | SignalRequested
+Event = _Seen | _Asked | SuspendRequested | ResumeRequested

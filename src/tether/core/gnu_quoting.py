@@ -37,7 +37,7 @@ def utf8_locale(environ: Mapping[str, str]) -> bool:
 
 
 def gnu_quote(word: str, *, utf8: bool) -> str:
-    """``word`` between ``'``, escaped as GNU's messages escape it (see the module)."""
+    """``word`` between ``'``, escaped as GNU's messages escape it (docs/timeout.md)."""
     out = ["'"]
     for char in word:
         code = ord(char)

@@ -31,9 +31,7 @@ def exit_returncode(pid: int) -> int | None:
     result = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     if result is None:
         return None
-    if result.si_code == os.CLD_EXITED:
-        return result.si_status
-    return -result.si_status
+    return result.si_status if result.si_code == os.CLD_EXITED else -result.si_status
 
 
 def signal_through_pidfd(pid: int, signum: int, still_ours: Callable[[int], bool]) -> None:
