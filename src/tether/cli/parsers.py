@@ -21,8 +21,6 @@ if TYPE_CHECKING:
         tuple[tuple[str, ...], str | None, str] | tuple[tuple[str, ...], str, str, dict[str, Any]]
     )
 
-__all__ = ["GnuStyleParser", "UsageParser", "add_options"]
-
 
 class UsageParser(argparse.ArgumentParser):
     """An argument parser whose usage errors exit 125, and which hands an option its value

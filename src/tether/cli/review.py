@@ -17,9 +17,6 @@ from tether.cli.parsers import UsageParser, add_options
 from tether.core.reasons import Reason
 from tether.shared.paths import default_records_dir
 
-__all__ = ["add_review_parsers", "ls", "prune", "show"]
-
-
 #: Each review subcommand's help, description and epilog (prose, see :func:`_prose`).
 _TEXTS = {
     "show": (

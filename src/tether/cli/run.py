@@ -22,8 +22,6 @@ if TYPE_CHECKING:
     from tether.core.spec import RunSpec
     from tether.linux.run_cgroups import OwnLeaf
 
-__all__ = ["run"]
-
 _USAGE_RUN: Final = "tether run [OPTIONS] [--] CMD [ARG]..."
 _FLAGS: Final = {
     "deadline": "--deadline",

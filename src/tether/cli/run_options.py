@@ -14,8 +14,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final, NoReturn
 
-__all__ = ["OPTIONS", "PROGRAM", "RunOptions", "read_options", "split_command_line"]
-
 PROGRAM: Final = "tether run"
 
 #: Every option string of ``tether run``, in the parser's order: where its value

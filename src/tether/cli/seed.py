@@ -22,8 +22,6 @@ if TYPE_CHECKING:
     from tether.shared.protocol import StatusWriter
     from tether.supervisor.launch import LaunchAttempt
 
-__all__ = ["main"]
-
 _FLAGS = {"deadline": "--deadline-seconds", "grace": "--grace-seconds", "label": "--variant"}
 
 

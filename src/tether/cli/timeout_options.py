@@ -10,8 +10,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Final
 
-__all__ = ["LONG_OPTIONS", "SHORT_OPTIONS", "OptionError", "read_command_line"]
-
 #: Every long option, in the order ``--help`` lists them: whether it takes a value.
 LONG_OPTIONS: Final = {
     "kill-after": True,

@@ -10,8 +10,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from tether.core.reasons import Reason
 
-__all__ = ["Effect", "Exit", "SignalName", "SignalTree", "Verdict", "WriteRecord"]
-
 #: A signal's name as :mod:`signal` spells it; the stop signal is SIGTERM unless a door
 #: asks for another (``tether timeout -s``).
 SignalName = str

@@ -13,8 +13,6 @@ if TYPE_CHECKING:
 
     from tether.core.effects import SignalName
 
-__all__ = ["CALLER_LOST", "CANCEL", "KILL", "TICK", "TIME_OUT", "first_signals", "stop_signals"]
-
 # The machine's triggers (tether.core.machine._TRIGGER) this rule knows about.
 CALLER_LOST: Final = "caller_lost"
 CANCEL: Final = "cancel"

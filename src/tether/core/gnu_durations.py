@@ -11,8 +11,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["FOREVER", "SMALLEST", "parse_gnu_duration"]
-
 #: "Practically forever": a duration no timer could count down.
 FOREVER: Final = math.inf
 

@@ -9,8 +9,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Final
 
-__all__ = ["gnu_quote", "utf8_locale"]
-
 _ESCAPES: Final = {
     "\a": "\\a",
     "\b": "\\b",

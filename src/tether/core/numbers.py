@@ -8,8 +8,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["MAX_CHARACTERS", "decimal_text", "shown", "shown_value", "too_long", "whole_number"]
-
 #: The longest number read: more digits than any value tether takes (8 EiB
 #: has 19), few enough that no reading of it can cost anything.
 MAX_CHARACTERS: Final = 40

@@ -11,8 +11,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["UnsupportedPlatform", "require_linux"]
-
 
 class UnsupportedPlatform(RuntimeError):
     """tether was started somewhere it cannot keep its promises."""

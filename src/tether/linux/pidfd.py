@@ -13,8 +13,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["exit_returncode", "is_my_child", "signal_through_pidfd"]
-
 
 def is_my_child(pid: int) -> bool:
     """Whether ``pid`` is an unreaped child of this (single-threaded) process, without a pidfd."""

@@ -11,8 +11,6 @@ from tether.review._text import ReviewError, _path_text, _safe
 from tether.shared.paths import EVENTS_SUFFIX, events_name_for
 from tether.shared.record_file import RecordError, read_record
 
-__all__ = ["find_last", "find_newest", "find_run"]
-
 
 def find_run(target: str, directory: Path | None) -> tuple[Path, list[str]]:
     """The record or event log ``target`` names, and warnings; ``directory`` ``None``: no home."""

@@ -15,8 +15,6 @@ from tether.review.files import _is_events_name, _open_regular, _parse_event, _r
 from tether.review.progress import alive_since
 from tether.shared.paths import events_path_for
 
-__all__ = ["POLL_SECONDS", "Followed", "follow", "format_event", "log_to_follow"]
-
 #: How long the follower sleeps when the log has nothing new.
 POLL_SECONDS: Final = 0.25
 

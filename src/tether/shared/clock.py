@@ -7,8 +7,6 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
-__all__ = ["wall_clock_at"]
-
 
 def wall_clock_at(monotonic: float) -> datetime:
     """The UTC wall-clock time at which the monotonic clock read ``monotonic``."""

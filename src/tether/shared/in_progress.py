@@ -8,8 +8,6 @@ import contextlib
 import fcntl
 import os
 
-__all__ = ["hold", "in_progress"]
-
 
 def hold(fd: int) -> None:
     """Mark the event log open on ``fd`` as a run in progress (best effort: never raises)."""

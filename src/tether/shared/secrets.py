@@ -10,8 +10,6 @@ from tether.core.redaction import Redactor, secret_values_from
 from tether.core.spec import RunSpec
 from tether.shared.record_document import record_keys
 
-__all__ = ["prepare", "redactor_for"]
-
 #: The last environment read for secrets, and the secret values it holds (one at most).
 _last_read: list[tuple[dict[str, str], frozenset[str]]] = []
 
