@@ -169,9 +169,8 @@ def show(args: argparse.Namespace) -> int:
         warn(message)
     if args.json:
         return print_out(review.run_as_json(run))
-    return print_out(
-        review.render_run(run, colour=review.use_colour(sys.stdout), all_steps=args.all)
-    )
+    colour = review.use_colour(sys.stdout)
+    return print_out(review.render_run(run, colour=colour, all_steps=args.all))
 
 
 def _follow(args: argparse.Namespace, directory: Path | None) -> int:
@@ -207,10 +206,8 @@ def _follow(args: argparse.Namespace, directory: Path | None) -> int:
     if followed.skipped:
         warn(f"{followed.skipped} line(s) of the event log were not events, and were skipped")
     if followed.lost:
-        warn(
-            f"{printable_path(path)}: the run's supervisor is gone and left no record "
-            "(a lost run: tether show it for what is known)"
-        )
+        lost = "the run's supervisor is gone and left no record"
+        warn(f"{printable_path(path)}: {lost} (a lost run: tether show it for what is known)")
     return 0
 
 
@@ -258,10 +255,8 @@ def ls(args: argparse.Namespace) -> int:
     for problem in listing.skipped:
         warn(f"skipped {problem}")
     for log in listing.orphan_logs:
-        warn(
-            f"{review.printable_path(log)}: an event log without its record "
-            "(tether show it to see what happened)"
-        )
+        note = "an event log without its record (tether show it to see what happened)"
+        warn(f"{review.printable_path(log)}: {note}")
     rows = review.select(listing.records, filters)
     current = review.select(listing.in_progress, filters)
     if count is not None:

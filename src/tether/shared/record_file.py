@@ -159,11 +159,8 @@ def _make_directory(parent: int, name: str, *, shown: str) -> int | None:
     except FileExistsError:
         return None
     except OSError as error:
-        raise RecordError(
-            f"cannot create the record directory {_shown(shown)}: {_problem(error)}",
-            path=shown,
-            error_number=error.errno,
-        ) from None
+        message = f"cannot create the record directory {_shown(shown)}: {_problem(error)}"
+        raise RecordError(message, path=shown, error_number=error.errno) from None
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         made = os.open(name, flags, dir_fd=parent)
@@ -215,11 +212,8 @@ def _trusted_link_target(parent: int, name: str, *, shown: str, directory: Path 
 
 
 def _directory_error(directory: Path | str, error: OSError) -> RecordError:
-    return RecordError(
-        f"cannot write the record: directory {_shown(directory)}: {_problem(error)}",
-        path=directory,
-        error_number=error.errno,
-    )
+    message = f"cannot write the record: directory {_shown(directory)}: {_problem(error)}"
+    return RecordError(message, path=directory, error_number=error.errno)
 
 
 def hold_record_directory(path: Path | str) -> int:
@@ -229,11 +223,8 @@ def hold_record_directory(path: Path | str) -> int:
     directory_fd = open_record_directory(parent)
     try:
         if not os.access(".", os.W_OK | os.X_OK, dir_fd=directory_fd):
-            raise RecordError(
-                f"cannot write the record: directory {_shown(parent)} is not writable",
-                path=parent,
-                error_number=errno_codes.EACCES,
-            )
+            message = f"cannot write the record: directory {_shown(parent)} is not writable"
+            raise RecordError(message, path=parent, error_number=errno_codes.EACCES)
         _refuse_unusable_target(text, name, directory_fd)
         events = events_name_for(name)
         _refuse_unusable_target(with_name(text, events), events, directory_fd, what="the event log")
@@ -286,11 +277,8 @@ def _kind_refused(mode: int) -> str | None:
 
 
 def _write_error(path: Path | str, error: OSError, *, what: str = "the record") -> RecordError:
-    return RecordError(
-        f"cannot write {what}: {_shown(path)}: {_problem(error)}",
-        path=path,
-        error_number=error.errno,
-    )
+    message = f"cannot write {what}: {_shown(path)}: {_problem(error)}"
+    return RecordError(message, path=path, error_number=error.errno)
 
 
 def _serialise(path: Path, document: object) -> bytes:
@@ -300,10 +288,8 @@ def _serialise(path: Path, document: object) -> bytes:
     try:
         text = json.dumps(document, sort_keys=True, indent=2, allow_nan=False)
     except (TypeError, ValueError) as error:
-        raise RecordError(
-            f"cannot write the record: {_shown(path)}: not serialisable as JSON ({error})",
-            path=path,
-        ) from None
+        message = f"cannot write the record: {_shown(path)}: not serialisable as JSON ({error})"
+        raise RecordError(message, path=path) from None
     return (text + "\n").encode("ascii")
 
 
@@ -477,9 +463,8 @@ def parse_bounded_json(data: bytes) -> object:
 
 
 def _read_error(path: Path, problem: str, error_number: int | None = None) -> RecordError:
-    return RecordError(
-        f"cannot read the record: {_shown(path)}: {problem}", path=path, error_number=error_number
-    )
+    message = f"cannot read the record: {_shown(path)}: {problem}"
+    return RecordError(message, path=path, error_number=error_number)
 
 
 def _kind_unreadable(mode: int) -> str | None:
