@@ -40,9 +40,7 @@ class Verdict(DeclaredValue, kw_only=True):
     @property
     def shutdown_seconds(self) -> float | None:
         """Seconds from the first stop signal until the tree was gone (``None``: never stopped)."""
-        if self.stop_started_at is None:
-            return None
-        return self.finished_at - self.stop_started_at
+        return None if self.stop_started_at is None else self.finished_at - self.stop_started_at
 
 
 class WriteRecord(DeclaredValue):

@@ -207,9 +207,8 @@ def select(
         started = _time_instant(item[1].get("started_at"))
         return (started is not None, started or timedelta(0), item[0].name)
 
-    return sorted(
-        (item for item in records if filters.admit(item[1])), key=newest_first, reverse=True
-    )
+    admitted = (item for item in records if filters.admit(item[1]))
+    return sorted(admitted, key=newest_first, reverse=True)
 
 
 #: Runs to show, each with its file (a record, or the log of a run in progress).

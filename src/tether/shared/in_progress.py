@@ -17,12 +17,9 @@ def hold(fd: int) -> None:
 
 def in_progress(directory_fd: int, log_name: str) -> bool:
     """Whether the event log ``log_name`` in ``directory_fd`` is held by a running supervisor."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        fd = os.open(
-            log_name,
-            os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-            dir_fd=directory_fd,
-        )
+        fd = os.open(log_name, flags, dir_fd=directory_fd)
     except OSError:
         return False
     try:

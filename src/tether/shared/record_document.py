@@ -108,11 +108,8 @@ def _launch_error(verdict: Verdict) -> dict[str, object] | None:
         return None
     if number is not None:
         message = os.strerror(number)
-    return {
-        "errno": number,
-        "errno_name": None if number is None else errno_codes.errorcode.get(number),
-        "message": message,
-    }
+    name = None if number is None else errno_codes.errorcode.get(number)
+    return {"errno": number, "errno_name": name, "message": message}
 
 
 def _signals(signals: tuple[SignalSent, ...]) -> list[dict[str, object]]:
