@@ -62,9 +62,7 @@ def console_main() -> int:
     if os.path.basename(sys.argv[0]) == "timeout":
         return timeout_program()
     status = main(asked_at=_as_program())
-    if sys.argv[1:2] in (["run"], ["timeout"]):
-        return _exit_at_once(status)
-    return status
+    return _exit_at_once(status) if sys.argv[1:2] in (["run"], ["timeout"]) else status
 
 
 def timeout_program() -> int:

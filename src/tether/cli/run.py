@@ -154,9 +154,7 @@ def _own_leaf(limits: Mapping[str, int | float] | None) -> OwnLeaf | None:
     controllers = limit_controllers(limits)
     try:
         backends, _ = plan_backends(controllers, check=False, mover=os.getpid())
-        if "cgroup2-own-leaf" not in backends.values():
-            return None
-        return OwnLeaf.enter(controllers)
+        return None if "cgroup2-own-leaf" not in backends.values() else OwnLeaf.enter(controllers)
     except CgroupUnavailable as why:
         fail(f"cannot enforce the limits here: {why}")
 

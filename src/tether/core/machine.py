@@ -198,9 +198,7 @@ class _Run:
         """When the idle bound runs out, while watching a run that has one."""
         if self.idle_seconds is None or self.active_at is None or self.state is not _W:
             return None
-        if self.idle_held:
-            return None
-        return self.active_at + self.idle_seconds
+        return None if self.idle_held else self.active_at + self.idle_seconds
 
     def idle_expired(self) -> bool:
         """The idle bound ran out, and before the deadline did (the first to pass wins)."""

@@ -169,9 +169,7 @@ def _replace(match: re.Match[str]) -> str:
 
 def _describe(value: object) -> str:
     """A string for a value JSON cannot carry, so it is scrubbed, not repr()'d later."""
-    if isinstance(value, BaseException):
-        return f"{type(value).__name__}: {value}"
-    return str(value)
+    return f"{type(value).__name__}: {value}" if isinstance(value, BaseException) else str(value)
 
 
 @functools.lru_cache(maxsize=16)

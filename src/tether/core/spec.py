@@ -212,9 +212,7 @@ def script_name(argv: tuple[str, ...] | list[str]) -> str | None:
     interpreter = command_name(argv)
     if re.fullmatch(_PYTHON_RE, interpreter):
         return _python_program(interpreter, argv[1:])
-    if interpreter in _SHELLS:
-        return _shell_program(interpreter, argv[1:])
-    return None
+    return _shell_program(interpreter, argv[1:]) if interpreter in _SHELLS else None
 
 
 def _python_program(interpreter: str, words: Sequence[str]) -> str | None:

@@ -108,9 +108,7 @@ class _Paint:
         """Green: status 0; red for a failure, bold red if tether lost sight; else yellow."""
         if reason == Reason.COMPLETED:
             return "32" if status == 0 else "31"
-        if reason in (Reason.LAUNCH_FAILED, Reason.SUPERVISOR_LOST):
-            return "1;31"
-        return "33"
+        return "1;31" if reason in (Reason.LAUNCH_FAILED, Reason.SUPERVISOR_LOST) else "33"
 
 
 def use_colour(stream: TextIO, environ: Mapping[str, str] = os.environ) -> bool:
@@ -228,17 +226,13 @@ def _local(value: object, *, precise: bool = False) -> str:
 
 
 def _returncode_text(code: int) -> str:
-    if code < 0:
-        return f"killed by {described(-code)} ({code})"
-    return f"exited with status {code}"
+    return f"killed by {described(-code)} ({code})" if code < 0 else f"exited with status {code}"
 
 
 def _plural(count: object, noun: str, nouns: str | None = None) -> str:
     number = _int(count)
     many = nouns or noun + "s"
-    if number is None:
-        return f"? {many}"
-    return f"{number} {noun if number == 1 else many}"
+    return f"? {many}" if number is None else f"{number} {noun if number == 1 else many}"
 
 
 def _oom_lead(record: Mapping[str, object]) -> str | None:

@@ -43,9 +43,7 @@ def find_last(directory: Path) -> Path:
 def find_newest(directory: Path) -> Path:
     """The newest run in ``directory`` by name, finished or not: its record or its event log."""
     logs = _names(directory, EVENTS_SUFFIX, missing_ok=False)
-    if not logs:
-        return find_last(directory)
-    return directory / max(logs)
+    return directory / max(logs) if logs else find_last(directory)
 
 
 def _is_name(target: str) -> bool:

@@ -104,9 +104,7 @@ def _escalation_text(record: Mapping[str, object], paint: _Paint) -> str:
     after = f"; tree gone {_seconds_text(shutdown)} after the first SIGTERM" if shutdown else ""
     if record.get("escalated_to_sigkill") is True:
         return paint("yes", "33") + f": {_why_sigkill(record)}{after}"
-    if shutdown is None:
-        return "no (nothing had to be stopped)"
-    return f"no{after}"
+    return "no (nothing had to be stopped)" if shutdown is None else f"no{after}"
 
 
 def _first_at(record: Mapping[str, object], name: str) -> float | None:

@@ -20,6 +20,4 @@ def poll_ms(seconds: float | None) -> int | None:
     """``seconds`` as ``poll()``'s timeout: ``None`` (no limit) stays ``None``."""
     if seconds is None:
         return None
-    if seconds <= 0:
-        return 0
-    return min(math.ceil(seconds * 1000), LONGEST_MS)
+    return 0 if seconds <= 0 else min(math.ceil(seconds * 1000), LONGEST_MS)
