@@ -36,6 +36,4 @@ def first_signals(
     ``overdue``: the deadline passed first, so the stop comes before even a kill's SIGKILL."""
     if trigger == KILL:
         return (*stop_signals(stop_signal), "SIGKILL") if overdue else ("SIGKILL",)
-    if overdue or trigger in _STOPS:
-        return stop_signals(stop_signal)
-    return ()
+    return stop_signals(stop_signal) if overdue or trigger in _STOPS else ()
