@@ -65,10 +65,8 @@ class CallerState:
 
 
 def fingerprint() -> tuple[object, ...] | None:
-    """What a zygote must share with its caller, read from the calling thread.
-
-    ``None`` if it cannot be read now (no descriptor); :class:`Unreadable` for any other reason
-    (then the zygote is let go of: fail closed). What it covers: ``docs/architecture.md``."""
+    """What a zygote must share with its caller (``docs/architecture.md``); ``None`` if it
+    cannot be read now, :class:`Unreadable` otherwise (the zygote is let go of)."""
     state = caller_state()
     return None if state is None else state.identity
 

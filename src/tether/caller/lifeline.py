@@ -127,11 +127,8 @@ def _send_quietly(fd: int, data: bytes) -> None:
 
 
 def run_channels(*, spec_pipe: bool) -> list[int]:
-    """The lifeline's reading and writing ends, the status channel's, the spec pipe's.
-
-    Each above the stdio (the spec pipe only with ``spec_pipe``), every writing end
-    listed as it is made, under the lock a fork takes; all closed if any cannot be made.
-    """
+    """The lifeline's ends, the status channel's, and the spec pipe's with ``spec_pipe``
+    (:func:`_channels`)."""
     return _channels(("lifeline", "status", "spec")[: 3 if spec_pipe else 2])
 
 
@@ -143,6 +140,8 @@ def spec_pipe() -> tuple[int, int]:
 
 
 def _channels(kinds: tuple[str, ...]) -> list[int]:
+    """Each pair above the stdio, every writing end listed as it is made under the lock a fork
+    takes; all closed if any cannot be made."""
     made: list[int] = []
     with _lifelines_lock:
         try:

@@ -136,8 +136,7 @@ def build_request(
 
 
 def ignored_now() -> tuple[int, ...]:
-    """The signals this process ignores now, as ``subprocess`` hands them on (``SigIgn`` in
-    ``/proc/self/status``); SIGPIPE and SIGXFSZ aside, which every command gets back."""
+    """The signals this process ignores now, but SIGPIPE and SIGXFSZ (``subprocess``'s way)."""
     return _ignored_and_umask()[0]
 
 

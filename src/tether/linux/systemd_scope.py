@@ -133,8 +133,7 @@ def hierarchy_controllers(path: str, directory: str) -> set[str]:
 
 
 def scope_properties(pid: int, description: str) -> list[tuple[str, tuple[str, object]]]:
-    """The scope's properties, as ``systemd-run --scope -p Delegate=yes`` sends them
-    (``PIDs``, not ``PIDFDs``: every systemd with transient scopes takes them)."""
+    """As ``systemd-run --scope -p Delegate=yes`` sends them (``PIDs``: any systemd takes them)."""
     return [("Description", ("s", description)), ("Delegate", ("b", True)), ("PIDs", ("au", [pid]))]
 
 

@@ -234,13 +234,9 @@ def _warm_up(limits: object = None) -> None:
 
 
 def _warm_cgroups(limits: object) -> None:
-    """Make a run's cgroups as a spare makes them ahead (``limits``: the first run's), check
-    them, and remove them at once, here: once. Python code writes to what it touches the
-    first time it runs it (caches, counters, new objects), and in each spare every page so
-    written is a copy: the spare's own run of that code then copies fewer (measured here: a
-    forked child making a run's cgroups ahead, 640 -> 500 page faults, 2.9 -> 2.2 ms of CPU).
-    Named after the zygote for that instant, as the cgroup it makes when it forks a
-    supervisor itself; left behind only if it is killed meanwhile, and then stale."""
+    """Make, check and remove one run's cgroups here as a spare makes them ahead (``limits``:
+    the first run's), so that its forks share what that code writes on a first run
+    (``docs/containment.md``, "How the cgroup is found and made")."""
     with contextlib.suppress(Exception):
         ahead = _made_ahead(limits)
         if ahead is not None:
