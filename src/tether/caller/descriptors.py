@@ -33,10 +33,10 @@ __all__ = ["caller_umask", "completed", "open_run"]
 def caller_umask() -> int | None:
     """The calling process's umask, read without changing it (``umask()`` would race threads)."""
     from tether.caller.request import umask_in
-    from tether.shared.process_start import read_proc
+    from tether.linux.proctree import read_file
 
     try:
-        return umask_in(read_proc("/proc/self/status"))
+        return umask_in(read_file("/proc/self/status"))
     except OSError:
         return None
 

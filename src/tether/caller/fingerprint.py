@@ -14,7 +14,7 @@ import re
 import resource
 
 from tether.linux.prctl import io_priority, memory_deny_write_execute, timer_slack
-from tether.shared.process_start import read_proc
+from tether.linux.proctree import read_file
 from tether.shared.signals import ignored_in
 
 TYPE_CHECKING = False
@@ -84,10 +84,10 @@ def caller_state() -> CallerState | None:
             _raise_unless_short(error)
             return None
     try:
-        status = read_proc("/proc/thread-self/status")
-        personality = read_proc("/proc/thread-self/personality")
-        oom_score_adj = read_proc("/proc/self/oom_score_adj")
-        where = read_proc("/proc/self/cgroup")
+        status = read_file("/proc/thread-self/status")
+        personality = read_file("/proc/thread-self/personality")
+        oom_score_adj = read_file("/proc/self/oom_score_adj")
+        where = read_file("/proc/self/cgroup")
         root = _root()  # a chroot changes no namespace
         scheduling = (
             os.getpriority(os.PRIO_PROCESS, 0),  # this thread's
@@ -142,7 +142,7 @@ def _root() -> tuple[int, int, bytes]:
     fd = os.open("/", os.O_PATH | os.O_CLOEXEC)
     try:
         status = os.fstat(fd)
-        info = read_proc(f"/proc/self/fdinfo/{fd}")
+        info = read_file(f"/proc/self/fdinfo/{fd}")
     finally:
         os.close(fd)
     mount = _MOUNT_ID.search(info)
@@ -179,7 +179,7 @@ def _lsm_label() -> bytes | None:
     if _no_lsm:
         return None
     try:
-        return read_proc("/proc/thread-self/attr/current")
+        return read_file("/proc/thread-self/attr/current")
     except OSError as error:
         if error.errno in (errno.EINVAL, errno.ENOENT):
             _no_lsm = True

@@ -145,12 +145,12 @@ def _ignored_and_umask() -> tuple[tuple[int, ...], int | None]:
     ``/proc/self/status``."""
     import signal
 
-    from tether.shared.process_start import read_proc
+    from tether.linux.proctree import read_file
     from tether.shared.signals import ignored_in
 
     umask = None
     try:
-        status = read_proc("/proc/self/status")
+        status = read_file("/proc/self/status")
         umask = umask_in(status)
         found = ignored_in(status)
         if found is not None:

@@ -20,6 +20,8 @@ import select
 import stat
 import time
 
+from tether.linux.proctree import read_file
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -112,10 +114,11 @@ def _creator_of(name: str) -> str | None:
 
 
 def read_text(path: str) -> str:
-    """The text of a small file (``/proc/self/cgroup``, ``mountinfo``); "" if unreadable."""
+    """The text of a small file (``/proc/self/cgroup``, ``mountinfo``); "" if unreadable. Its
+    readers split lines with ``str.splitlines``, which ends a line at a carriage return as a
+    text file would."""
     try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as file:
-            return file.read()
+        return read_file(path).decode("utf-8", "surrogateescape")
     except OSError:
         return ""
 
@@ -483,21 +486,11 @@ def _write_control(directory: str, name: str, content: str) -> None:
 
 
 def read_words(path: str) -> list[str]:
-    """The words of a cgroup file (ASCII), ``[]`` if it cannot be read. Read without a file
-    object: its buffers and decoder cost a supervisor more than the read itself."""
+    """The words of a cgroup file (ASCII), ``[]`` if it cannot be read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return read_file(path).decode("ascii", "replace").split()
     except OSError:
         return []
-    chunks = []
-    try:
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-    except OSError:
-        return []
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode("ascii", "replace").split()
 
 
 #: Why the kernel divides nothing below a cgroup that holds processes, and what would work.

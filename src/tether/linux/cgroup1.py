@@ -18,6 +18,7 @@ from tether.linux.cgroup import (
     lists,
     make_cgroup,
     read_keyed,
+    read_text,
     remove_stale,
     unescape,
 )
@@ -106,25 +107,6 @@ def parse_v1_paths(text: str) -> dict[frozenset[str], str]:
     return paths
 
 
-def _read(path: str) -> str:
-    """A small file's text, ``""`` if it cannot be read. Read without a file object (its
-    buffers and decoder cost a supervisor more than the read); its readers split lines with
-    ``str.splitlines``, which ends a line at a carriage return as a text file would."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return ""
-    chunks = []
-    try:
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode("utf-8", "surrogateescape")
-
-
 #: :func:`find_hierarchies`'s last checked answer for this process, by the texts it was
 #: found from (as :func:`~tether.linux.cgroup.own_cgroup` keeps its own).
 #: One entry.
@@ -141,8 +123,8 @@ def find_hierarchies(pid: int | str = "self", *, check: bool = True) -> list[Hie
     ``/proc/self/mountinfo``, read again at each call: the same while neither changes, in a
     child forked since too (the checks read every pid of each hierarchy's cgroup).
     """
-    memberships = _read(f"/proc/{pid}/cgroup")
-    mountinfo = _read("/proc/self/mountinfo")
+    memberships = read_text(f"/proc/{pid}/cgroup")
+    mountinfo = read_text("/proc/self/mountinfo")
     # Unchecked, the answer is the two texts' alone (an API launch with limits asks it each time).
     kept_by = (_checked if pid == "self" else None) if check else _unchecked
     kept = None if kept_by is None else kept_by.get((memberships, mountinfo))
@@ -223,7 +205,7 @@ class V1Cgroup(JoinableCgroup):
 
     def holds(self, pid: int | str) -> bool:
         """Whether ``pid`` (alive or a zombie) is in this cgroup."""
-        return parse_v1_paths(_read(f"/proc/{pid}/cgroup")).get(self.controllers) == self.path
+        return parse_v1_paths(read_text(f"/proc/{pid}/cgroup")).get(self.controllers) == self.path
 
 
 def _number(text: str) -> int | None:
@@ -245,13 +227,13 @@ def read_usage_v1(cgroups: Iterable[V1Cgroup]) -> dict[str, int | float | None]:
                 ("cpu_user_seconds", "cpuacct.usage_user"),
                 ("cpu_system_seconds", "cpuacct.usage_sys"),
             ):
-                nanoseconds = _number(_read(os.path.join(at, file)))
+                nanoseconds = _number(read_text(os.path.join(at, file)))
                 usage[key] = None if nanoseconds is None else round(nanoseconds / 1e9, 6)
         if "memory" in cgroup.controllers:
             control = read_keyed(os.path.join(at, "memory.oom_control"))
-            peak = _number(_read(os.path.join(at, "memory.max_usage_in_bytes")))
+            peak = _number(read_text(os.path.join(at, "memory.max_usage_in_bytes")))
             usage["memory_peak_bytes"] = peak
-            usage["memory_limit_hits"] = _number(_read(os.path.join(at, "memory.failcnt")))
+            usage["memory_limit_hits"] = _number(read_text(os.path.join(at, "memory.failcnt")))
             usage["oom_kills"] = control.get("oom_kill")
             usage["under_oom"] = control.get("under_oom")
         if "pids" in cgroup.controllers:

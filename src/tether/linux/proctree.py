@@ -20,6 +20,7 @@ __all__ = [
     "descendants",
     "group_has_members",
     "parent_of",
+    "read_file",
     "stat_of",
     "state_of",
 ]
@@ -32,12 +33,13 @@ def _gone(error: OSError) -> bool:
     return error.errno in _GONE
 
 
-def _read(path: str) -> bytes:
-    """The whole of a ``/proc`` file, without a file object (five system calls fewer)."""
+def read_file(path: str) -> bytes:
+    """The whole of a small file (``/proc``, a cgroup's), without a file object: four system
+    calls where ``open()`` makes nine, and no buffer or decoder; :class:`OSError` as it fails."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         chunks = []
-        while chunk := os.read(fd, 4096):
+        while chunk := os.read(fd, 65536):
             chunks.append(chunk)
         return b"".join(chunks)
     finally:
@@ -56,7 +58,8 @@ def children(pid: int) -> list[int]:
         raise
     for tid in tasks:
         try:
-            found.extend(int(word) for word in _read(f"/proc/{pid}/task/{tid}/children").split())
+            listed = read_file(f"/proc/{pid}/task/{tid}/children")
+            found.extend(int(word) for word in listed.split())
         except OSError as error:
             if not _gone(error):
                 raise
@@ -109,7 +112,7 @@ class ProcStat(tuple[str, int, int, str]):
 def stat_of(pid: int) -> ProcStat | None:
     """The state, parent and group of ``pid``, ``None`` if gone; :class:`OSError` otherwise."""
     try:
-        raw = _read(f"/proc/{pid}/stat").decode("ascii", "replace")
+        raw = read_file(f"/proc/{pid}/stat").decode("ascii", "replace")
     except OSError as error:
         if _gone(error):
             return None

@@ -1,8 +1,7 @@
 """When this process started, on the monotonic clock: where a program's deadline counts from.
 
 Field 22 of ``/proc/self/stat``, converted from ``CLOCK_BOOTTIME`` (docs/cli.md;
-docs/architecture.md, "Why some mechanisms are built as they are"). And how a launch reads
-a file of ``/proc`` whole (:func:`read_proc`).
+docs/architecture.md, "Why some mechanisms are built as they are").
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ if TYPE_CHECKING:
 __all__ = [
     "LONGEST_START",
     "process_started_at",
-    "read_proc",
     "start_ticks",
     "started_from_stat",
 ]
@@ -69,20 +67,3 @@ def process_started_at(loaded_at: float) -> float:
     if not loaded_at - LONGEST_START <= started <= loaded_at:
         return loaded_at
     return started
-
-
-def read_proc(path: str) -> bytes:
-    """The file at ``path`` (one of ``/proc``) whole: open, read to its end, close. ``open()``
-    would add six system calls and two objects (``fstat`` twice, ``isatty``, ``lseek``),
-    each time a launch reads one; :class:`OSError` as ``open()`` raises it."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        data = os.read(fd, 65536)
-        if data:
-            chunks = [data]
-            while chunk := os.read(fd, 65536):
-                chunks.append(chunk)
-            data = b"".join(chunks)
-    finally:
-        os.close(fd)
-    return data
